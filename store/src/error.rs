@@ -1,0 +1,41 @@
+use crate::FencingToken;
+
+/// Why the store refused or failed an operation.
+///
+/// Every refusal leaves the store unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The operation carried a token below the lease's fence.
+    #[error("token {token} is below the fence {fence}")]
+    Stale {
+        /// The token the operation carried.
+        token: FencingToken,
+        /// The lease's fence when the operation was refused.
+        fence: FencingToken,
+    },
+    /// The key or lease name breaks the grammar; the text says how.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// A write token outside `1..=MAX_TOKEN`.
+    #[error("token {0} is out of range (1..=2^63-1)")]
+    InvalidToken(u64),
+    /// The value is larger than the store accepts.
+    #[error("value of {size} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge {
+        /// The size of the refused value.
+        size: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The engine failed (I/O, corruption). After a failed flush the store
+    /// refuses every later write: whether the failed batch reached disk is
+    /// unknown, and restarting is the only way to find out.
+    #[error("storage engine failure: {0}")]
+    Engine(String),
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(err: sled::Error) -> Self {
+        StoreError::Engine(err.to_string())
+    }
+}

@@ -1,0 +1,126 @@
+//! Group commit: many writers share one fsync.
+//!
+//! A writer finishes its in-memory transaction, then waits for a flush that
+//! *started after* its transaction finished; such a flush covers its write. One
+//! flusher task runs flushes back to back while anybody waits, so under load each
+//! fsync carries every write that finished while the previous one was running.
+//!
+//! Readers use the same mechanism: a read that may have seen a write not yet
+//! known durable waits for the next flush before answering, so nothing is ever
+//! served that a crash could take back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
+
+use crate::StoreError;
+
+/// Flushes `sled` on behalf of many waiters at once.
+#[derive(Debug)]
+pub(crate) struct GroupCommit {
+    /// Flushes started so far; a waiter needs one numbered above what it read.
+    started: AtomicU64,
+    /// The number of the last finished flush, watched by waiters.
+    finished: watch::Sender<u64>,
+    /// Wakes the flusher when somebody waits.
+    wanted: Notify,
+    /// Writes between the start of their transaction and the end of their
+    /// durability wait. Zero means every write a reader can see is durable.
+    pending_writes: AtomicU64,
+    /// Set after a failed flush: the store is fail-stop from then on.
+    failed: AtomicBool,
+}
+
+/// Owns the flusher task; dropping it stops the task.
+#[derive(Debug)]
+pub(crate) struct FlusherTask(tokio::task::JoinHandle<()>);
+
+impl Drop for FlusherTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Held by a writer from before its transaction until its write is durable.
+#[derive(Debug)]
+pub(crate) struct PendingWrite<'a>(&'a GroupCommit);
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        self.0.pending_writes.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl GroupCommit {
+    /// Starts the flusher task for `db`. The task stops when the returned
+    /// [`FlusherTask`] is dropped.
+    pub(crate) fn start(db: sled::Db) -> (Arc<Self>, FlusherTask) {
+        let (finished, _) = watch::channel(0);
+        let this = Arc::new(Self {
+            started: AtomicU64::new(0),
+            finished,
+            wanted: Notify::new(),
+            pending_writes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        });
+        let shared = this.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                shared.wanted.notified().await;
+                let number = shared.started.fetch_add(1, Ordering::SeqCst) + 1;
+                let db = db.clone();
+                let result = tokio::task::spawn_blocking(move || db.flush()).await;
+                let failure = match result {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(err)) => Some(err.to_string()),
+                    Err(err) => Some(err.to_string()),
+                };
+                if let Some(err) = failure {
+                    tracing::error!(%err, "flush failed; refusing all further writes");
+                    shared.failed.store(true, Ordering::SeqCst);
+                }
+                shared.finished.send_replace(number);
+            }
+        });
+        (this, FlusherTask(task))
+    }
+
+    /// Marks a write as started; keep the guard until it is durable.
+    pub(crate) fn begin_write(&self) -> Result<PendingWrite<'_>, StoreError> {
+        self.pending_writes.fetch_add(1, Ordering::SeqCst);
+        let guard = PendingWrite(self);
+        self.check_healthy()?;
+        Ok(guard)
+    }
+
+    /// Waits until everything finished before this call is on disk.
+    pub(crate) async fn wait_durable(&self) -> Result<(), StoreError> {
+        let needed = self.started.load(Ordering::SeqCst) + 1;
+        let mut finished = self.finished.subscribe();
+        self.wanted.notify_one();
+        finished
+            .wait_for(|&done| done >= needed)
+            .await
+            .map_err(|_| StoreError::Engine("flusher stopped".into()))?;
+        self.check_healthy()
+    }
+
+    /// For a reader that has just read: waits only if what it read may include
+    /// a write that is not durable yet.
+    pub(crate) async fn wait_readable(&self) -> Result<(), StoreError> {
+        if self.pending_writes.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        self.wait_durable().await
+    }
+
+    fn check_healthy(&self) -> Result<(), StoreError> {
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(StoreError::Engine(
+                "an earlier flush failed; restart the gateway".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! Validated names: what a lease, an object key and a fencing token may be.
+//!
+//! Everything that reaches the store has passed through these constructors, so
+//! the engine code never has to ask whether a key is well formed.
+
+use std::fmt;
+
+use crate::StoreError;
+
+/// The longest lease name, in bytes (from the contract: `[A-Za-z0-9._-]{1,128}`).
+pub const MAX_LEASE_NAME_LEN: usize = 128;
+/// The longest object key, in bytes, lease segment included.
+pub const MAX_KEY_LEN: usize = 1024;
+/// The largest fencing token a write may carry.
+///
+/// Tokens are Raft log indexes, so they never come close; the bound keeps them
+/// representable as a signed 64-bit integer in every client language, and stops
+/// a single forged or corrupted token from raising a fence beyond any future
+/// grant (which would lock the lease out forever).
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+/// A lease name: one path segment of `[A-Za-z0-9._-]{1,128}`, not `.` or `..`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseName(String);
+
+impl LeaseName {
+    /// Checks `name` against the contract's grammar.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidKey`] naming what is wrong with it.
+    pub fn new(name: &str) -> Result<Self, StoreError> {
+        if name.is_empty() {
+            return Err(StoreError::InvalidKey("lease name is empty".into()));
+        }
+        if name.len() > MAX_LEASE_NAME_LEN {
+            return Err(StoreError::InvalidKey(format!(
+                "lease name is longer than {MAX_LEASE_NAME_LEN} bytes"
+            )));
+        }
+        if name == "." || name == ".." {
+            return Err(StoreError::InvalidKey(format!(
+                "lease name may not be {name:?}"
+            )));
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(StoreError::InvalidKey(format!(
+                "lease name has {bad:?}; allowed are A-Z a-z 0-9 . _ -"
+            )));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// An object key: `{lease}` or `{lease}/{rest}`.
+///
+/// `rest` is any UTF-8 made of non-empty segments that are not `.` or `..`;
+/// the whole key is at most [`MAX_KEY_LEN`] bytes. The first segment names the
+/// lease whose fence covers the object.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    /// The whole key, as stored.
+    full: String,
+    /// The lease segment, kept apart so callers never re-split the key.
+    lease: LeaseName,
+}
+
+impl ObjectKey {
+    /// Checks an already percent-decoded key.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidKey`] naming what is wrong with it.
+    pub fn new(key: &str) -> Result<Self, StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::InvalidKey("key is empty".into()));
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(StoreError::InvalidKey(format!(
+                "key is longer than {MAX_KEY_LEN} bytes"
+            )));
+        }
+        let mut segments = key.split('/');
+        let lease = LeaseName::new(segments.next().unwrap_or_default())?;
+        for segment in segments {
+            match segment {
+                "" => return Err(StoreError::InvalidKey("key has an empty segment".into())),
+                "." | ".." => {
+                    return Err(StoreError::InvalidKey(format!(
+                        "key has a {segment:?} segment"
+                    )))
+                }
+                s if s.chars().any(char::is_control) => {
+                    return Err(StoreError::InvalidKey("key has a control character".into()))
+                }
+                _ => {}
+            }
+        }
+        Ok(Self {
+            full: key.to_owned(),
+            lease,
+        })
+    }
+
+    /// The whole key.
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+
+    /// The lease whose fence covers this key.
+    pub fn lease(&self) -> &LeaseName {
+        &self.lease
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.full, f)
+    }
+}
+
+/// A fencing token: strictly increasing over the grants of one lease.
+///
+/// `FencingToken(0)` is the fence of a lease never written; no grant carries 0.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// A token a write may carry: `1..=MAX_TOKEN`.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidToken`] for 0 or anything above [`MAX_TOKEN`].
+    pub fn for_write(token: u64) -> Result<Self, StoreError> {
+        if token == 0 || token > MAX_TOKEN {
+            return Err(StoreError::InvalidToken(token));
+        }
+        Ok(Self(token))
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_follow_the_contract() {
+        for good in ["a", "A.b_c-9", &"x".repeat(128), "..."] {
+            assert!(LeaseName::new(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(129), "a%2F"] {
+            assert!(LeaseName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_bounded_and_have_no_dot_segments() {
+        let key = ObjectKey::new("jobs/2026/ü.txt").expect("valid");
+        assert_eq!(key.lease().as_str(), "jobs");
+        assert!(ObjectKey::new("jobs").is_ok());
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/./b",
+            "a/../b",
+            "../a",
+            "a/b\n",
+            &format!("a/{}", "x".repeat(MAX_KEY_LEN)),
+        ] {
+            assert!(ObjectKey::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn write_tokens_exclude_zero_and_huge() {
+        assert!(FencingToken::for_write(0).is_err());
+        assert!(FencingToken::for_write(u64::MAX).is_err());
+        assert!(FencingToken::for_write(MAX_TOKEN + 1).is_err());
+        assert_eq!(
+            FencingToken::for_write(MAX_TOKEN).expect("max"),
+            FencingToken(MAX_TOKEN)
+        );
+    }
+}

@@ -1,0 +1,201 @@
+//! [`FencedStore`] on sled: two trees, one cross-tree transaction per write,
+//! and group commit before the acknowledgement.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+
+use crate::group_commit::{FlusherTask, GroupCommit};
+use crate::{
+    Deleted, FencedStore, FencingToken, LeaseName, ObjectKey, StoreError, StoredObject, Written,
+};
+
+/// How to open a [`SledStore`].
+#[derive(Debug, Clone)]
+pub struct SledStoreConfig {
+    /// The directory sled owns.
+    pub path: PathBuf,
+    /// The largest value a put accepts, in bytes. Default 1 MiB.
+    pub max_value_bytes: usize,
+    /// sled's page cache, in bytes. Default 64 MiB.
+    pub cache_capacity_bytes: u64,
+}
+
+impl SledStoreConfig {
+    /// Defaults for a store in `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            max_value_bytes: 1024 * 1024,
+            cache_capacity_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The sled-backed store. Cheap to clone; clones share the database.
+#[derive(Debug, Clone)]
+pub struct SledStore {
+    /// Object key -> `version (8 BE) | token (8 BE) | value`.
+    objects: sled::Tree,
+    /// Lease name -> fence (8 BE). Absent means 0.
+    fences: sled::Tree,
+    /// Source of versions: `generate_id` never repeats, restarts included.
+    db: sled::Db,
+    /// Makes writes durable, many per fsync.
+    commit: Arc<GroupCommit>,
+    /// Copied from the config.
+    max_value_bytes: usize,
+    /// Stops the flusher when the last clone is dropped.
+    _flusher: Arc<FlusherTask>,
+}
+
+const HEADER_LEN: usize = 16;
+
+impl SledStore {
+    /// Opens (or creates) the store. Must run inside a tokio runtime: it starts
+    /// the group-commit task.
+    ///
+    /// # Errors
+    /// [`StoreError::Engine`] if sled cannot open the directory (including when
+    /// another process holds it).
+    pub fn open(config: &SledStoreConfig) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(&config.path)
+            .cache_capacity(config.cache_capacity_bytes)
+            // Durability comes from our own flushes; the background flusher
+            // only bounds how much a crash can take back of unacknowledged work.
+            .flush_every_ms(Some(1000))
+            .open()?;
+        let objects = db.open_tree("objects")?;
+        let fences = db.open_tree("fences")?;
+        let (commit, flusher) = GroupCommit::start(db.clone());
+        Ok(Self {
+            commit,
+            _flusher: Arc::new(flusher),
+            objects,
+            fences,
+            db,
+            max_value_bytes: config.max_value_bytes,
+        })
+    }
+
+    /// Runs one fenced write: checks the fence, raises it, applies `effect` to
+    /// the objects tree, all in one transaction; then waits for durability.
+    async fn fenced_write<T>(
+        &self,
+        lease: &LeaseName,
+        token: FencingToken,
+        effect: impl Fn(
+            &sled::transaction::TransactionalTree,
+        ) -> Result<T, sled::transaction::UnabortableTransactionError>,
+    ) -> Result<T, StoreError> {
+        let pending = self.commit.begin_write()?;
+        let outcome = (&self.objects, &self.fences).transaction(|(objects, fences)| {
+            let fence = fences
+                .get(lease.as_str())?
+                .map_or(FencingToken(0), |bytes| FencingToken(decode_u64(&bytes)));
+            if token < fence {
+                return Err(ConflictableTransactionError::Abort(StoreError::Stale {
+                    token,
+                    fence,
+                }));
+            }
+            if token > fence {
+                fences.insert(lease.as_str(), &token.0.to_be_bytes())?;
+            }
+            Ok(effect(objects)?)
+        });
+        let value = match outcome {
+            Ok(value) => value,
+            Err(TransactionError::Abort(err)) => return Err(err),
+            Err(TransactionError::Storage(err)) => return Err(err.into()),
+        };
+        self.commit.wait_durable().await?;
+        drop(pending);
+        Ok(value)
+    }
+}
+
+fn decode_u64(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = bytes.len().min(8);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(buf)
+}
+
+fn decode_object(bytes: &[u8]) -> Result<StoredObject, StoreError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(StoreError::Engine("object record is truncated".into()));
+    }
+    Ok(StoredObject {
+        version: decode_u64(&bytes[..8]),
+        token: FencingToken(decode_u64(&bytes[8..16])),
+        value: bytes[HEADER_LEN..].to_vec(),
+    })
+}
+
+impl FencedStore for SledStore {
+    async fn put(
+        &self,
+        key: &ObjectKey,
+        value: Vec<u8>,
+        token: FencingToken,
+    ) -> Result<Written, StoreError> {
+        if value.len() > self.max_value_bytes {
+            return Err(StoreError::ValueTooLarge {
+                size: value.len(),
+                max: self.max_value_bytes,
+            });
+        }
+        let version = self.db.generate_id()? + 1;
+        let mut record = Vec::with_capacity(HEADER_LEN + value.len());
+        record.extend_from_slice(&version.to_be_bytes());
+        record.extend_from_slice(&token.0.to_be_bytes());
+        record.extend_from_slice(&value);
+        let record = sled::IVec::from(record);
+        self.fenced_write(key.lease(), token, |objects| {
+            objects.insert(key.as_str(), record.clone())?;
+            Ok(())
+        })
+        .await?;
+        Ok(Written {
+            version,
+            fence: token,
+        })
+    }
+
+    async fn delete(&self, key: &ObjectKey, token: FencingToken) -> Result<Deleted, StoreError> {
+        let existed = self
+            .fenced_write(key.lease(), token, |objects| {
+                Ok(objects.remove(key.as_str())?.is_some())
+            })
+            .await?;
+        Ok(Deleted {
+            existed,
+            fence: token,
+        })
+    }
+
+    async fn bump_fence(
+        &self,
+        lease: &LeaseName,
+        token: FencingToken,
+    ) -> Result<FencingToken, StoreError> {
+        self.fenced_write(lease, token, |_| Ok(())).await?;
+        Ok(token)
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<Option<StoredObject>, StoreError> {
+        let found = self.objects.get(key.as_str())?;
+        self.commit.wait_readable().await?;
+        found.map(|bytes| decode_object(&bytes)).transpose()
+    }
+
+    async fn fence(&self, lease: &LeaseName) -> Result<FencingToken, StoreError> {
+        let found = self.fences.get(lease.as_str())?;
+        self.commit.wait_readable().await?;
+        Ok(found.map_or(FencingToken(0), |bytes| FencingToken(decode_u64(&bytes))))
+    }
+}
