@@ -1,1 +1,54 @@
-fn main() {}
+//! `palisade`: every server and client command in one binary.
+//!
+//! `main` parses flags (a bad flag is a one-line error and exit code 2) and
+//! hands over to one module per command under `commands/`.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use commands::Cli;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = err.print();
+                return ExitCode::SUCCESS;
+            }
+            let rendered = err.render().to_string();
+            // clap's message runs until the first blank line; keep it on one line.
+            let line: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", line.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    commands::init_tracing();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

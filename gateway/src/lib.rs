@@ -1,1 +1,221 @@
+//! The storage gateway: HTTP in front of a [`FencedStore`].
+//!
+//! A request flows: request id and tracing ([`router`]) → deadline
+//! ([`request_deadline`]) → the handler of its resource ([`objects`],
+//! [`fences`]) → lease-token check ([`auth::LeaseToken`], keys from [`keys`]) →
+//! the store, which checks the fence and writes in one atomic, durable step.
+//! [`ApiError`] is the only place a status is chosen.
+//!
+//! The gateway never calls the election cluster except to fetch its public
+//! keys: it trusts the signed token and nothing else.
 
+pub mod auth;
+mod error;
+pub mod fences;
+pub mod key_path;
+pub mod keys;
+pub mod objects;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http::HeaderValue;
+use palisade_store::FencedStore;
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+
+pub use auth::{LeaseClaims, LeaseToken, Verifier};
+pub use error::ApiError;
+pub use keys::{JwksCache, KeySource};
+
+/// Limits and timeouts of the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The largest object body, in bytes. Default 1 MiB.
+    pub max_value_bytes: usize,
+    /// A request must be received and answered within this. Default 10 s.
+    /// It is what stops a client that sends its body too slowly.
+    pub request_timeout: Duration,
+    /// On shutdown, in-flight requests get this long to finish. Default 10 s.
+    pub drain_timeout: Duration,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            max_value_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Checks the relations between settings.
+    ///
+    /// # Errors
+    /// A sentence naming the broken relation.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_value_bytes == 0 {
+            return Err("max value size must be at least 1 byte".into());
+        }
+        if self.max_value_bytes > 64 * 1024 * 1024 {
+            return Err("max value size must be at most 64 MiB".into());
+        }
+        if self.request_timeout < Duration::from_millis(10) {
+            return Err("request timeout must be at least 10 ms".into());
+        }
+        Ok(())
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState<S> {
+    /// The fenced store.
+    pub store: Arc<S>,
+    /// Checks lease JWTs.
+    pub verifier: Arc<Verifier>,
+    /// Limits.
+    pub config: Arc<GatewayConfig>,
+}
+
+impl<S> Clone for AppState<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            verifier: self.verifier.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// Request ids: a per-process counter, in hex.
+#[derive(Debug, Clone, Default)]
+struct CountingRequestId(Arc<AtomicU64>);
+
+impl MakeRequestId for CountingRequestId {
+    fn make_request_id<B>(&mut self, _request: &http::Request<B>) -> Option<RequestId> {
+        let id = self.0.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{id:x}"))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+/// The gateway's routes, with its middleware.
+pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
+    let timeout = state.config.request_timeout;
+    let routes = Router::new()
+        .route("/healthz", get(healthz))
+        .route(
+            "/v1/objects/{*key}",
+            get(objects::get::<S>)
+                .put(objects::put::<S>)
+                .delete(objects::delete::<S>),
+        )
+        .route(
+            "/v1/objects/",
+            get(empty_key).put(empty_key).delete(empty_key),
+        )
+        .route(
+            "/v1/fences/{*lease}",
+            get(fences::get::<S>).post(fences::bump::<S>),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            timeout,
+            request_deadline,
+        ));
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(CountingRequestId::default()))
+            .layer(
+                TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                    let id = request
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!("request", %id, method = %request.method(), path = %request.uri().path())
+                }),
+            )
+            .layer(PropagateRequestIdLayer::x_request_id()),
+    )
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn empty_key() -> ApiError {
+    ApiError::InvalidKey("key is empty".into())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// Answers 408 when a request (its body included) takes longer than `limit`.
+pub async fn request_deadline(
+    State(limit): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::RequestTimeout(limit.as_millis()).into_response(),
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then drains in-flight
+/// requests for at most `drain`.
+///
+/// # Errors
+/// The listener's I/O error.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|&s| s).await;
+    });
+    let mut server = std::pin::pin!(std::future::IntoFuture::into_future(server));
+    tokio::select! {
+        result = &mut server => return result,
+        () = shutdown => {}
+    }
+    tracing::info!(
+        drain_ms = drain.as_millis() as u64,
+        "shutting down; draining requests"
+    );
+    let _ = stop.send(true);
+    match tokio::time::timeout(drain, server).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!("drain deadline passed; closing remaining connections");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Lease-token verification: the [`LeaseToken`] extractor.
+//!
+//! Only EdDSA is accepted, whatever the header says: `none`, HS*, RS* and the
+//! rest are refused before any key is looked at. Checks: signature, `iss`,
+//! `exp` (with a leeway), a token in range. The `lease` claim is compared with
+//! the key by the handler, which knows the key.
+//!
+//! Verified tokens are cached by their exact text (signature included), so a
+//! writer that reuses its JWT pays for Ed25519 once per token, not per write;
+//! the cache still checks `exp` on every hit.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::FromRequestParts;
+use http::request::Parts;
+use jsonwebtoken::{Algorithm, Validation};
+use palisade_store::FencingToken;
+use serde::{Deserialize, Serialize};
+
+use crate::keys::KeySource;
+use crate::{ApiError, AppState};
+
+/// The claims of a lease JWT (see the contract).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseClaims {
+    /// Always "palisade".
+    pub iss: String,
+    /// The holder.
+    pub sub: String,
+    /// The lease name.
+    pub lease: String,
+    /// The fencing token.
+    pub token: u64,
+    /// Issued at, seconds since the epoch.
+    pub iat: u64,
+    /// The lease's expiry, seconds since the epoch.
+    pub exp: u64,
+}
+
+/// A verified lease token, as a handler receives it.
+#[derive(Debug, Clone)]
+pub struct LeaseToken {
+    /// The verified claims.
+    pub claims: LeaseClaims,
+    /// `claims.token`, range-checked.
+    pub token: FencingToken,
+}
+
+/// Verifies lease JWTs against a [`KeySource`], with a cache.
+#[derive(Debug)]
+pub struct Verifier {
+    keys: KeySource,
+    validation: Validation,
+    /// Seconds of clock skew tolerated on `exp`.
+    leeway_secs: u64,
+    /// JWT text -> claims, for tokens already verified.
+    verified: Mutex<HashMap<String, LeaseClaims>>,
+}
+
+/// Entries in the verified-token cache before it is cleared.
+const VERIFIED_CACHE_CAPACITY: usize = 10_000;
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Verifier {
+    /// A verifier for tokens signed by `keys`.
+    pub fn new(keys: KeySource, leeway_secs: u64) -> Self {
+        let mut validation = Validation::new(Algorithm::EdDSA);
+        validation.algorithms = vec![Algorithm::EdDSA];
+        validation.leeway = leeway_secs;
+        validation.set_issuer(&["palisade"]);
+        validation.set_required_spec_claims(&["exp", "iss", "sub"]);
+        Self {
+            keys,
+            validation,
+            leeway_secs,
+            verified: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where the keys come from.
+    pub fn keys(&self) -> &KeySource {
+        &self.keys
+    }
+
+    /// Verifies `jwt`.
+    ///
+    /// # Errors
+    /// [`ApiError::Unauthorized`] saying what is wrong.
+    pub async fn verify(&self, jwt: &str) -> Result<LeaseToken, ApiError> {
+        if let Some(claims) = self.cached(jwt) {
+            if claims.exp.saturating_add(self.leeway_secs) < now_secs() {
+                return Err(ApiError::Unauthorized("token has expired".into()));
+            }
+            return to_lease_token(claims);
+        }
+        let header = jsonwebtoken::decode_header(jwt)
+            .map_err(|e| ApiError::Unauthorized(format!("malformed token: {e}")))?;
+        if header.alg != Algorithm::EdDSA {
+            return Err(ApiError::Unauthorized(format!(
+                "algorithm {:?} is not accepted; tokens are EdDSA",
+                header.alg
+            )));
+        }
+        let key = self
+            .keys
+            .key_for(header.kid.as_deref())
+            .await
+            .ok_or_else(|| match &header.kid {
+                Some(kid) => ApiError::Unauthorized(format!("unknown signing key {kid:?}")),
+                None => ApiError::Unauthorized("token has no kid".into()),
+            })?;
+        let data = jsonwebtoken::decode::<LeaseClaims>(jwt, &key, &self.validation).map_err(
+            |e| match e.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
+                    ApiError::Unauthorized("token has expired".into())
+                }
+                jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+                    ApiError::Unauthorized("bad signature".into())
+                }
+                _ => ApiError::Unauthorized(format!("invalid token: {e}")),
+            },
+        )?;
+        let lease_token = to_lease_token(data.claims)?;
+        if let Ok(mut cache) = self.verified.lock() {
+            if cache.len() >= VERIFIED_CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(jwt.to_owned(), lease_token.claims.clone());
+        }
+        Ok(lease_token)
+    }
+
+    fn cached(&self, jwt: &str) -> Option<LeaseClaims> {
+        self.verified.lock().ok()?.get(jwt).cloned()
+    }
+}
+
+fn to_lease_token(claims: LeaseClaims) -> Result<LeaseToken, ApiError> {
+    let token = FencingToken::for_write(claims.token)?;
+    Ok(LeaseToken { claims, token })
+}
+
+impl<S: palisade_store::FencedStore> FromRequestParts<AppState<S>> for LeaseToken {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState<S>,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .ok_or_else(|| ApiError::Unauthorized("missing Authorization header".into()))?;
+        let jwt = header
+            .to_str()
+            .ok()
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|jwt| !jwt.is_empty())
+            .ok_or_else(|| {
+                ApiError::Unauthorized("Authorization must be `Bearer <lease JWT>`".into())
+            })?;
+        state.verifier.verify(jwt).await
+    }
+}
+
+impl LeaseToken {
+    /// Refuses with 403 unless this token is for `lease`.
+    ///
+    /// # Errors
+    /// [`ApiError::Forbidden`].
+    pub fn require_lease(&self, lease: &palisade_store::LeaseName) -> Result<(), ApiError> {
+        if self.claims.lease == lease.as_str() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "token is for lease {:?}, not {:?}",
+                self.claims.lease,
+                lease.as_str()
+            )))
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! [`ApiError`]: the one place where the gateway picks an HTTP status.
+//!
+//! Handlers return `Result<_, ApiError>`; every refusal is a JSON body
+//! `{"error": "<code>", "message": "..."}` (plus `token` and `fence` for a stale
+//! write). Internal failures are logged here with their detail and reach the
+//! client only as a generic message.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::StatusCode;
+use palisade_store::StoreError;
+use serde_json::json;
+
+/// Why a request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the key, lease name or body breaks the rules; nothing was changed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 400 `invalid_key`: the key or lease name is malformed.
+    #[error("{0}")]
+    InvalidKey(String),
+    /// 401: no usable lease token.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: the token is valid but for another lease.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404: nothing at this key or route.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405: the route exists, the method does not.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 408: the request did not arrive in time.
+    #[error("request not received within {0} ms")]
+    RequestTimeout(u128),
+    /// 409 `stale_token`: the write's token is below the lease's fence.
+    #[error("token {token} is below the fence {fence}")]
+    StaleToken {
+        /// The token the write carried.
+        token: u64,
+        /// The fence that refused it.
+        fence: u64,
+    },
+    /// 413: the body is larger than the limit.
+    #[error("body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    /// 503: the store refuses writes until restarted (a flush failed).
+    #[error("storage is unavailable")]
+    Unavailable(String),
+    /// 500: anything else; the detail is logged, not sent.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            ApiError::StaleToken { .. } => (StatusCode::CONFLICT, "stale_token"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Stale { token, fence } => ApiError::StaleToken {
+                token: token.0,
+                fence: fence.0,
+            },
+            StoreError::InvalidKey(message) => ApiError::InvalidKey(message),
+            StoreError::InvalidToken(token) => {
+                ApiError::Unauthorized(format!("token {token} is out of range (1..=2^63-1)"))
+            }
+            StoreError::ValueTooLarge { max, .. } => ApiError::PayloadTooLarge(max),
+            StoreError::Engine(detail) => ApiError::Unavailable(detail),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let body = match &self {
+            ApiError::StaleToken { token, fence } => json!({
+                "error": code,
+                "message": self.to_string(),
+                "token": token,
+                "fence": fence,
+            }),
+            ApiError::Unavailable(detail) | ApiError::Internal(detail) => {
+                tracing::error!(%detail, %code, "request failed");
+                json!({ "error": code, "message": self.to_string() })
+            }
+            _ => json!({ "error": code, "message": self.to_string() }),
+        };
+        (status, Json(body)).into_response()
+    }
+}

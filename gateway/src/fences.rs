@@ -1,0 +1,63 @@
+//! `/v1/fences/{lease}`: read a fence, or raise it without writing an object.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::Json;
+use http::{HeaderMap, Uri};
+use palisade_store::FencedStore;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::auth::LeaseToken;
+use crate::key_path::lease_name;
+use crate::{ApiError, AppState};
+
+const PREFIX: &str = "/v1/fences/";
+
+/// Largest body `POST /v1/fences/{lease}` reads.
+const MAX_FENCE_BODY: usize = 4096;
+
+/// The optional body of a fence bump: if `token` is given, it must equal the
+/// JWT's, so a client that means a specific token gets told when it holds
+/// another one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BumpRequest {
+    token: Option<u64>,
+}
+
+/// `GET /v1/fences/{lease}`.
+pub async fn get<S: FencedStore>(
+    State(state): State<AppState<S>>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let lease = lease_name(uri.path(), PREFIX)?;
+    let fence = state.store.fence(&lease).await?;
+    Ok(Json(json!({ "lease": lease.as_str(), "fence": fence.0 })))
+}
+
+/// `POST /v1/fences/{lease}`: raises the fence to the JWT's token.
+pub async fn bump<S: FencedStore>(
+    State(state): State<AppState<S>>,
+    uri: Uri,
+    token: Result<LeaseToken, ApiError>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let lease = lease_name(uri.path(), PREFIX)?;
+    let token = token?;
+    token.require_lease(&lease)?;
+    let body = crate::objects::read_body(&headers, body, MAX_FENCE_BODY).await?;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let request: BumpRequest = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("body is not a fence request: {e}")))?;
+        if let Some(wanted) = request.token.filter(|&t| t != token.token.0) {
+            return Err(ApiError::BadRequest(format!(
+                "body asks for token {wanted} but the JWT carries {}",
+                token.token.0
+            )));
+        }
+    }
+    let fence = state.store.bump_fence(&lease, token.token).await?;
+    Ok(Json(json!({ "lease": lease.as_str(), "fence": fence.0 })))
+}

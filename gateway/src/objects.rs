@@ -1,0 +1,106 @@
+//! `/v1/objects/{key}`: fenced PUT and DELETE, plain GET.
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::{header, HeaderMap, HeaderValue, Uri};
+use palisade_store::{FencedStore, ObjectKey};
+use serde_json::json;
+
+use crate::auth::LeaseToken;
+use crate::key_path::object_key;
+use crate::{ApiError, AppState};
+
+const PREFIX: &str = "/v1/objects/";
+
+fn key_of(uri: &Uri) -> Result<ObjectKey, ApiError> {
+    object_key(uri.path(), PREFIX)
+}
+
+/// Reads a body of at most `limit` bytes, refusing early on a larger
+/// `Content-Length`.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
+        let too_large = std::error::Error::source(&err)
+            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::PayloadTooLarge(limit)
+        } else {
+            ApiError::BadRequest(format!("cannot read the body: {err}"))
+        }
+    })
+}
+
+/// `PUT /v1/objects/{key}`: stores the body if the token passes the fence.
+pub async fn put<S: FencedStore>(
+    State(state): State<AppState<S>>,
+    uri: Uri,
+    token: Result<LeaseToken, ApiError>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let key = key_of(&uri)?;
+    let token = token?;
+    token.require_lease(key.lease())?;
+    let value = read_body(&headers, body, state.config.max_value_bytes).await?;
+    let written = state.store.put(&key, value.to_vec(), token.token).await?;
+    Ok(Json(json!({
+        "key": key.as_str(),
+        "version": written.version,
+        "token": token.token.0,
+    }))
+    .into_response())
+}
+
+/// `GET /v1/objects/{key}`: the bytes, with `ETag` and `Fencing-Token`.
+pub async fn get<S: FencedStore>(
+    State(state): State<AppState<S>>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let key = key_of(&uri)?;
+    let object = state
+        .store
+        .get(&key)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no object at {:?}", key.as_str())))?;
+    let mut response = object.value.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(header::ETAG, HeaderValue::from(object.version));
+    headers.insert("fencing-token", HeaderValue::from(object.token.0));
+    Ok(response)
+}
+
+/// `DELETE /v1/objects/{key}`: removes the object if the token passes the
+/// fence, and raises the fence even when there was nothing to remove.
+pub async fn delete<S: FencedStore>(
+    State(state): State<AppState<S>>,
+    uri: Uri,
+    token: Result<LeaseToken, ApiError>,
+) -> Result<Response, ApiError> {
+    let key = key_of(&uri)?;
+    let token = token?;
+    token.require_lease(key.lease())?;
+    let deleted = state.store.delete(&key, token.token).await?;
+    Ok(Json(json!({
+        "key": key.as_str(),
+        "deleted": deleted.existed,
+        "token": token.token.0,
+    }))
+    .into_response())
+}

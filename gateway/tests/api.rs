@@ -1,0 +1,609 @@
+//! The gateway's HTTP contract, request by request, against an in-process
+//! router (no socket) — and, for the slow-body case, a real socket.
+//!
+//! Every refusal is checked for its status, its JSON error code, and for
+//! having changed nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::Router;
+use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::SigningKey;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use palisade_gateway::{AppState, GatewayConfig, KeySource, LeaseClaims, Verifier};
+use palisade_store::{SledStore, SledStoreConfig};
+use serde_json::Value;
+use tower::ServiceExt;
+
+struct Fixture {
+    app: Router,
+    signing: EncodingKey,
+    public_pem: String,
+    _dir: tempfile::TempDir,
+}
+
+const MAX_VALUE: usize = 1024;
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+fn fixture_with(config: GatewayConfig) -> Fixture {
+    let key = SigningKey::from_bytes(&[7u8; 32]);
+    let der = key.to_pkcs8_der().expect("pkcs8");
+    let public_pem = key
+        .verifying_key()
+        .to_public_key_pem(Default::default())
+        .expect("pem");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pem_path = dir.path().join("key.pem");
+    std::fs::write(&pem_path, &public_pem).expect("write pem");
+    let mut store_config = SledStoreConfig::new(dir.path().join("data"));
+    store_config.max_value_bytes = config.max_value_bytes;
+    let state = AppState {
+        store: Arc::new(SledStore::open(&store_config).expect("open")),
+        verifier: Arc::new(Verifier::new(
+            KeySource::from_pem_file(&pem_path).expect("key"),
+            0,
+        )),
+        config: Arc::new(config),
+    };
+    Fixture {
+        app: palisade_gateway::router(state),
+        signing: EncodingKey::from_ed_der(der.as_bytes()),
+        public_pem,
+        _dir: dir,
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(GatewayConfig {
+        max_value_bytes: MAX_VALUE,
+        ..GatewayConfig::default()
+    })
+}
+
+fn claims(lease: &str, token: u64) -> LeaseClaims {
+    LeaseClaims {
+        iss: "palisade".into(),
+        sub: "tester".into(),
+        lease: lease.into(),
+        token,
+        iat: now(),
+        exp: now() + 60,
+    }
+}
+
+impl Fixture {
+    fn jwt(&self, claims: &LeaseClaims) -> String {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some("k1".into());
+        jsonwebtoken::encode(&header, claims, &self.signing).expect("sign")
+    }
+
+    fn token(&self, lease: &str, token: u64) -> String {
+        self.jwt(&claims(lease, token))
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        uri: &str,
+        auth: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let response = self
+            .app
+            .clone()
+            .oneshot(request.body(body.into()).expect("request"))
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec();
+        (status, headers, bytes)
+    }
+
+    async fn put(&self, key: &str, jwt: &str, body: &str) -> (StatusCode, Value) {
+        let (status, _, bytes) = self
+            .call(
+                "PUT",
+                &format!("/v1/objects/{key}"),
+                Some(&format!("Bearer {jwt}")),
+                body.to_owned(),
+            )
+            .await;
+        (status, json(&bytes))
+    }
+
+    async fn fence(&self, lease: &str) -> u64 {
+        let (status, _, bytes) = self
+            .call("GET", &format!("/v1/fences/{lease}"), None, Body::empty())
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        json(&bytes)["fence"].as_u64().expect("fence is a number")
+    }
+
+    async fn object(&self, key: &str) -> Option<String> {
+        let (status, _, bytes) = self
+            .call("GET", &format!("/v1/objects/{key}"), None, Body::empty())
+            .await;
+        match status {
+            StatusCode::OK => Some(String::from_utf8(bytes).expect("utf8")),
+            StatusCode::NOT_FOUND => None,
+            other => panic!("GET {key}: {other}"),
+        }
+    }
+
+    /// Asserts a refusal: status, JSON error code, and that `jobs/a` and the
+    /// fence of `jobs` are as they were.
+    async fn assert_refused(
+        &self,
+        (status, body): (StatusCode, Value),
+        want: StatusCode,
+        code: &str,
+    ) {
+        assert_eq!(status, want, "{body}");
+        assert_eq!(body["error"], code, "{body}");
+        assert!(body["message"].is_string(), "{body}");
+        assert_eq!(self.object("jobs/a").await.as_deref(), Some("v10"));
+        assert_eq!(self.fence("jobs").await, 10);
+    }
+
+    /// The state every refusal test starts from: `jobs/a` = "v10" at token 10.
+    async fn seeded() -> Self {
+        let f = fixture();
+        let (status, _) = f.put("jobs/a", &f.token("jobs", 10), "v10").await;
+        assert_eq!(status, StatusCode::OK);
+        f
+    }
+}
+
+fn json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(bytes)))
+}
+
+/// URL-safe base64 without padding, enough to forge test tokens.
+fn b64(input: &[u8]) -> String {
+    {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in input.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            let chars = chunk.len() + 1;
+            for i in 0..chars {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test]
+async fn write_read_stale_write_and_fence_flow() {
+    let f = fixture();
+    let (status, body) = f.put("jobs/a", &f.token("jobs", 5), "first").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["key"], "jobs/a");
+    assert_eq!(body["token"], 5);
+    let version = body["version"].as_u64().expect("version");
+
+    let (status, headers, bytes) = f
+        .call("GET", "/v1/objects/jobs/a", None, Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(bytes, b"first");
+    assert_eq!(headers["etag"], version.to_string().as_str());
+    assert_eq!(headers["fencing-token"], "5");
+    assert!(headers.contains_key("x-request-id"));
+
+    // The next holder raises the fence; the old one's write is refused.
+    let (status, _, body) = f
+        .call(
+            "POST",
+            "/v1/fences/jobs",
+            Some(&format!("Bearer {}", f.token("jobs", 9))),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&body)["fence"], 9);
+    let (status, body) = f.put("jobs/a", &f.token("jobs", 5), "late").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"], "stale_token");
+    assert_eq!(body["token"], 5);
+    assert_eq!(body["fence"], 9);
+    assert_eq!(f.object("jobs/a").await.as_deref(), Some("first"));
+
+    let (status, body) = f.put("jobs/b", &f.token("jobs", 9), "x").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = f
+        .call(
+            "DELETE",
+            "/v1/objects/jobs/b",
+            Some(&format!("Bearer {}", f.token("jobs", 11))),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&body)["deleted"], true);
+    assert_eq!(f.object("jobs/b").await, None);
+    assert_eq!(f.fence("jobs").await, 11);
+    assert_eq!(f.fence("never").await, 0);
+
+    let (status, _, _) = f.call("GET", "/healthz", None, Body::empty()).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_authorization_is_refused_and_changes_nothing() {
+    let f = Fixture::seeded().await;
+    let put = |auth: Option<String>| {
+        let f = &f;
+        async move {
+            let (status, _, bytes) = f
+                .call("PUT", "/v1/objects/jobs/a", auth.as_deref(), "evil")
+                .await;
+            (status, json(&bytes))
+        }
+    };
+    let unauthorized = StatusCode::UNAUTHORIZED;
+    f.assert_refused(put(None).await, unauthorized, "unauthorized")
+        .await;
+    for garbage in [
+        "Basic Zm9vOmJhcg==",
+        "Bearer",
+        "Bearer not.a.jwt",
+        "Bearer a.b",
+        "bearer x",
+    ] {
+        f.assert_refused(
+            put(Some(garbage.into())).await,
+            unauthorized,
+            "unauthorized",
+        )
+        .await;
+    }
+
+    // alg: none, with a payload that would otherwise pass.
+    let payload = serde_json::to_vec(&claims("jobs", 99)).expect("claims");
+    let none = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT"}"#),
+        b64(&payload)
+    );
+    f.assert_refused(
+        put(Some(format!("Bearer {none}"))).await,
+        unauthorized,
+        "unauthorized",
+    )
+    .await;
+
+    // HS256 with the public key's bytes as the HMAC secret.
+    let hs = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims("jobs", 99),
+        &EncodingKey::from_secret(f.public_pem.as_bytes()),
+    )
+    .expect("hs256");
+    f.assert_refused(
+        put(Some(format!("Bearer {hs}"))).await,
+        unauthorized,
+        "unauthorized",
+    )
+    .await;
+
+    // A token signed by another key.
+    let other = SigningKey::from_bytes(&[8u8; 32]);
+    let forged = jsonwebtoken::encode(
+        &Header::new(Algorithm::EdDSA),
+        &claims("jobs", 99),
+        &EncodingKey::from_ed_der(other.to_pkcs8_der().expect("der").as_bytes()),
+    )
+    .expect("sign");
+    f.assert_refused(
+        put(Some(format!("Bearer {forged}"))).await,
+        unauthorized,
+        "unauthorized",
+    )
+    .await;
+
+    // Expired, wrong issuer, out-of-range tokens.
+    let mut expired = claims("jobs", 99);
+    expired.exp = now() - 120;
+    let mut wrong_issuer = claims("jobs", 99);
+    wrong_issuer.iss = "someone-else".into();
+    for bad in [
+        expired,
+        wrong_issuer,
+        claims("jobs", 0),
+        claims("jobs", u64::MAX),
+    ] {
+        let jwt = f.jwt(&bad);
+        f.assert_refused(
+            put(Some(format!("Bearer {jwt}"))).await,
+            unauthorized,
+            "unauthorized",
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn token_for_another_lease_is_forbidden() {
+    let f = Fixture::seeded().await;
+    let other = f.token("other", 99);
+    f.assert_refused(
+        f.put("jobs/a", &other, "evil").await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    let (status, _, body) = f
+        .call(
+            "POST",
+            "/v1/fences/jobs",
+            Some(&format!("Bearer {other}")),
+            Body::empty(),
+        )
+        .await;
+    f.assert_refused((status, json(&body)), StatusCode::FORBIDDEN, "forbidden")
+        .await;
+    let (status, _, body) = f
+        .call(
+            "DELETE",
+            "/v1/objects/jobs/a",
+            Some(&format!("Bearer {other}")),
+            Body::empty(),
+        )
+        .await;
+    f.assert_refused((status, json(&body)), StatusCode::FORBIDDEN, "forbidden")
+        .await;
+}
+
+#[tokio::test]
+async fn bad_keys_are_refused() {
+    let f = Fixture::seeded().await;
+    let jwt = f.token("jobs", 99);
+    let long = format!("jobs/{}", "x".repeat(2000));
+    for key in [
+        "",
+        "jobs//a",
+        "jobs/a/",
+        "jobs/./a",
+        "jobs/../a",
+        "jobs/%2E%2E/a",
+        "..",
+        "jobs/%zz",
+        "jobs/%",
+        "jobs/%FF",
+        "bad%20lease/a",
+        long.as_str(),
+    ] {
+        let (status, body) = f.put(key, &jwt, "evil").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {body}");
+        f.assert_refused((status, body), StatusCode::BAD_REQUEST, "invalid_key")
+            .await;
+    }
+    let (status, _, body) = f.call("GET", "/v1/fences/a%2Fb", None, Body::empty()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(json(&body)["error"], "invalid_key");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let f = Fixture::seeded().await;
+    let jwt = f.token("jobs", 99);
+    let big = "x".repeat(MAX_VALUE + 1);
+    f.assert_refused(
+        f.put("jobs/a", &jwt, &big).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    // Without Content-Length (a stream), the limit still holds.
+    let stream = futures_stream(big.into_bytes());
+    let (status, _, body) = f
+        .call(
+            "PUT",
+            "/v1/objects/jobs/a",
+            Some(&format!("Bearer {jwt}")),
+            stream,
+        )
+        .await;
+    f.assert_refused(
+        (status, json(&body)),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    let (status, body) = f
+        .put("jobs/a", &f.token("jobs", 10), &"y".repeat(MAX_VALUE))
+        .await;
+    assert_eq!(status, StatusCode::OK, "exactly the limit is fine: {body}");
+}
+
+fn futures_stream(bytes: Vec<u8>) -> Body {
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = bytes
+        .chunks(100)
+        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+        .collect();
+    Body::from_stream(futures_util::stream::iter(chunks))
+}
+
+#[tokio::test]
+async fn malformed_fence_requests_are_refused() {
+    let f = Fixture::seeded().await;
+    let auth = format!("Bearer {}", f.token("jobs", 99));
+    for body in [
+        "{",
+        "[]",
+        r#"{"token": "x"}"#,
+        r#"{"token": 98}"#,
+        r#"{"other": 1}"#,
+    ] {
+        let (status, _, bytes) = f.call("POST", "/v1/fences/jobs", Some(&auth), body).await;
+        f.assert_refused(
+            (status, json(&bytes)),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+    }
+    let (status, _, bytes) = f
+        .call("POST", "/v1/fences/jobs", Some(&auth), r#"{"token": 99}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&bytes)["fence"], 99);
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json() {
+    let f = fixture();
+    let (status, _, body) = f.call("GET", "/nope", None, Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(json(&body)["error"], "not_found");
+    let (status, _, body) = f.call("PATCH", "/v1/objects/a", None, Body::empty()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(json(&body)["error"], "method_not_allowed");
+    let (status, _, body) = f
+        .call("GET", "/v1/objects/missing", None, Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(json(&body)["error"], "not_found");
+}
+
+#[tokio::test]
+async fn a_body_sent_too_slowly_times_out_and_writes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let f = fixture_with(GatewayConfig {
+        request_timeout: Duration::from_millis(300),
+        ..GatewayConfig::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(palisade_gateway::serve(
+        listener,
+        f.app.clone(),
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    let jwt = f.token("slow", 3);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "PUT /v1/objects/slow/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {jwt}\r\ncontent-length: 10\r\n\r\nab"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the server must answer, not wait for the body forever"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert_eq!(f.object("slow/x").await, None);
+    assert_eq!(f.fence("slow").await, 0);
+    server.abort();
+}
+
+/// Keys from a JWKS endpoint: a known `kid` verifies, an unknown one is 401
+/// and triggers at most one refetch per interval, a key published later is
+/// picked up on demand.
+#[tokio::test]
+async fn jwks_keys_are_fetched_by_kid_and_refetches_are_rate_limited() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let key = SigningKey::from_bytes(&[7u8; 32]);
+    let x = b64(key.verifying_key().as_bytes());
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let published = Arc::new(std::sync::Mutex::new(vec!["k1".to_owned()]));
+    let jwks_app = {
+        let fetches = fetches.clone();
+        let published = published.clone();
+        Router::new().route(
+            "/v1/jwks",
+            axum::routing::get(move || {
+                fetches.fetch_add(1, Ordering::SeqCst);
+                let kids = published.lock().expect("lock").clone();
+                let keys: Vec<Value> = kids
+                    .iter()
+                    .map(|kid| serde_json::json!({"kty":"OKP","crv":"Ed25519","x":x,"kid":kid,"alg":"EdDSA","use":"sig"}))
+                    .collect();
+                async move { axum::Json(serde_json::json!({ "keys": keys })) }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let jwks_server = tokio::spawn(async move { axum::serve(listener, jwks_app).await });
+
+    let cache = Arc::new(palisade_gateway::JwksCache::new(
+        vec!["http://127.0.0.1:1".into(), url],
+        Duration::from_millis(500),
+    ));
+    let verifier = Verifier::new(KeySource::Jwks(cache), 0);
+    let der = key.to_pkcs8_der().expect("der");
+    let signing = EncodingKey::from_ed_der(der.as_bytes());
+    let sign = |kid: &str| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(kid.into());
+        jsonwebtoken::encode(&header, &claims("jobs", 4), &signing).expect("sign")
+    };
+
+    let verified = verifier.verify(&sign("k1")).await.expect("known kid");
+    assert_eq!(verified.token.0, 4);
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "first use fetches");
+
+    for _ in 0..20 {
+        let refused = verifier.verify(&sign("k2")).await;
+        assert!(matches!(
+            refused,
+            Err(palisade_gateway::ApiError::Unauthorized(_))
+        ));
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "unknown kids inside the interval do not refetch"
+    );
+
+    published.lock().expect("lock").push("k2".into());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    verifier
+        .verify(&sign("k2"))
+        .await
+        .expect("k2 is found by a refetch");
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    jwks_server.abort();
+}

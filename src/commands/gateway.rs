@@ -1,0 +1,103 @@
+//! `palisade gateway`: the storage gateway server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgGroup, Args};
+use palisade_gateway::{AppState, GatewayConfig, JwksCache, KeySource, Verifier};
+use palisade_store::{SledStore, SledStoreConfig};
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("keys").required(true).args(["election", "public_key"])))]
+pub struct GatewayArgs {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Directory for the object store (created if missing).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Election node URLs, comma-separated, to fetch signing keys from (/v1/jwks).
+    #[arg(long, value_delimiter = ',')]
+    election: Vec<String>,
+    /// An Ed25519 public key (PEM) to verify tokens offline instead.
+    #[arg(long)]
+    public_key: Option<PathBuf>,
+    /// The largest object, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_value_bytes: usize,
+    /// A request must arrive and be answered within this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// Seconds of clock skew tolerated on a token's `exp`.
+    #[arg(long, default_value_t = 1)]
+    exp_leeway_secs: u64,
+    /// Least time between two JWKS fetches caused by unknown key ids, in ms.
+    #[arg(long, default_value_t = 1000)]
+    jwks_refetch_ms: u64,
+    /// On shutdown, in-flight requests get this long to finish, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    drain_timeout_ms: u64,
+}
+
+pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
+    let config = GatewayConfig {
+        max_value_bytes: args.max_value_bytes,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        drain_timeout: Duration::from_millis(args.drain_timeout_ms),
+    };
+    if let Err(problem) = config.validate() {
+        eprintln!("error: {problem}");
+        return Ok(ExitCode::from(2));
+    }
+    let mut refresher = None;
+    let keys = match &args.public_key {
+        Some(path) => match KeySource::from_pem_file(path) {
+            Ok(keys) => keys,
+            Err(problem) => {
+                eprintln!("error: {problem}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        None => {
+            let cache = Arc::new(JwksCache::new(
+                args.election.clone(),
+                Duration::from_millis(args.jwks_refetch_ms),
+            ));
+            refresher = Some(cache.spawn_refresher(Duration::from_secs(300)));
+            KeySource::Jwks(cache)
+        }
+    };
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let mut store_config = SledStoreConfig::new(&args.data_dir);
+    store_config.max_value_bytes = args.max_value_bytes;
+    let store = SledStore::open(&store_config)
+        .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let state = AppState {
+        store: Arc::new(store),
+        verifier: Arc::new(Verifier::new(keys, args.exp_leeway_secs)),
+        config: Arc::new(config.clone()),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    println!("palisade gateway listening on http://{local}");
+    tracing::info!(%local, data_dir = %args.data_dir.display(), "gateway started");
+    palisade_gateway::serve(
+        listener,
+        palisade_gateway::router(state),
+        super::shutdown_signal(),
+        config.drain_timeout,
+    )
+    .await?;
+    if let Some(task) = refresher {
+        task.abort();
+    }
+    tracing::info!("gateway stopped");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,105 @@
+//! What the client commands share: the gateway address, the token, and turning
+//! an HTTP answer into output and an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+/// Where the gateway is, and how to print.
+#[derive(Debug, Args)]
+pub struct GatewayTarget {
+    /// The gateway's base URL.
+    #[arg(
+        long,
+        env = "PALISADE_GATEWAY",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub gateway: String,
+    /// Print the server's JSON answer instead of a readable line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl GatewayTarget {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.gateway.trim_end_matches('/'))
+    }
+}
+
+/// A lease JWT, given inline or in a file.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The lease JWT (as granted by `palisade lease acquire`).
+    #[arg(long, env = "PALISADE_JWT", conflicts_with = "jwt_file")]
+    pub jwt: Option<String>,
+    /// A file holding the lease JWT.
+    #[arg(long)]
+    pub jwt_file: Option<PathBuf>,
+}
+
+impl TokenArgs {
+    pub fn bearer(&self) -> anyhow::Result<String> {
+        let jwt = match (&self.jwt, &self.jwt_file) {
+            (Some(jwt), _) => jwt.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+            (None, None) => anyhow::bail!("a write needs --jwt or --jwt-file (or PALISADE_JWT)"),
+        };
+        Ok(format!("Bearer {}", jwt.trim()))
+    }
+}
+
+/// Percent-encodes each segment of a key, keeping the `/` between them.
+pub fn encode_key(key: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    key.split('/')
+        .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Prints a JSON answer: raw with `--json`, else through `readable`; an error
+/// answer is one line on stderr and exit code 1.
+pub async fn report(
+    response: reqwest::Response,
+    json: bool,
+    readable: impl FnOnce(&serde_json::Value) -> String,
+) -> anyhow::Result<ExitCode> {
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .with_context(|| format!("the server answered {status} without JSON"))?;
+    if status.is_success() {
+        if json {
+            println!("{body}");
+        } else {
+            println!("{}", readable(&body));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if json {
+        println!("{body}");
+    }
+    eprintln!("{}", error_line(status, &body));
+    Ok(ExitCode::FAILURE)
+}
+
+pub fn error_line(status: reqwest::StatusCode, body: &serde_json::Value) -> String {
+    let code = body["error"].as_str().unwrap_or("error");
+    let message = body["message"].as_str().unwrap_or("");
+    format!("error: {} {code}: {message}", status.as_u16())
+}

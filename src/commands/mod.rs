@@ -1,0 +1,74 @@
+//! The command-line interface: one module per command group.
+
+mod fence;
+mod gateway;
+mod http;
+mod object;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Leases with fencing tokens, and a storage gateway that enforces them.
+#[derive(Debug, Parser)]
+#[command(name = "palisade", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the storage gateway.
+    Gateway(gateway::GatewayArgs),
+    /// Read and write objects through a gateway.
+    #[command(subcommand)]
+    Object(object::ObjectCommand),
+    /// Read or raise a lease's fence at a gateway.
+    #[command(subcommand)]
+    Fence(fence::FenceCommand),
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Gateway(args) => gateway::run(args).await,
+        Command::Object(command) => object::run(command).await,
+        Command::Fence(command) => fence::run(command).await,
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(err) => {
+                    tracing::error!(%err, "cannot listen for SIGTERM");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => tracing::info!("SIGINT received"),
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
