@@ -34,7 +34,8 @@ async fn acknowledged_writes_and_fences_survive_kill_9() {
         .build()
         .expect("client");
     // Tokens keep rising across rounds, as a real election cluster's do.
-    let next_token: Arc<Vec<AtomicU64>> = Arc::new((0..LEASES).map(|_| AtomicU64::new(1)).collect());
+    let next_token: Arc<Vec<AtomicU64>> =
+        Arc::new((0..LEASES).map(|_| AtomicU64::new(1)).collect());
     let mut all_acked: Vec<Acked> = Vec::new();
     let mut total_refused = 0u64;
 
@@ -93,7 +94,10 @@ async fn acknowledged_writes_and_fences_survive_kill_9() {
             writer.await.expect("writer task");
         }
         let acked = acked.lock().expect("lock").clone();
-        assert!(!acked.is_empty(), "round {round}: no write was acknowledged");
+        assert!(
+            !acked.is_empty(),
+            "round {round}: no write was acknowledged"
+        );
         all_acked.extend(acked);
         total_refused += refused.load(Ordering::Relaxed);
     }
@@ -114,8 +118,15 @@ async fn verify(client: &reqwest::Client, url: &str, acked: &[Acked]) {
             .send()
             .await
             .expect("get");
-        assert_eq!(response.status(), 200, "acknowledged write {write:?} is lost");
-        let fencing_token = response.headers()["fencing-token"].to_str().expect("header").to_owned();
+        assert_eq!(
+            response.status(),
+            200,
+            "acknowledged write {write:?} is lost"
+        );
+        let fencing_token = response.headers()["fencing-token"]
+            .to_str()
+            .expect("header")
+            .to_owned();
         assert_eq!(fencing_token, write.token.to_string());
         assert_eq!(response.text().await.expect("body"), write.value);
         let entry = highest.entry(write.lease).or_default();
@@ -131,6 +142,9 @@ async fn verify(client: &reqwest::Client, url: &str, acked: &[Acked]) {
             .await
             .expect("json");
         let fence = fence["fence"].as_u64().expect("fence");
-        assert!(fence >= token, "fence of l{lease} is {fence}, below acknowledged token {token}");
+        assert!(
+            fence >= token,
+            "fence of l{lease} is {fence}, below acknowledged token {token}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The command-line interface: one module per command group.
 
+mod bench;
 mod fence;
 mod gateway;
 mod http;
@@ -27,6 +28,9 @@ enum Command {
     /// Read or raise a lease's fence at a gateway.
     #[command(subcommand)]
     Fence(fence::FenceCommand),
+    /// Measure throughput and latency (release builds only mean anything).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
@@ -45,6 +49,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => gateway::run(args).await,
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,
+        Command::Bench(command) => bench::run(command).await,
     }
 }
 

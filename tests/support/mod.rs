@@ -104,7 +104,6 @@ impl TestKey {
             "iss": "palisade", "sub": "test", "lease": lease,
             "token": token, "iat": now, "exp": now + 60,
         });
-        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.signing)
-            .expect("sign")
+        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.signing).expect("sign")
     }
 }

@@ -1,0 +1,338 @@
+//! `palisade bench gateway`: fenced-PUT throughput and latency through a real
+//! gateway process, beside the storage engine's own ceiling and one fsync.
+//!
+//! It starts `palisade gateway` (this same binary) on a temp dir with a fresh
+//! key, drives 1 KiB PUTs with one JWT per writer (as a lease holder would),
+//! then measures, in this process, sled inserting the same values from 64
+//! tasks that each await a flush, and a bare write+fsync loop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde::Serialize;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Fenced PUT through a gateway vs. the engine's ceiling.
+    Gateway(GatewayBench),
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayBench {
+    /// Concurrency levels to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    /// Where to put the data (default: a temp dir on the same disk as /tmp).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One measured run.
+#[derive(Debug, Serialize)]
+struct Figures {
+    what: String,
+    concurrency: usize,
+    ops: u64,
+    errors: u64,
+    ops_per_sec: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+fn figures(
+    what: &str,
+    concurrency: usize,
+    mut latencies: Vec<Duration>,
+    errors: u64,
+    elapsed: Duration,
+) -> Figures {
+    latencies.sort_unstable();
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    Figures {
+        what: what.to_owned(),
+        concurrency,
+        ops: latencies.len() as u64,
+        errors,
+        ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+    }
+}
+
+pub async fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Gateway(args) => gateway(args).await,
+    }
+}
+
+async fn gateway(args: GatewayBench) -> anyhow::Result<ExitCode> {
+    let temp = match &args.data_dir {
+        Some(dir) => tempfile::tempdir_in(dir)?,
+        None => tempfile::tempdir()?,
+    };
+    let signing = ed25519_dalek::SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let pem_path = temp.path().join("public.pem");
+    std::fs::write(
+        &pem_path,
+        signing
+            .verifying_key()
+            .to_public_key_pem(Default::default())
+            .context("encode public key")?,
+    )?;
+    let encoding =
+        EncodingKey::from_ed_der(signing.to_pkcs8_der().context("encode key")?.as_bytes());
+
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["gateway", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(temp.path().join("gateway"))
+        .arg("--public-key")
+        .arg(&pem_path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("start the gateway")?;
+    let stdout = child.stdout.take().context("gateway stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let Some(url) = line
+        .split("listening on ")
+        .nth(1)
+        .map(|u| u.trim().to_owned())
+    else {
+        let _ = child.kill();
+        bail!("the gateway did not start: {line:?}");
+    };
+
+    let mut results = Vec::new();
+    let value = vec![b'v'; args.value_bytes];
+    let duration = Duration::from_secs(args.seconds);
+    let mut token = 1;
+    for &concurrency in &args.concurrency {
+        token += 1;
+        results.push(put_load(&url, &encoding, token, concurrency, duration, &value).await);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
+    results.push(store_direct(temp.path(), 64, duration, &value).await?);
+    results.push(sled_ceiling(temp.path(), 64, duration, &value).await?);
+    results.push(fsync_loop(temp.path(), duration, &value)?);
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        println!(
+            "{:<34} {:>5} {:>10} {:>9} {:>9} {:>7}",
+            "what", "conc", "ops/s", "p50 us", "p99 us", "errors"
+        );
+        for r in &results {
+            println!(
+                "{:<34} {:>5} {:>10.0} {:>9} {:>9} {:>7}",
+                r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.errors
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn put_load(
+    url: &str,
+    key: &EncodingKey,
+    token: u64,
+    concurrency: usize,
+    duration: Duration,
+    value: &[u8],
+) -> Figures {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let claims = serde_json::json!({
+        "iss": "palisade", "sub": "bench", "lease": "bench", "token": token,
+        "iat": now, "exp": now + 3600,
+    });
+    let jwt =
+        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, key).unwrap_or_default();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default();
+    let value = bytes::Bytes::copy_from_slice(value);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (client, jwt, value, url) =
+            (client.clone(), jwt.clone(), value.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = 0;
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                let ok = client
+                    .put(format!("{url}/v1/objects/bench/{task}/{}", i % 100))
+                    .bearer_auth(&jwt)
+                    .body(value.clone())
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    latencies.push(began.elapsed());
+                } else {
+                    errors += 1;
+                }
+                i += 1;
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        if let Ok((l, e)) = task.await {
+            latencies.extend(l);
+            errors += e;
+        }
+    }
+    figures(
+        "gateway fenced PUT (HTTP, durable)",
+        concurrency,
+        latencies,
+        errors,
+        start.elapsed(),
+    )
+}
+
+/// The fenced store without HTTP or JWT: what the gateway could reach.
+async fn store_direct(
+    dir: &std::path::Path,
+    concurrency: usize,
+    duration: Duration,
+    value: &[u8],
+) -> anyhow::Result<Figures> {
+    use palisade_store::{FencedStore, FencingToken, ObjectKey, SledStore, SledStoreConfig};
+    let store = Arc::new(SledStore::open(&SledStoreConfig::new(dir.join("direct")))?);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (store, value) = (store.clone(), value.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                let Ok(key) = ObjectKey::new(&format!("bench/{task}/{}", i % 100)) else {
+                    break;
+                };
+                if store
+                    .put(&key, value.clone(), FencingToken(1))
+                    .await
+                    .is_ok()
+                {
+                    latencies.push(began.elapsed());
+                }
+                i += 1;
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap_or_default());
+    }
+    Ok(figures(
+        "fenced store put (no HTTP, durable)",
+        concurrency,
+        latencies,
+        0,
+        start.elapsed(),
+    ))
+}
+
+async fn sled_ceiling(
+    dir: &std::path::Path,
+    concurrency: usize,
+    duration: Duration,
+    value: &[u8],
+) -> anyhow::Result<Figures> {
+    let db = sled::Config::new().path(dir.join("ceiling")).open()?;
+    let tree = Arc::new(db.open_tree("objects")?);
+    let value = sled::IVec::from(value);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (tree, value) = (tree.clone(), value.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                let key = format!("bench/{task}/{}", i % 100);
+                // Not `flush_async`: on sled 0.34 64 concurrent flush_async
+                // calls deadlock its IO thread pool (seen here).
+                let flushing = tree.clone();
+                if tree.insert(key.as_bytes(), value.clone()).is_ok()
+                    && tokio::task::spawn_blocking(move || flushing.flush())
+                        .await
+                        .is_ok_and(|r| r.is_ok())
+                {
+                    latencies.push(began.elapsed());
+                }
+                i += 1;
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap_or_default());
+    }
+    Ok(figures(
+        "sled insert + flush (ceiling)",
+        concurrency,
+        latencies,
+        0,
+        start.elapsed(),
+    ))
+}
+
+fn fsync_loop(dir: &std::path::Path, duration: Duration, value: &[u8]) -> anyhow::Result<Figures> {
+    let mut file = std::fs::File::create(dir.join("fsync"))?;
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    while start.elapsed() < duration.min(Duration::from_secs(2)) {
+        let began = Instant::now();
+        file.write_all(value)?;
+        file.sync_all()?;
+        latencies.push(began.elapsed());
+    }
+    Ok(figures(
+        "write 1 KiB + fsync (one file)",
+        1,
+        latencies,
+        0,
+        start.elapsed(),
+    ))
+}
