@@ -89,6 +89,12 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<palisade_store::NameError> for ApiError {
+    fn from(err: palisade_store::NameError) -> Self {
+        StoreError::from(err).into()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

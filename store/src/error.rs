@@ -34,6 +34,15 @@ pub enum StoreError {
     Engine(String),
 }
 
+impl From<palisade_names::NameError> for StoreError {
+    fn from(err: palisade_names::NameError) -> Self {
+        match err {
+            palisade_names::NameError::InvalidKey(message) => StoreError::InvalidKey(message),
+            palisade_names::NameError::InvalidToken(token) => StoreError::InvalidToken(token),
+        }
+    }
+}
+
 impl From<sled::Error> for StoreError {
     fn from(err: sled::Error) -> Self {
         StoreError::Engine(err.to_string())

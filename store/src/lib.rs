@@ -9,14 +9,14 @@
 //! - [`FencedStore`] is the narrow trait the gateway programs against.
 //! - [`SledStore`] implements it on sled, with group commit ([`group_commit`]).
 //! - [`MemoryStore`] implements it in memory, for tests of code above the store.
-//! - [`names`] holds the validated newtypes every operation takes.
+//! - [`names`] (the `palisade-names` crate) holds the validated newtypes every
+//!   operation takes.
 //!
 //! The same conformance suite (`conformance.rs`) runs against every backend.
 
 mod error;
 mod group_commit;
 mod memory_store;
-pub mod names;
 mod sled_store;
 
 #[cfg(test)]
@@ -26,7 +26,8 @@ use std::future::Future;
 
 pub use error::StoreError;
 pub use memory_store::MemoryStore;
-pub use names::{FencingToken, LeaseName, ObjectKey, MAX_KEY_LEN, MAX_TOKEN};
+pub use palisade_names as names;
+pub use palisade_names::{FencingToken, LeaseName, NameError, ObjectKey, MAX_KEY_LEN, MAX_TOKEN};
 pub use sled_store::{SledStore, SledStoreConfig};
 
 /// An object as stored.

@@ -1,11 +1,19 @@
-//! Validated names: what a lease, an object key and a fencing token may be.
-//!
-//! Everything that reaches the store has passed through these constructors, so
-//! the engine code never has to ask whether a key is well formed.
+//! Palisade's shared vocabulary: what a lease name, an object key and a fencing
+//! token may be. The election cluster, the store, the gateway and the SDK all
+//! validate through these constructors, so they agree on every edge case.
 
 use std::fmt;
 
-use crate::StoreError;
+/// Why a name or token was refused; the text says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// A lease name or object key breaks the grammar.
+    #[error("{0}")]
+    InvalidKey(String),
+    /// A write token outside `1..=MAX_TOKEN`.
+    #[error("token {0} is out of range (1..=2^63-1)")]
+    InvalidToken(u64),
+}
 
 /// The longest lease name, in bytes (from the contract: `[A-Za-z0-9._-]{1,128}`).
 pub const MAX_LEASE_NAME_LEN: usize = 128;
@@ -27,18 +35,18 @@ impl LeaseName {
     /// Checks `name` against the contract's grammar.
     ///
     /// # Errors
-    /// [`StoreError::InvalidKey`] naming what is wrong with it.
-    pub fn new(name: &str) -> Result<Self, StoreError> {
+    /// [`NameError::InvalidKey`] naming what is wrong with it.
+    pub fn new(name: &str) -> Result<Self, NameError> {
         if name.is_empty() {
-            return Err(StoreError::InvalidKey("lease name is empty".into()));
+            return Err(NameError::InvalidKey("lease name is empty".into()));
         }
         if name.len() > MAX_LEASE_NAME_LEN {
-            return Err(StoreError::InvalidKey(format!(
+            return Err(NameError::InvalidKey(format!(
                 "lease name is longer than {MAX_LEASE_NAME_LEN} bytes"
             )));
         }
         if name == "." || name == ".." {
-            return Err(StoreError::InvalidKey(format!(
+            return Err(NameError::InvalidKey(format!(
                 "lease name may not be {name:?}"
             )));
         }
@@ -46,7 +54,7 @@ impl LeaseName {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
         {
-            return Err(StoreError::InvalidKey(format!(
+            return Err(NameError::InvalidKey(format!(
                 "lease name has {bad:?}; allowed are A-Z a-z 0-9 . _ -"
             )));
         }
@@ -88,13 +96,13 @@ impl ObjectKey {
     /// Checks an already percent-decoded key.
     ///
     /// # Errors
-    /// [`StoreError::InvalidKey`] naming what is wrong with it.
-    pub fn new(key: &str) -> Result<Self, StoreError> {
+    /// [`NameError::InvalidKey`] naming what is wrong with it.
+    pub fn new(key: &str) -> Result<Self, NameError> {
         if key.is_empty() {
-            return Err(StoreError::InvalidKey("key is empty".into()));
+            return Err(NameError::InvalidKey("key is empty".into()));
         }
         if key.len() > MAX_KEY_LEN {
-            return Err(StoreError::InvalidKey(format!(
+            return Err(NameError::InvalidKey(format!(
                 "key is longer than {MAX_KEY_LEN} bytes"
             )));
         }
@@ -102,14 +110,14 @@ impl ObjectKey {
         let lease = LeaseName::new(segments.next().unwrap_or_default())?;
         for segment in segments {
             match segment {
-                "" => return Err(StoreError::InvalidKey("key has an empty segment".into())),
+                "" => return Err(NameError::InvalidKey("key has an empty segment".into())),
                 "." | ".." => {
-                    return Err(StoreError::InvalidKey(format!(
+                    return Err(NameError::InvalidKey(format!(
                         "key has a {segment:?} segment"
                     )))
                 }
                 s if s.chars().any(char::is_control) => {
-                    return Err(StoreError::InvalidKey("key has a control character".into()))
+                    return Err(NameError::InvalidKey("key has a control character".into()))
                 }
                 _ => {}
             }
@@ -153,10 +161,10 @@ impl FencingToken {
     /// A token a write may carry: `1..=MAX_TOKEN`.
     ///
     /// # Errors
-    /// [`StoreError::InvalidToken`] for 0 or anything above [`MAX_TOKEN`].
-    pub fn for_write(token: u64) -> Result<Self, StoreError> {
+    /// [`NameError::InvalidToken`] for 0 or anything above [`MAX_TOKEN`].
+    pub fn for_write(token: u64) -> Result<Self, NameError> {
         if token == 0 || token > MAX_TOKEN {
-            return Err(StoreError::InvalidToken(token));
+            return Err(NameError::InvalidToken(token));
         }
         Ok(Self(token))
     }
