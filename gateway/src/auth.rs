@@ -17,27 +17,11 @@ use axum::extract::FromRequestParts;
 use http::request::Parts;
 use jsonwebtoken::{Algorithm, Validation};
 use palisade_store::FencingToken;
-use serde::{Deserialize, Serialize};
 
 use crate::keys::KeySource;
 use crate::{ApiError, AppState};
 
-/// The claims of a lease JWT (see the contract).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct LeaseClaims {
-    /// Always "palisade".
-    pub iss: String,
-    /// The holder.
-    pub sub: String,
-    /// The lease name.
-    pub lease: String,
-    /// The fencing token.
-    pub token: u64,
-    /// Issued at, seconds since the epoch.
-    pub iat: u64,
-    /// The lease's expiry, seconds since the epoch.
-    pub exp: u64,
-}
+pub use palisade_store::names::LeaseClaims;
 
 /// A verified lease token, as a handler receives it.
 #[derive(Debug, Clone)]
@@ -74,7 +58,7 @@ impl Verifier {
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.algorithms = vec![Algorithm::EdDSA];
         validation.leeway = leeway_secs;
-        validation.set_issuer(&["palisade"]);
+        validation.set_issuer(&[palisade_store::names::ISSUER]);
         validation.set_required_spec_claims(&["exp", "iss", "sub"]);
         Self {
             keys,

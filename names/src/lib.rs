@@ -176,6 +176,27 @@ impl fmt::Display for FencingToken {
     }
 }
 
+/// The claims of a lease JWT (the contract's token format). The cluster signs
+/// them with EdDSA; gateways verify them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseClaims {
+    /// Always [`ISSUER`].
+    pub iss: String,
+    /// The holder.
+    pub sub: String,
+    /// The lease name.
+    pub lease: String,
+    /// The fencing token.
+    pub token: u64,
+    /// Issued at, seconds since the Unix epoch.
+    pub iat: u64,
+    /// The lease's expiry, seconds since the Unix epoch.
+    pub exp: u64,
+}
+
+/// The `iss` of every lease token.
+pub const ISSUER: &str = "palisade";
+
 #[cfg(test)]
 mod tests {
     use super::*;

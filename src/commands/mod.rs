@@ -1,6 +1,7 @@
 //! The command-line interface: one module per command group.
 
 mod bench;
+mod election;
 mod fence;
 mod gateway;
 mod http;
@@ -20,6 +21,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one node of the election cluster.
+    Election(election::ElectionArgs),
     /// Run the storage gateway.
     Gateway(gateway::GatewayArgs),
     /// Read and write objects through a gateway.
@@ -46,6 +49,7 @@ pub fn init_tracing() {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Election(args) => election::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,

@@ -1,0 +1,71 @@
+//! [`ApiError`]: the one place the election API picks an HTTP status.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::StatusCode;
+use serde_json::{json, Value};
+
+/// Why a client request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: malformed or out-of-range input; nothing changed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: never granted, or no such route.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 409 `held`: someone else holds the lease.
+    #[error("lease is held by {holder:?}")]
+    Held {
+        /// The holder.
+        holder: String,
+        /// Its token.
+        token: u64,
+    },
+    /// 409 `lost`: the requester does not hold the lease with that token.
+    #[error("{0}")]
+    Lost(String),
+    /// 503 `no_quorum`: no leader, or the leader cannot reach a quorum.
+    #[error("{0}")]
+    NoQuorum(String),
+    /// 503 `not_ready`: the cluster has no signing key yet.
+    #[error("the cluster is starting; no signing key yet")]
+    NotReady,
+    /// 500: logged, not sent.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
+            ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
+            ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
+            ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.parts();
+        let mut body: Value = json!({ "error": code, "message": self.to_string() });
+        match &self {
+            ApiError::Held { holder, token } => {
+                body["holder"] = json!(holder);
+                body["token"] = json!(token);
+            }
+            ApiError::Internal(detail) => tracing::error!(%detail, "request failed"),
+            _ => {}
+        }
+        (status, Json(body)).into_response()
+    }
+}

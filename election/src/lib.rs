@@ -1,0 +1,42 @@
+//! The election cluster: Raft (openraft) over a replicated lease table.
+//!
+//! A client request reaches [`api`] on any node; followers forward it to the
+//! leader. The leader proposes a [`command::Command`] through Raft; once
+//! committed, every node applies it to its [`lease_table::LeaseTable`]
+//! ([`state_machine`]), deterministically, and the fencing token of a grant is
+//! the log index of its entry. Expiry is the leader's business alone
+//! ([`lessor`]): it tracks deadlines on its monotonic clock, restarts them all
+//! when it takes over, and proposes an `Expire` when one passes. Grants come
+//! with a JWT signed by the cluster's Ed25519 key ([`signing`]), which is
+//! itself replicated through the log.
+//!
+//! Storage ([`log_store`], snapshots in [`state_machine`]) is one sled database
+//! per node; node-to-node RPC is HTTP ([`network`]). [`node`] wires it all up.
+
+pub mod api;
+pub mod command;
+pub mod config;
+pub mod error;
+pub mod lease_table;
+pub mod lessor;
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod signing;
+pub mod state_machine;
+
+openraft::declare_raft_types!(
+    /// Palisade's Raft types: lease commands in, command results out.
+    pub TypeConfig:
+        D = command::Command,
+        R = command::CommandResult,
+        Node = openraft::BasicNode,
+);
+
+/// A node id, as in `--id` and `--peers`.
+pub type NodeId = u64;
+/// The Raft instance of a node.
+pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
+
+pub use config::ElectionConfig;
+pub use node::ElectionNode;

@@ -1,0 +1,235 @@
+//! [`ElectionNode`]: opens storage, starts Raft, bootstraps the cluster, runs
+//! the leader duties, and serves HTTP until shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+
+use crate::api::{self, ApiState};
+use crate::command::Command;
+use crate::lessor::Lessor;
+use crate::log_store::SledLogStore;
+use crate::network::{raft_routes, HttpNetwork};
+use crate::signing::generate_key;
+use crate::state_machine::{SharedState, StateMachine};
+use crate::{ElectionConfig, Raft};
+
+/// A running election node.
+#[derive(Debug)]
+pub struct ElectionNode {
+    /// The node's API state (Raft, table, lessor).
+    pub state: ApiState,
+    /// The bound address.
+    pub local_addr: std::net::SocketAddr,
+    listener: TcpListener,
+    /// Background duties, stopped when the node is dropped.
+    duties: Duties,
+}
+
+/// Owns the node's background tasks and aborts them on drop.
+#[derive(Debug)]
+struct Duties(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Duties {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+fn io_err(err: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(err.to_string())
+}
+
+impl ElectionNode {
+    /// Opens the data dir, starts Raft and binds the listener. A fresh node
+    /// initializes the cluster with the whole `peers` membership (every fresh
+    /// node does the same, with the same membership, which openraft allows);
+    /// a node with data resumes from it.
+    ///
+    /// # Errors
+    /// Storage, Raft or bind failures.
+    pub async fn start(config: ElectionConfig) -> std::io::Result<Self> {
+        config.validate().map_err(io_err)?;
+        std::fs::create_dir_all(&config.data_dir)?;
+        let db = sled::Config::new()
+            .path(config.data_dir.join("raft"))
+            .cache_capacity(64 * 1024 * 1024)
+            .flush_every_ms(Some(1000))
+            .open()
+            .map_err(io_err)?;
+        let log_store = SledLogStore::open(&db)?;
+        let state_machine = StateMachine::open(&db)?;
+        let shared = state_machine.shared();
+
+        let raft_config = Config {
+            cluster_name: "palisade".into(),
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout.0.as_millis() as u64,
+            election_timeout_max: config.election_timeout.1.as_millis() as u64,
+            enable_pre_vote: Some(true),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(io_err)?;
+        let network = HttpNetwork::new(Duration::from_millis(200));
+        let raft = Raft::new(
+            config.id,
+            Arc::new(raft_config),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(io_err)?;
+        let raft = Arc::new(raft);
+
+        if !raft.is_initialized().await.map_err(io_err)? {
+            let members: std::collections::BTreeMap<_, _> = config
+                .peers
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+                .collect();
+            match raft.initialize(members).await {
+                Ok(()) => {
+                    tracing::info!(peers = ?config.peers, "initialized a fresh cluster membership")
+                }
+                Err(err) => tracing::info!(%err, "not initializing: the cluster already exists"),
+            }
+        }
+
+        let listener = TcpListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let lessor = Arc::new(Lessor::default());
+        let config = Arc::new(config);
+        let state = ApiState {
+            raft: raft.clone(),
+            shared: shared.clone(),
+            lessor: lessor.clone(),
+            config: config.clone(),
+            forwarder: reqwest::Client::builder()
+                .connect_timeout(Duration::from_millis(300))
+                .build()
+                .unwrap_or_default(),
+            signer: Arc::new(Mutex::new(None)),
+        };
+        let duties = Duties(vec![
+            tokio::spawn(leader_duties(raft.clone(), shared, lessor)),
+            tokio::spawn(report_waiting(raft, config)),
+        ]);
+        Ok(Self {
+            state,
+            local_addr,
+            listener,
+            duties,
+        })
+    }
+
+    /// Serves the client API and Raft RPC until `shutdown`, then stops Raft.
+    ///
+    /// # Errors
+    /// The listener's error.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = api::router(self.state.clone()).merge(raft_routes(self.state.raft.clone()));
+        let raft = self.state.raft.clone();
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        drop(self.duties);
+        if let Err(err) = raft.shutdown().await {
+            tracing::warn!(%err, "raft did not shut down cleanly");
+        }
+        served
+    }
+}
+
+/// What the leader alone does: track lease deadlines (promote on taking over,
+/// demote on losing it), propose `Expire` for passed deadlines, and install the
+/// signing key if the cluster has none.
+async fn leader_duties(raft: Arc<Raft>, shared: SharedState, lessor: Arc<Lessor>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut key_proposed_in_term = None;
+    loop {
+        tick.tick().await;
+        let metrics = raft.metrics().borrow_watched().clone();
+        let leading =
+            metrics.state == ServerState::Leader && metrics.current_leader == Some(metrics.id);
+        if !leading {
+            if lessor.leading().is_some() {
+                tracing::info!(
+                    term = metrics.current_term,
+                    "no longer leader: lease expiry stops here"
+                );
+            }
+            lessor.demote();
+            continue;
+        }
+        if lessor.leading() != Some(metrics.current_term) {
+            tracing::info!(
+                term = metrics.current_term,
+                "became leader: every held lease gets a full ttl from now"
+            );
+            lessor.promote(metrics.current_term);
+        }
+        let (expired, has_key) =
+            shared.read(|s| (lessor.reconcile(&s.table), s.table.signing_key.is_some()));
+        for (lease, token) in expired {
+            let (raft, lessor) = (raft.clone(), lessor.clone());
+            tokio::spawn(async move {
+                let command = Command::Expire {
+                    lease: lease.clone(),
+                    token,
+                };
+                match tokio::time::timeout(Duration::from_secs(2), raft.client_write(command)).await
+                {
+                    Ok(Ok(_)) => tracing::info!(%lease, token, "lease expired"),
+                    _ => lessor.expire_failed(&lease, token),
+                }
+            });
+        }
+        if !has_key && key_proposed_in_term != Some(metrics.current_term) {
+            key_proposed_in_term = Some(metrics.current_term);
+            let raft = raft.clone();
+            tokio::spawn(async move {
+                let (kid, secret) = generate_key();
+                match raft
+                    .client_write(Command::InstallKey {
+                        kid: kid.clone(),
+                        secret,
+                    })
+                    .await
+                {
+                    Ok(_) => tracing::info!(%kid, "installed the cluster signing key"),
+                    Err(err) => tracing::warn!(%err, "could not install a signing key; will retry"),
+                }
+            });
+        }
+    }
+}
+
+/// Logs, every few seconds, that there is no leader yet and whom we wait for.
+async fn report_waiting(raft: Arc<Raft>, config: Arc<ElectionConfig>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let metrics = raft.metrics().borrow_watched().clone();
+        if metrics.current_leader.is_none() {
+            let others: Vec<_> = config
+                .peers
+                .iter()
+                .filter(|(id, _)| **id != config.id)
+                .map(|(id, addr)| format!("{id}={addr}"))
+                .collect();
+            tracing::warn!(term = metrics.current_term, waiting_for = ?others, "no leader yet: waiting for a quorum of peers");
+        }
+    }
+}
