@@ -158,7 +158,10 @@ impl ElectionNode {
 async fn leader_duties(raft: Arc<Raft>, shared: SharedState, lessor: Arc<Lessor>) {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut key_proposed_in_term = None;
+    // Set while an InstallKey proposal is in flight; cleared when it ends, so
+    // a failed proposal (a fresh leader refusing writes for a moment) is
+    // retried on the next tick.
+    let installing_key = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
         tick.tick().await;
         let metrics = raft.metrics().borrow_watched().clone();
@@ -197,21 +200,23 @@ async fn leader_duties(raft: Arc<Raft>, shared: SharedState, lessor: Arc<Lessor>
                 }
             });
         }
-        if !has_key && key_proposed_in_term != Some(metrics.current_term) {
-            key_proposed_in_term = Some(metrics.current_term);
-            let raft = raft.clone();
+        if !has_key && !installing_key.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let (raft, installing_key) = (raft.clone(), installing_key.clone());
             tokio::spawn(async move {
                 let (kid, secret) = generate_key();
-                match raft
-                    .client_write(Command::InstallKey {
-                        kid: kid.clone(),
-                        secret,
-                    })
-                    .await
+                let command = Command::InstallKey {
+                    kid: kid.clone(),
+                    secret,
+                };
+                match tokio::time::timeout(Duration::from_secs(2), raft.client_write(command)).await
                 {
-                    Ok(_) => tracing::info!(%kid, "installed the cluster signing key"),
-                    Err(err) => tracing::warn!(%err, "could not install a signing key; will retry"),
+                    Ok(Ok(_)) => tracing::info!(%kid, "installed the cluster signing key"),
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, "could not install a signing key yet; retrying")
+                    }
+                    Err(_) => tracing::debug!("signing key install timed out; retrying"),
                 }
+                installing_key.store(false, std::sync::atomic::Ordering::SeqCst);
             });
         }
     }

@@ -107,3 +107,163 @@ impl TestKey {
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.signing).expect("sign")
     }
 }
+
+/// Free loopback ports (bound, then released: peers must know every port
+/// before any node starts).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
+/// A three-node election cluster of real processes on loopback.
+pub struct Cluster {
+    pub dir: std::path::PathBuf,
+    pub ports: Vec<u16>,
+    pub nodes: Vec<Option<Process>>,
+}
+
+impl Cluster {
+    pub fn start(dir: &Path) -> Self {
+        let ports = free_ports(3);
+        let mut cluster = Self {
+            dir: dir.to_owned(),
+            ports,
+            nodes: vec![None, None, None],
+        };
+        for id in 1..=3 {
+            cluster.start_node(id);
+        }
+        cluster
+    }
+
+    fn peers(&self) -> String {
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| format!("{}=127.0.0.1:{port}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts (or restarts) node `id` on its data dir.
+    pub fn start_node(&mut self, id: u64) {
+        let index = (id - 1) as usize;
+        let listen = format!("127.0.0.1:{}", self.ports[index]);
+        let data = self.dir.join(format!("node{id}"));
+        let process = spawn_server(&[
+            "election",
+            "--id",
+            &id.to_string(),
+            "--listen",
+            &listen,
+            "--data-dir",
+            data.to_str().expect("utf8"),
+            "--peers",
+            &self.peers(),
+        ]);
+        self.nodes[index] = Some(process);
+    }
+
+    /// SIGKILLs node `id`.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut process) = self.nodes[(id - 1) as usize].take() {
+            process.kill();
+        }
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to node `id`.
+    pub fn signal(&self, id: u64, signal: &str) {
+        let process = self.nodes[(id - 1) as usize]
+            .as_ref()
+            .expect("node is running");
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &process.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    pub fn url(&self, id: u64) -> String {
+        format!("http://127.0.0.1:{}", self.ports[(id - 1) as usize])
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        (1..=3).map(|id| self.url(id)).collect()
+    }
+
+    /// Waits (bounded) until a running node reports a leader, and returns it.
+    pub async fn leader(&self, client: &reqwest::Client) -> u64 {
+        for _ in 0..200 {
+            for id in 1..=3u64 {
+                if self.nodes[(id - 1) as usize].is_none() {
+                    continue;
+                }
+                let Ok(response) = client
+                    .get(format!("{}/v1/cluster", self.url(id)))
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                let Ok(body) = response.json::<serde_json::Value>().await else {
+                    continue;
+                };
+                if let Some(leader) = body["leader"].as_u64() {
+                    if self.nodes[(leader - 1) as usize].is_some() && body["state"] == "Leader" {
+                        return leader;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader within 10 s");
+    }
+}
+
+/// POSTs JSON to an election node; returns (status, body).
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = client.post(url).json(&body).send().await.expect("request");
+    let status = response.status().as_u16();
+    (
+        status,
+        response.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// Acquires until granted or refused for good, retrying 503s (no leader yet)
+/// for a bounded time.
+pub async fn acquire(
+    client: &reqwest::Client,
+    base: &str,
+    lease: &str,
+    holder: &str,
+    ttl_ms: u64,
+) -> (u16, serde_json::Value) {
+    let url = format!("{base}/v1/leases/{lease}/acquire");
+    let body = serde_json::json!({ "holder": holder, "ttl_ms": ttl_ms });
+    for _ in 0..100 {
+        let (status, answer) = post_json(client, &url, body.clone()).await;
+        if status != 503 {
+            return (status, answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, last) = post_json(client, &url, body).await;
+    panic!("acquire of {lease} at {base} kept answering 503: {last}");
+}
+
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
+}

@@ -1,0 +1,417 @@
+//! The election cluster as real processes: three `palisade election` nodes on
+//! loopback, faults injected with SIGKILL and SIGSTOP. Each test names the
+//! property it checks (S2 tokens, S3 exclusivity, S4 durability, L1 liveness).
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{acquire, http_client, post_json, Cluster};
+
+/// Clusters are heavy on a 2-core machine: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn renew(
+    client: &reqwest::Client,
+    base: &str,
+    lease: &str,
+    holder: &str,
+    token: u64,
+) -> (u16, Value) {
+    post_json(
+        client,
+        &format!("{base}/v1/leases/{lease}/renew"),
+        json!({ "holder": holder, "token": token }),
+    )
+    .await
+}
+
+/// Renews through any surviving node, retrying 503s while a new leader is elected.
+async fn renew_anywhere(
+    client: &reqwest::Client,
+    cluster: &Cluster,
+    lease: &str,
+    holder: &str,
+    token: u64,
+) -> (u16, Value) {
+    for _ in 0..100 {
+        for id in 1..=3 {
+            if cluster.nodes[(id - 1) as usize].is_none() {
+                continue;
+            }
+            let (status, body) = renew(client, &cluster.url(id), lease, holder, token).await;
+            if status != 503 {
+                return (status, body);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("renew kept answering 503");
+}
+
+async fn lease(client: &reqwest::Client, base: &str, lease: &str) -> (u16, Value) {
+    for _ in 0..100 {
+        let response = client
+            .get(format!("{base}/v1/leases/{lease}"))
+            .send()
+            .await
+            .expect("get");
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        if status != 503 {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("GET {lease} kept answering 503");
+}
+
+/// S3 and S2 across failover: SIGKILL the Raft leader; the held lease stays
+/// with the same holder and token and can be renewed through a survivor; a
+/// new grant gets a higher token.
+#[tokio::test]
+async fn leader_kill_keeps_the_lease_and_tokens_rise() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let (status, grant) = acquire(&client, &cluster.url(leader), "jobs", "worker-a", 5000).await;
+    assert_eq!(status, 200, "{grant}");
+    let token = grant["token"].as_u64().expect("token");
+
+    cluster.kill(leader);
+    let (status, renewed) = renew_anywhere(&client, &cluster, "jobs", "worker-a", token).await;
+    assert_eq!(status, 200, "renew after failover: {renewed}");
+    assert_eq!(renewed["token"], token, "same token after failover");
+    let new_leader = cluster.leader(&client).await;
+    assert_ne!(new_leader, leader);
+
+    let (status, other) =
+        acquire(&client, &cluster.url(new_leader), "jobs", "worker-b", 5000).await;
+    assert_eq!(status, 409, "still held by worker-a: {other}");
+    assert_eq!(other["error"], "held");
+    assert_eq!(other["holder"], "worker-a");
+
+    let (status, fresh) =
+        acquire(&client, &cluster.url(new_leader), "other", "worker-b", 5000).await;
+    assert_eq!(status, 200, "{fresh}");
+    assert!(
+        fresh["token"].as_u64().expect("token") > token,
+        "new grants get higher tokens"
+    );
+}
+
+/// S2 and S4 across a full-cluster restart: every node SIGKILLed and
+/// restarted on its data dir; held leases survive with their tokens, and new
+/// tokens are above every token issued before.
+#[tokio::test]
+async fn full_restart_keeps_grants_and_tokens_continue_above() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let mut highest = 0;
+    for i in 0..5 {
+        let (status, grant) =
+            acquire(&client, &cluster.url(leader), &format!("l{i}"), "h", 60_000).await;
+        assert_eq!(status, 200, "{grant}");
+        highest = highest.max(grant["token"].as_u64().expect("token"));
+    }
+    let (status, release) = post_json(
+        &client,
+        &format!("{}/v1/leases/l0/release", cluster.url(leader)),
+        json!({ "holder": "h", "token": highest - 4 }),
+    )
+    .await;
+    assert!(status == 200 || status == 409, "{release}");
+
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.start_node(id);
+    }
+    let leader = cluster.leader(&client).await;
+    let (status, held) = lease(&client, &cluster.url(leader), "l4").await;
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(
+        held["holder"], "h",
+        "an acknowledged grant survives a full restart"
+    );
+    assert_eq!(held["token"], highest);
+    let (status, grant) = acquire(&client, &cluster.url(leader), "after-restart", "h", 5000).await;
+    assert_eq!(status, 200, "{grant}");
+    assert!(
+        grant["token"].as_u64().expect("token") > highest,
+        "token {} must exceed {highest}",
+        grant["token"]
+    );
+}
+
+/// No grant without a quorum: with the two other nodes SIGSTOPped, the
+/// remaining node answers 503 (fast, not a hang) and grants nothing.
+#[tokio::test]
+async fn an_isolated_node_grants_nothing() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let (status, ready) = acquire(&client, &cluster.url(leader), "warm-up", "x", 5000).await;
+    assert_eq!(status, 200, "{ready}");
+    // Isolate the leader itself: the harder case, it believed it led.
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &others {
+        cluster.signal(*id, "STOP");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (status, body) = post_json(
+        &client,
+        &format!("{}/v1/leases/isolated/acquire", cluster.url(leader)),
+        json!({ "holder": "x", "ttl_ms": 5000 }),
+    )
+    .await;
+    let took = started.elapsed();
+    for id in &others {
+        cluster.signal(*id, "CONT");
+    }
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "no_quorum");
+    assert!(took < Duration::from_secs(4), "answered in {took:?}");
+    let leader = cluster.leader(&client).await;
+    let (status, body) = lease(&client, &cluster.url(leader), "isolated").await;
+    assert_eq!(status, 404, "nothing was granted: {body}");
+}
+
+/// L1 and S2: a holder that stops renewing loses the lease after its ttl
+/// (not before), and the next holder gets a higher token.
+#[tokio::test]
+async fn an_unrenewed_lease_expires_and_the_next_token_is_higher() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let base = cluster.url(leader);
+    let sent = Instant::now();
+    let (status, grant) = acquire(&client, &base, "cron", "old", 1000).await;
+    assert_eq!(status, 200, "{grant}");
+    let token = grant["token"].as_u64().expect("token");
+    let (status, _) = acquire(&client, &base, "cron", "new", 1000).await;
+    assert_eq!(status, 409, "held while the ttl runs");
+
+    let next = loop {
+        let (status, body) = acquire(&client, &base, "cron", "new", 1000).await;
+        if status == 200 {
+            break body;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "not free within ttl + slack"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        sent.elapsed() >= Duration::from_millis(1000),
+        "expired early: {:?}",
+        sent.elapsed()
+    );
+    assert!(next["token"].as_u64().expect("token") > token);
+    let (status, body) = renew(&client, &base, "cron", "old", token).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"], "lost");
+}
+
+/// A blocking acquire waits for the lease to be freed, and a watch sees it.
+#[tokio::test]
+async fn blocking_acquire_and_watch() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let base = cluster.url(leader);
+    let (_, grant) = acquire(&client, &base, "q", "first", 60_000).await;
+    let token = grant["token"].as_u64().expect("token");
+    let follower = (1..=3).find(|id| *id != leader).expect("follower");
+    let watch_url = format!(
+        "{}/v1/leases/q/watch?index={token}&wait_ms=10000",
+        cluster.url(follower)
+    );
+    let watcher = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .get(watch_url)
+                .send()
+                .await
+                .expect("watch")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    });
+    let waiter = tokio::spawn({
+        let (client, url) = (
+            client.clone(),
+            format!("{}/v1/leases/q/acquire", cluster.url(follower)),
+        );
+        async move {
+            post_json(
+                &client,
+                &url,
+                json!({ "holder": "second", "ttl_ms": 5000, "wait_ms": 10000 }),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = post_json(
+        &client,
+        &format!("{base}/v1/leases/q/release"),
+        json!({ "holder": "first", "token": token }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, second) = waiter.await.expect("waiter");
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["holder"], "second");
+    let event = watcher.await.expect("watcher");
+    assert!(
+        event["modify_index"].as_u64().expect("index") > token,
+        "{event}"
+    );
+}
+
+/// The JWT of a grant verifies against the JWKS of every node.
+#[tokio::test]
+async fn grant_jwts_verify_against_every_node_jwks() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let (_, grant) = acquire(&client, &cluster.url(leader), "signed", "h", 5000).await;
+    let jwt = grant["jwt"].as_str().expect("jwt");
+    let kid = jsonwebtoken::decode_header(jwt)
+        .expect("header")
+        .kid
+        .expect("kid");
+    for id in 1..=3 {
+        // A follower publishes the key once it has applied its log entry.
+        let mut published = None;
+        for _ in 0..100 {
+            let set: jsonwebtoken::jwk::JwkSet = client
+                .get(format!("{}/v1/jwks", cluster.url(id)))
+                .send()
+                .await
+                .expect("jwks")
+                .json()
+                .await
+                .expect("json");
+            if let Some(jwk) = set.find(&kid) {
+                published = Some(jwk.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let jwk = published.unwrap_or_else(|| panic!("node {id} does not publish {kid}"));
+        let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).expect("key");
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
+        validation.set_issuer(&["palisade"]);
+        let claims = jsonwebtoken::decode::<Value>(jwt, &key, &validation)
+            .expect("verifies")
+            .claims;
+        assert_eq!(claims["token"], grant["token"]);
+        assert_eq!(claims["lease"], "signed");
+        assert_eq!(claims["sub"], "h");
+    }
+}
+
+/// Bad input gets a 400/409 JSON error and changes nothing.
+#[tokio::test]
+async fn bad_input_is_refused_and_changes_nothing() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let base = cluster.url(leader);
+    let (_, grant) = acquire(&client, &base, "good", "h", 60_000).await;
+    let token = grant["token"].as_u64().expect("token");
+    let (_, before) = lease(&client, &base, "good").await;
+
+    let long_name = "x".repeat(129);
+    for name in ["a%20b", long_name.as_str(), "..", "a%2Fb"] {
+        let (status, body) = post_json(
+            &client,
+            &format!("{base}/v1/leases/{name}/acquire"),
+            json!({ "holder": "h", "ttl_ms": 1000 }),
+        )
+        .await;
+        assert!(status == 400 || status == 404, "{name}: {status} {body}");
+        assert!(body["error"].is_string(), "{name}: {body}");
+    }
+    let acquire_url = format!("{base}/v1/leases/good/acquire");
+    for body in [
+        json!({ "holder": "", "ttl_ms": 1000 }),
+        json!({ "holder": "h".repeat(257), "ttl_ms": 1000 }),
+        json!({ "holder": "h", "ttl_ms": 499 }),
+        json!({ "holder": "h", "ttl_ms": 3_600_001 }),
+        json!({ "holder": "h", "ttl_ms": 1000, "wait_ms": 600_000 }),
+        json!({ "holder": "h", "ttl_ms": 1000, "extra": 1 }),
+        json!({ "holder": 5, "ttl_ms": 1000 }),
+    ] {
+        let (status, answer) = post_json(&client, &acquire_url, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"], "bad_request");
+    }
+    for (content_type, body) in [
+        ("text/plain", r#"{"holder":"h","ttl_ms":1000}"#.to_owned()),
+        ("application/json", "{".to_owned()),
+        (
+            "application/json",
+            format!(r#"{{"holder":"{}","ttl_ms":1000}}"#, "h".repeat(70_000)),
+        ),
+    ] {
+        let response = client
+            .post(&acquire_url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(response.status(), 400, "{content_type}");
+        let answer: Value = response.json().await.expect("json error");
+        assert_eq!(answer["error"], "bad_request");
+    }
+    let (status, body) = renew(&client, &base, "good", "h", token + 1).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("lost")));
+    let (status, body) = renew(&client, &base, "good", "intruder", token).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("lost")));
+    let (status, body) = post_json(
+        &client,
+        &format!("{base}/v1/leases/good/release"),
+        json!({ "holder": "intruder", "token": token }),
+    )
+    .await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("lost")));
+
+    let (_, after) = lease(&client, &base, "good").await;
+    for field in ["holder", "token", "transitions", "modify_index"] {
+        assert_eq!(after[field], before[field], "{field} changed");
+    }
+    let (status, body) = lease(&client, &base, "never").await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("not_found")));
+}
