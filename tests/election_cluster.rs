@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -79,7 +78,7 @@ async fn lease(client: &reqwest::Client, base: &str, lease: &str) -> (u16, Value
 /// new grant gets a higher token.
 #[tokio::test]
 async fn leader_kill_keeps_the_lease_and_tokens_rise() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -115,7 +114,7 @@ async fn leader_kill_keeps_the_lease_and_tokens_rise() {
 /// tokens are above every token issued before.
 #[tokio::test]
 async fn full_restart_keeps_grants_and_tokens_continue_above() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -162,7 +161,7 @@ async fn full_restart_keeps_grants_and_tokens_continue_above() {
 /// remaining node answers 503 (fast, not a hang) and grants nothing.
 #[tokio::test]
 async fn an_isolated_node_grants_nothing() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -198,7 +197,7 @@ async fn an_isolated_node_grants_nothing() {
 /// (not before), and the next holder gets a higher token.
 #[tokio::test]
 async fn an_unrenewed_lease_expires_and_the_next_token_is_higher() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -236,7 +235,7 @@ async fn an_unrenewed_lease_expires_and_the_next_token_is_higher() {
 /// A blocking acquire waits for the lease to be freed, and a watch sees it.
 #[tokio::test]
 async fn blocking_acquire_and_watch() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -297,7 +296,7 @@ async fn blocking_acquire_and_watch() {
 /// The JWT of a grant verifies against the JWKS of every node.
 #[tokio::test]
 async fn grant_jwts_verify_against_every_node_jwks() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -342,7 +341,7 @@ async fn grant_jwts_verify_against_every_node_jwks() {
 /// Bad input gets a 400/409 JSON error and changes nothing.
 #[tokio::test]
 async fn bad_input_is_refused_and_changes_nothing() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
