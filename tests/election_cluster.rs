@@ -10,13 +10,7 @@ use serde_json::{json, Value};
 use support::{acquire, http_client, post_json, Cluster};
 
 /// Clusters are heavy on a 2-core machine: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn renew(
     client: &reqwest::Client,
