@@ -1,6 +1,7 @@
 //! The command-line interface: one module per command group.
 
 mod bench;
+mod dev;
 mod election;
 mod fence;
 mod gateway;
@@ -21,6 +22,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a local cluster (3 election nodes and a gateway) until Ctrl-C.
+    Dev(dev::DevArgs),
     /// Run one node of the election cluster.
     Election(election::ElectionArgs),
     /// Run the storage gateway.
@@ -49,6 +52,7 @@ pub fn init_tracing() {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Dev(args) => dev::run(args).await,
         Command::Election(args) => election::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
         Command::Object(command) => object::run(command).await,
