@@ -51,18 +51,7 @@ impl TokenArgs {
     }
 }
 
-/// Percent-encodes each segment of a key, keeping the `/` between them.
-pub fn encode_key(key: &str) -> String {
-    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
-    key.split('/')
-        .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
-        .collect::<Vec<_>>()
-        .join("/")
-}
+pub use palisade_client::encode_key;
 
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

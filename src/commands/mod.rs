@@ -6,7 +6,9 @@ mod election;
 mod fence;
 mod gateway;
 mod http;
+mod lease;
 mod object;
+mod run;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,14 @@ enum Command {
     Election(election::ElectionArgs),
     /// Run the storage gateway.
     Gateway(gateway::GatewayArgs),
+    /// Acquire, renew, release, inspect and watch leases.
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
+    /// Run a command only while holding a lease.
+    Run(run::RunArgs),
+    /// The election cluster's state.
+    #[command(subcommand)]
+    Cluster(lease::ClusterCommand),
     /// Read and write objects through a gateway.
     #[command(subcommand)]
     Object(object::ObjectCommand),
@@ -55,6 +65,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev(args) => dev::run(args).await,
         Command::Election(args) => election::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
+        Command::Lease(command) => lease::run(command).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Cluster(command) => lease::cluster(command).await,
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,
         Command::Bench(command) => bench::run(command).await,

@@ -1,0 +1,60 @@
+use std::time::Duration;
+
+/// What can go wrong, kept apart by what the caller should do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The lease is held by someone else (acquire without waiting, or the
+    /// wait ran out). Never retried.
+    #[error("lease is held by {holder:?} (token {token})")]
+    Held {
+        /// The current holder.
+        holder: String,
+        /// Its token.
+        token: u64,
+    },
+    /// This holder no longer holds the lease: a renewal was refused, the safe
+    /// deadline passed, or the lease was released. Stop acting as leader.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
+    /// The gateway refused a write because a newer token has been used on
+    /// this lease: another holder took over. Stop acting as leader.
+    #[error("fenced: token {token} is below the fence {fence}")]
+    Fenced {
+        /// The token the write carried.
+        token: u64,
+        /// The fence that refused it.
+        fence: u64,
+    },
+    /// The server refused the request as malformed; retrying will not help.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Nothing there (a lease never granted, an object that does not exist).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// No node answered usefully within the retry budget (connection refused,
+    /// timeouts, 503 no quorum). Safe to retry later.
+    #[error("unavailable after {attempts} attempts over {elapsed:?}: {last}")]
+    Unavailable {
+        /// Attempts made.
+        attempts: u32,
+        /// Time spent.
+        elapsed: Duration,
+        /// The last failure.
+        last: String,
+    },
+    /// The server answered something this SDK does not understand.
+    #[error("unexpected answer {status}: {message}")]
+    Protocol {
+        /// HTTP status.
+        status: u16,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Whether this error means "you are not the leader any more".
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost(_) | Error::Fenced { .. })
+    }
+}

@@ -1,0 +1,376 @@
+//! [`Lease`]: a held lease that renews itself and knows when to stop.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::{status_error, Answer, Client, Grant};
+use crate::Error;
+
+/// A stored object read through a [`Lease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// The bytes.
+    pub value: Bytes,
+    /// The version (ETag).
+    pub version: String,
+    /// The token of the write that stored it.
+    pub token: u64,
+}
+
+/// A held lease. While [`Lease::is_held`] is true no other holder has been
+/// granted it (S3): the local deadline is the send time of the last
+/// acknowledged acquire or renew, plus the ttl, minus a drift margin, on this
+/// process's monotonic clock — which the leader's deadline always exceeds.
+///
+/// A background task renews every `ttl * renew_ratio`. The lease is lost when a
+/// renewal is refused, when the deadline passes without one (even if this
+/// process was frozen: `is_held` compares with the clock, not with a flag), or
+/// when a write is fenced. [`Lease::lost`] resolves then. Dropping the handle
+/// stops renewing and releases the lease, best effort.
+#[derive(Debug)]
+pub struct Lease {
+    shared: Arc<Shared>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    lease: String,
+    holder: String,
+    token: u64,
+    ttl: Duration,
+    margin: Duration,
+    state: Mutex<State>,
+    /// Flips to true once, when the lease is lost or released.
+    lost: watch::Sender<bool>,
+}
+
+#[derive(Debug, Clone)]
+struct State {
+    jwt: String,
+    deadline: Instant,
+    lost_reason: Option<String>,
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn mark_lost(&self, reason: String) {
+        let mut state = self.state();
+        if state.lost_reason.is_none() {
+            tracing::warn!(lease = %self.lease, token = self.token, %reason, "lease lost");
+            state.lost_reason = Some(reason);
+        }
+        drop(state);
+        self.lost.send_replace(true);
+    }
+
+    /// The JWT if the lease is held now; the reason otherwise.
+    fn held_jwt(&self) -> Result<String, Error> {
+        let state = self.state();
+        if let Some(reason) = &state.lost_reason {
+            return Err(Error::LeaseLost(reason.clone()));
+        }
+        if Instant::now() >= state.deadline {
+            return Err(Error::LeaseLost("the safe deadline has passed".into()));
+        }
+        Ok(state.jwt.clone())
+    }
+}
+
+impl Lease {
+    pub(crate) fn start(client: Client, grant: Grant, sent: Instant) -> Self {
+        let ttl = Duration::from_millis(grant.ttl_ms);
+        let ratio = client.config().drift_margin_ratio.clamp(0.0, 0.9);
+        let margin = ttl.mul_f64(ratio).max(Duration::from_millis(1));
+        let (lost, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            client,
+            lease: grant.lease,
+            holder: grant.holder,
+            token: grant.token,
+            ttl,
+            margin,
+            state: Mutex::new(State {
+                jwt: grant.jwt,
+                deadline: sent + ttl - margin,
+                lost_reason: None,
+            }),
+            lost,
+        });
+        let renewer = tokio::spawn(renew_loop(shared.clone()));
+        Self { shared, renewer }
+    }
+
+    /// The lease name.
+    pub fn name(&self) -> &str {
+        &self.shared.lease
+    }
+
+    /// The holder this lease was granted to.
+    pub fn holder(&self) -> &str {
+        &self.shared.holder
+    }
+
+    /// The fencing token of this grant.
+    pub fn token(&self) -> u64 {
+        self.shared.token
+    }
+
+    /// The current lease JWT, while held.
+    pub fn jwt(&self) -> Option<String> {
+        self.shared.held_jwt().ok()
+    }
+
+    /// Whether the lease is held now (see the type's docs for the guarantee).
+    pub fn is_held(&self) -> bool {
+        self.shared.held_jwt().is_ok()
+    }
+
+    /// The safe local deadline.
+    pub fn deadline(&self) -> Instant {
+        self.shared.state().deadline
+    }
+
+    /// Resolves once the lease is lost (or released).
+    pub async fn lost(&self) {
+        let mut lost = self.shared.lost.subscribe();
+        let _ = lost.wait_for(|&l| l).await;
+    }
+
+    /// Writes `value` at `key` (whose first segment must be this lease's name)
+    /// through the gateway, stamped with the lease token. Refused locally,
+    /// with nothing sent, once the lease is not held.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] (locally), [`Error::Fenced`] (a newer holder has
+    /// written; the lease is marked lost), [`Error::Unavailable`].
+    pub async fn put(&self, key: &str, value: impl Into<Bytes>) -> Result<Value, Error> {
+        let value = value.into();
+        self.gateway_write(
+            reqwest::Method::PUT,
+            &format!("/v1/objects/{}", encode_key(key)),
+            Some(value),
+        )
+        .await
+    }
+
+    /// Deletes `key` through the gateway (fenced like [`Lease::put`]).
+    ///
+    /// # Errors
+    /// As [`Lease::put`].
+    pub async fn delete(&self, key: &str) -> Result<Value, Error> {
+        self.gateway_write(
+            reqwest::Method::DELETE,
+            &format!("/v1/objects/{}", encode_key(key)),
+            None,
+        )
+        .await
+    }
+
+    /// Raises the gateway fence of this lease to its token.
+    ///
+    /// # Errors
+    /// As [`Lease::put`].
+    pub async fn fence(&self) -> Result<u64, Error> {
+        let answer = self
+            .gateway_write(
+                reqwest::Method::POST,
+                &format!("/v1/fences/{}", self.shared.lease),
+                None,
+            )
+            .await?;
+        Ok(answer["fence"].as_u64().unwrap_or(0))
+    }
+
+    /// Reads `key` through the gateway (reads are not fenced).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`].
+    pub async fn get(&self, key: &str) -> Result<Option<Object>, Error> {
+        let client = &self.shared.client;
+        let url = format!("{}/v1/objects/{}", client.gateway()?, encode_key(key));
+        let response = client
+            .inner
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| unavailable(&url, &e))?;
+        match response.status().as_u16() {
+            200 => {
+                let header = |name: &str| {
+                    response
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let version = header("etag");
+                let token = header("fencing-token").parse().unwrap_or(0);
+                let value = response.bytes().await.map_err(|e| unavailable(&url, &e))?;
+                Ok(Some(Object {
+                    value,
+                    version,
+                    token,
+                }))
+            }
+            404 => Ok(None),
+            status => {
+                let body = response.json().await.unwrap_or(Value::Null);
+                Err(status_error(&Answer { status, body }))
+            }
+        }
+    }
+
+    async fn gateway_write(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<Value, Error> {
+        let jwt = self.shared.held_jwt()?;
+        let client = &self.shared.client;
+        let url = format!("{}{path}", client.gateway()?);
+        let mut request = client.inner.http.request(method, &url).bearer_auth(jwt);
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let response = request.send().await.map_err(|e| unavailable(&url, &e))?;
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        if status == 200 {
+            return Ok(body);
+        }
+        let error = status_error(&Answer { status, body });
+        if let Error::Fenced { token, fence } = &error {
+            self.shared.mark_lost(format!(
+                "fenced at the gateway: token {token} is below fence {fence}"
+            ));
+        }
+        Err(error)
+    }
+
+    /// Stops renewing and releases the lease.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if it was no longer held; [`Error::Unavailable`].
+    pub async fn release(self) -> Result<(), Error> {
+        self.renewer.abort();
+        let was_held = self.shared.held_jwt().is_ok();
+        self.shared.mark_lost("released".into());
+        let shared = self.shared.clone();
+        // Drop sees the lease marked lost and does not release a second time.
+        drop(self);
+        let released = shared
+            .client
+            .release_grant(&shared.lease, &shared.holder, shared.token)
+            .await;
+        match released {
+            Err(Error::LeaseLost(_)) if !was_held => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        let already_lost = self.shared.state().lost_reason.is_some();
+        self.shared.mark_lost("dropped".into());
+        if already_lost {
+            return;
+        }
+        // Best effort: release if a runtime is still around.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let shared = self.shared.clone();
+            runtime.spawn(async move {
+                let _ = shared
+                    .client
+                    .release_grant(&shared.lease, &shared.holder, shared.token)
+                    .await;
+            });
+        }
+    }
+}
+
+/// Renews every `ttl * renew_ratio`; retries failures quickly until the
+/// deadline; marks the lease lost on refusal or when the deadline passes.
+async fn renew_loop(shared: Arc<Shared>) {
+    let every = shared
+        .ttl
+        .mul_f64(shared.client.config().renew_ratio.clamp(0.05, 0.9));
+    let mut next = Instant::now() + every;
+    loop {
+        let deadline = shared.state().deadline;
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                if Instant::now() >= shared.state().deadline {
+                    shared.mark_lost("the safe deadline passed without a successful renewal".into());
+                    return;
+                }
+                continue;
+            }
+        }
+        let sent = Instant::now();
+        if sent >= shared.state().deadline {
+            shared.mark_lost("the safe deadline passed without a successful renewal".into());
+            return;
+        }
+        match shared
+            .client
+            .renew_grant(&shared.lease, &shared.holder, shared.token)
+            .await
+        {
+            Ok(grant) => {
+                let mut state = shared.state();
+                // Never move the deadline past what this renewal guarantees.
+                state.deadline = state.deadline.max(sent + shared.ttl - shared.margin);
+                state.jwt = grant.jwt;
+                drop(state);
+                next = sent + every;
+            }
+            Err(Error::LeaseLost(reason)) => {
+                shared.mark_lost(format!("renewal refused: {reason}"));
+                return;
+            }
+            Err(err) => {
+                tracing::debug!(lease = %shared.lease, %err, "renewal failed; retrying");
+                next = Instant::now() + Duration::from_millis(50);
+            }
+        }
+    }
+}
+
+fn unavailable(url: &str, err: &reqwest::Error) -> Error {
+    Error::Unavailable {
+        attempts: 1,
+        elapsed: Duration::ZERO,
+        last: format!("{url}: {err}"),
+    }
+}
+
+/// Percent-encodes each segment of a key, keeping the `/` between them.
+pub fn encode_key(key: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    key.split('/')
+        .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}

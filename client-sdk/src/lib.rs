@@ -1,0 +1,24 @@
+//! Palisade's Rust SDK: leases that are safe by default.
+//!
+//! - [`Client`] talks to the election cluster (any node; retries with backoff
+//!   and jitter, never retries a 409) and, optionally, to a storage gateway.
+//! - [`Client::acquire`] returns a [`Lease`] that renews itself, keeps a safe
+//!   local deadline, raises the gateway fence right after acquiring, and
+//!   stamps its token on every write; a write after the deadline is refused
+//!   locally, and a fenced write means the lease is lost.
+//! - [`Elector`] runs a task only while leading, for services with replicas.
+//!
+//! Errors keep transport trouble ([`Error::Unavailable`]) apart from what
+//! means "stop leading" ([`Error::LeaseLost`], [`Error::Fenced`]) and from
+//! [`Error::Held`].
+
+mod client;
+mod elector;
+mod error;
+mod lease;
+
+pub use client::{Client, ClientConfig, Grant, LeaseInfo};
+pub use elector::{Elector, ElectorEvent};
+pub use error::Error;
+pub use lease::{encode_key, Lease, Object};
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,318 @@
+//! `palisade lease ...` and `palisade cluster status`, on the SDK.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use palisade_client::{Client, ClientConfig, Error};
+
+/// Where the election cluster (and gateway) are.
+#[derive(Debug, Args)]
+pub struct Endpoints {
+    /// Election node URLs, comma-separated; any node will do.
+    #[arg(
+        long,
+        env = "PALISADE_ELECTION",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003"
+    )]
+    pub election: Vec<String>,
+    /// The gateway URL (for fence-on-acquire and fenced writes).
+    #[arg(long, env = "PALISADE_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Print JSON instead of readable lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Endpoints {
+    pub fn client(&self) -> Client {
+        let mut config = ClientConfig::new(self.election.clone());
+        config.gateway = self.gateway.clone();
+        Client::new(config)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Acquire a lease; prints the grant (token and JWT).
+    Acquire {
+        lease: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long, default_value_t = 10_000)]
+        ttl_ms: u64,
+        /// Wait up to this long for the lease to be free.
+        #[arg(long)]
+        wait_ms: Option<u64>,
+        /// Keep holding: renew in the background and print a status line
+        /// every --status-ms until the lease is lost or Ctrl-C (then release).
+        #[arg(long)]
+        hold: bool,
+        #[arg(long, default_value_t = 100)]
+        status_ms: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Renew a grant once.
+    Renew {
+        lease: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long)]
+        token: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Release a grant.
+    Release {
+        lease: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long)]
+        token: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Show one lease.
+    Get {
+        lease: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// List every lease.
+    List {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Print the lease every time it changes, until Ctrl-C.
+    Watch {
+        lease: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
+fn fail(err: &Error) -> ExitCode {
+    eprintln!("error: {err}");
+    ExitCode::FAILURE
+}
+
+fn print(json: bool, value: &serde_json::Value, readable: String) {
+    if json {
+        println!("{value}");
+    } else {
+        println!("{readable}");
+    }
+}
+
+fn describe(info: &palisade_client::LeaseInfo) -> String {
+    match &info.holder {
+        Some(holder) => format!(
+            "{} held by {holder} (token {}, ttl {} ms, {} transitions, index {})",
+            info.lease, info.token, info.ttl_ms, info.transitions, info.modify_index
+        ),
+        None => format!(
+            "{} free (last token {}, {} transitions, index {})",
+            info.lease, info.token, info.transitions, info.modify_index
+        ),
+    }
+}
+
+fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
+    serde_json::json!({
+        "lease": info.lease, "holder": info.holder, "token": info.token, "ttl_ms": info.ttl_ms,
+        "transitions": info.transitions, "modify_index": info.modify_index,
+    })
+}
+
+pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        LeaseCommand::Acquire {
+            lease,
+            holder,
+            ttl_ms,
+            wait_ms,
+            hold,
+            status_ms,
+            endpoints,
+        } => {
+            let client = endpoints.client();
+            let ttl = Duration::from_millis(ttl_ms);
+            let wait = wait_ms.map(Duration::from_millis);
+            if !hold {
+                return Ok(
+                    match client.acquire_grant(&lease, &holder, ttl, wait).await {
+                        Ok(grant) => {
+                            let value = serde_json::json!({
+                                "lease": grant.lease, "holder": grant.holder, "token": grant.token,
+                                "ttl_ms": grant.ttl_ms, "jwt": grant.jwt,
+                            });
+                            print(
+                                endpoints.json,
+                                &value,
+                                format!(
+                                    "granted {} to {} with token {}\njwt: {}",
+                                    grant.lease, grant.holder, grant.token, grant.jwt
+                                ),
+                            );
+                            ExitCode::SUCCESS
+                        }
+                        Err(err) => fail(&err),
+                    },
+                );
+            }
+            let held = match client.acquire(&lease, &holder, ttl, wait).await {
+                Ok(held) => held,
+                Err(err) => return Ok(fail(&err)),
+            };
+            println!(
+                "held {} token={} jwt={}",
+                held.name(),
+                held.token(),
+                held.jwt().unwrap_or_default()
+            );
+            let mut status = tokio::time::interval(Duration::from_millis(status_ms.max(10)));
+            let shutdown = super::shutdown_signal();
+            tokio::pin!(shutdown);
+            loop {
+                tokio::select! {
+                    _ = status.tick() => {
+                        println!("status held={} token={}", held.is_held(), held.token());
+                    }
+                    () = held.lost() => {
+                        println!("lost token={}", held.token());
+                        return Ok(ExitCode::from(3));
+                    }
+                    () = &mut shutdown => {
+                        let token = held.token();
+                        return Ok(match held.release().await {
+                            Ok(()) => { println!("released token={token}"); ExitCode::SUCCESS }
+                            Err(err) => fail(&err),
+                        });
+                    }
+                }
+            }
+        }
+        LeaseCommand::Renew {
+            lease,
+            holder,
+            token,
+            endpoints,
+        } => Ok(
+            match endpoints.client().renew_grant(&lease, &holder, token).await {
+                Ok(grant) => {
+                    let value = serde_json::json!({ "lease": grant.lease, "holder": grant.holder, "token": grant.token, "ttl_ms": grant.ttl_ms, "jwt": grant.jwt });
+                    print(
+                        endpoints.json,
+                        &value,
+                        format!(
+                            "renewed {} for {} (token {})\njwt: {}",
+                            grant.lease, grant.holder, grant.token, grant.jwt
+                        ),
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            },
+        ),
+        LeaseCommand::Release {
+            lease,
+            holder,
+            token,
+            endpoints,
+        } => Ok(
+            match endpoints
+                .client()
+                .release_grant(&lease, &holder, token)
+                .await
+            {
+                Ok(()) => {
+                    print(
+                        endpoints.json,
+                        &serde_json::json!({ "lease": lease, "released": true, "token": token }),
+                        format!("released {lease} (token {token})"),
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            },
+        ),
+        LeaseCommand::Get { lease, endpoints } => Ok(match endpoints.client().get(&lease).await {
+            Ok(info) => {
+                print(endpoints.json, &info_json(&info), describe(&info));
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        }),
+        LeaseCommand::List { endpoints } => Ok(match endpoints.client().list().await {
+            Ok(leases) => {
+                if endpoints.json {
+                    let all: Vec<_> = leases.iter().map(info_json).collect();
+                    println!("{}", serde_json::json!({ "leases": all }));
+                } else {
+                    for info in &leases {
+                        println!("{}", describe(info));
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        }),
+        LeaseCommand::Watch { lease, endpoints } => {
+            let client = endpoints.client();
+            let mut index = 0;
+            let shutdown = super::shutdown_signal();
+            tokio::pin!(shutdown);
+            loop {
+                let next = tokio::select! {
+                    () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+                    next = client.watch(&lease, index, Duration::from_secs(30)) => next,
+                };
+                match next {
+                    Ok(info) if info.modify_index > index => {
+                        index = info.modify_index;
+                        print(endpoints.json, &info_json(&info), describe(&info));
+                    }
+                    Ok(_) => {}
+                    Err(Error::NotFound(_)) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(err) => {
+                        eprintln!("warning: {err}");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `palisade cluster status`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Leader, term, members and indexes, as one node sees them.
+    Status {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
+pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
+    let ClusterCommand::Status { endpoints } = command;
+    Ok(match endpoints.client().cluster().await {
+        Ok(status) => {
+            let readable = format!(
+                "node {} ({}) sees leader {} in term {}; commit {} applied {}; members {}",
+                status["node_id"],
+                status["state"].as_str().unwrap_or("?"),
+                status["leader"],
+                status["term"],
+                status["commit_index"],
+                status["applied_index"],
+                status["members"]
+            );
+            print(endpoints.json, &status, readable);
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
+}
