@@ -329,11 +329,17 @@ async fn renew_loop(shared: Arc<Shared>) {
             shared.mark_lost("the safe deadline passed without a successful renewal".into());
             return;
         }
-        match shared
-            .client
-            .renew_grant(&shared.lease, &shared.holder, shared.token)
-            .await
-        {
+        // The renewal may hang on a frozen or partitioned node: the deadline
+        // wins the race, so loss is reported on time.
+        let deadline = shared.state().deadline;
+        let renewed = tokio::select! {
+            renewed = shared.client.renew_grant(&shared.lease, &shared.holder, shared.token) => renewed,
+            () = tokio::time::sleep_until(deadline) => {
+                shared.mark_lost("the safe deadline passed without a successful renewal".into());
+                return;
+            }
+        };
+        match renewed {
             Ok(grant) => {
                 let mut state = shared.state();
                 // Never move the deadline past what this renewal guarantees.

@@ -267,3 +267,23 @@ pub fn http_client() -> reqwest::Client {
         .build()
         .expect("client")
 }
+
+/// A gateway on port 0 that fetches keys from `cluster`'s JWKS.
+pub fn spawn_gateway_for(cluster: &Cluster, data_dir: &Path) -> Process {
+    spawn_server(&[
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir.to_str().expect("utf8"),
+        "--election",
+        &cluster.urls().join(","),
+    ])
+}
+
+/// An SDK client for `cluster` (and `gateway`), with fence-on-acquire.
+pub fn sdk(cluster: &Cluster, gateway: Option<&Process>) -> palisade_client::Client {
+    let mut config = palisade_client::ClientConfig::new(cluster.urls());
+    config.gateway = gateway.map(|g| g.url.clone());
+    palisade_client::Client::new(config)
+}
