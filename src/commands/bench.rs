@@ -21,6 +21,9 @@ use serde::Serialize;
 pub enum BenchCommand {
     /// Fenced PUT through a gateway vs. the engine's ceiling.
     Gateway(GatewayBench),
+    /// Acquire/release and renew throughput, and failover time, on a real
+    /// 3-node cluster of this binary.
+    Election(super::bench_election::ElectionBench),
 }
 
 #[derive(Debug, Args)]
@@ -44,7 +47,7 @@ pub struct GatewayBench {
 
 /// One measured run.
 #[derive(Debug, Serialize)]
-struct Figures {
+pub(crate) struct Figures {
     what: String,
     concurrency: usize,
     ops: u64,
@@ -54,7 +57,21 @@ struct Figures {
     p99_us: u64,
 }
 
-fn figures(
+/// Prints figures as an aligned table.
+pub(crate) fn print_table(results: &[Figures]) {
+    println!(
+        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>7}",
+        "what", "conc", "ops/s", "p50 us", "p99 us", "errors"
+    );
+    for r in results {
+        println!(
+            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>7}",
+            r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.errors
+        );
+    }
+}
+
+pub(crate) fn figures(
     what: &str,
     concurrency: usize,
     mut latencies: Vec<Duration>,
@@ -81,6 +98,7 @@ fn figures(
 pub async fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Gateway(args) => gateway(args).await,
+        BenchCommand::Election(args) => super::bench_election::run(args).await,
     }
 }
 
@@ -140,16 +158,7 @@ async fn gateway(args: GatewayBench) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        println!(
-            "{:<34} {:>5} {:>10} {:>9} {:>9} {:>7}",
-            "what", "conc", "ops/s", "p50 us", "p99 us", "errors"
-        );
-        for r in &results {
-            println!(
-                "{:<34} {:>5} {:>10.0} {:>9} {:>9} {:>7}",
-                r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.errors
-            );
-        }
+        print_table(&results);
     }
     Ok(ExitCode::SUCCESS)
 }

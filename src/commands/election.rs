@@ -24,10 +24,10 @@ pub struct ElectionArgs {
     #[arg(long, value_parser = parse_peers)]
     peers: std::collections::BTreeMap<u64, String>,
     /// Leader heartbeat, in ms.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 20)]
     heartbeat_ms: u64,
     /// Election timeout range, in ms: MIN..MAX.
-    #[arg(long, default_value = "100..200", value_parser = parse_range)]
+    #[arg(long, default_value = "60..120", value_parser = parse_range)]
     election_timeout_ms: (u64, u64),
     /// Shortest lease ttl accepted, in ms.
     #[arg(long, default_value_t = 500)]

@@ -1,6 +1,7 @@
 //! The command-line interface: one module per command group.
 
 mod bench;
+mod bench_election;
 mod dev;
 mod election;
 mod fence;
