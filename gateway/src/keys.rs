@@ -166,6 +166,13 @@ impl JwksCache {
             let mut backoff = Duration::from_millis(200);
             loop {
                 match cache.refresh().await {
+                    Ok(0) => {
+                        // The cluster is up but has not installed its key yet
+                        // (a fresh cluster does so right after electing a
+                        // leader): look again soon.
+                        tracing::debug!("the election cluster publishes no key yet");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                     Ok(count) => {
                         tracing::info!(count, "JWKS loaded");
                         tokio::time::sleep(every).await;
