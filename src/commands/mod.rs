@@ -6,10 +6,12 @@ mod dev;
 mod election;
 mod fence;
 mod gateway;
+mod health;
 mod http;
 mod lease;
 mod object;
 mod run;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -45,6 +47,11 @@ enum Command {
     /// Read or raise a lease's fence at a gateway.
     #[command(subcommand)]
     Fence(fence::FenceCommand),
+    /// Exit 0 if a URL answers 2xx (for container healthchecks).
+    Health(health::HealthArgs),
+    /// A demo leader that writes a sequence through the gateway while it
+    /// holds a lease (for fault tests and demos).
+    Worker(worker::WorkerArgs),
     /// Measure throughput and latency (release builds only mean anything).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -72,6 +79,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,
         Command::Bench(command) => bench::run(command).await,
+        Command::Health(args) => health::run(args).await,
+        Command::Worker(args) => worker::run(args).await,
     }
 }
 

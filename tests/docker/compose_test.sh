@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The docker-compose cluster, tested for real on this machine's Docker engine.
+#
+# Builds the static binary and the offline image (no registry needed), brings
+# up docker-compose.yml, then:
+#   1. stale writer: A writes, A's lease expires, B acquires + fences + writes,
+#      A's late write is refused (409);
+#   2. kill the Raft leader's container: another node leads, the lease survives;
+#   3. docker pause a worker container holding a lease past its ttl: after
+#      unpause its writes are refused and it reports the loss;
+#   4. disconnect an election node from the network and reconnect it: it
+#      catches up;
+#   5. restart the gateway container: the data survived.
+# Tears everything down on exit, failure included. Prints what it checked.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+project=palisadetest
+export ELECTION1_PORT=27001 ELECTION2_PORT=27002 ELECTION3_PORT=27003 GATEWAY_PORT=28080
+export DOCKER_BUILDKIT=0
+compose() { docker-compose -p "$project" "$@"; }
+bin=target/x86_64-unknown-linux-gnu/release/palisade
+E=http://127.0.0.1:27001,http://127.0.0.1:27002,http://127.0.0.1:27003
+G=http://127.0.0.1:28080
+inner_election=http://election1:7001,http://election2:7001,http://election3:7001
+
+step() { echo "--- $*"; }
+ok() { echo "ok: $*"; }
+fail() { echo "FAILED: $*"; compose logs --tail 30 || true; exit 1; }
+json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+cleanup() {
+  docker rm -f "${project}_worker" >/dev/null 2>&1 || true
+  compose down -v --remove-orphans >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+step "static binary and offline image"
+RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked --target x86_64-unknown-linux-gnu
+docker build -q --target offline -t palisade:local . >/dev/null
+ok "image palisade:local built without a registry"
+
+cleanup
+compose up -d
+wait_healthy() {
+  for service in "$@"; do
+    for _ in $(seq 1 60); do
+      id=$(compose ps -q "$service")
+      status=$(docker inspect -f '{{.State.Health.Status}}' "$id" 2>/dev/null || echo none)
+      [ "$status" = healthy ] && break
+      sleep 1
+    done
+    [ "$status" = healthy ] || fail "$service is $status"
+  done
+}
+wait_healthy election1 election2 election3 gateway
+ok "3 election nodes and the gateway are healthy"
+
+retry() { # retry N CMD...: run CMD until it succeeds, at most N times, 0.2 s apart
+  local n=$1; shift
+  for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.2; done
+  return 1
+}
+leader() { "$bin" cluster status --election "$E" --json | json '["leader"]'; }
+
+step "1. stale writer refused"
+A=$(retry 50 "$bin" lease acquire stale --holder A --ttl-ms 1500 --election "$E" --json)
+JWT_A=$(echo "$A" | json '["jwt"]'); TOKEN_A=$(echo "$A" | json '["token"]')
+retry 50 "$bin" object put stale/x --value fromA --jwt "$JWT_A" --gateway "$G" >/dev/null || fail "A's first write"
+B=$("$bin" lease acquire stale --holder B --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
+JWT_B=$(echo "$B" | json '["jwt"]'); TOKEN_B=$(echo "$B" | json '["token"]')
+[ "$TOKEN_B" -gt "$TOKEN_A" ] || fail "token $TOKEN_B is not above $TOKEN_A"
+"$bin" fence bump stale --jwt "$JWT_B" --gateway "$G" >/dev/null
+"$bin" object put stale/x --value fromB --jwt "$JWT_B" --gateway "$G" >/dev/null
+if late=$("$bin" object put stale/x --value lateA --jwt "$JWT_A" --gateway "$G" 2>&1); then fail "late write accepted"; fi
+echo "$late" | grep -q stale_token || fail "late write refused for the wrong reason: $late"
+[ "$("$bin" object get stale/x --gateway "$G")" = fromB ] || fail "object changed"
+ok "A (token $TOKEN_A) refused after B (token $TOKEN_B) fenced: $late"
+
+step "2. kill the Raft leader's container"
+old=$(leader)
+docker kill "$(compose ps -q "election$old")" >/dev/null
+retry 50 "$bin" lease renew stale --holder B --token "$TOKEN_B" --election "$E" >/dev/null || fail "renew after leader kill"
+new=$(retry 50 leader)
+[ -n "$new" ] && [ "$new" != "$old" ] || fail "no new leader (old $old, new $new)"
+held=$("$bin" lease get stale --election "$E" --json)
+[ "$(echo "$held" | json '["holder"]')" = B ] && [ "$(echo "$held" | json '["token"]')" = "$TOKEN_B" ] || fail "lease changed: $held"
+compose start "election$old" >/dev/null
+wait_healthy "election$old"
+ok "leader $old killed; node $new leads; B still holds token $TOKEN_B"
+
+step "3. pause a worker holding a lease past its ttl"
+docker run -d --name "${project}_worker" --network "${project}_default" palisade:local \
+  worker --lease paused --holder W --ttl-ms 1500 --interval-ms 100 \
+  --election "$inner_election" --gateway http://gateway:8080 >/dev/null
+retry 100 sh -c "'$bin' object get paused/worker --gateway '$G' >/dev/null 2>&1" || fail "worker never wrote"
+docker pause "${project}_worker" >/dev/null
+C=$("$bin" lease acquire paused --holder C --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
+JWT_C=$(echo "$C" | json '["jwt"]')
+"$bin" fence bump paused --jwt "$JWT_C" --gateway "$G" >/dev/null
+"$bin" object put paused/worker --value fromC --jwt "$JWT_C" --gateway "$G" >/dev/null
+docker unpause "${project}_worker" >/dev/null
+sleep 1.5
+[ "$("$bin" object get paused/worker --gateway "$G")" = fromC ] || fail "the paused worker overwrote C's value"
+docker logs "${project}_worker" 2>&1 | grep -q "^lost" || fail "the worker did not report the loss"
+docker rm -f "${project}_worker" >/dev/null
+ok "worker paused past its ttl: its writes stopped at the fence, it reported: $(docker logs "${project}_worker" 2>&1 | grep -m1 '^lost' || echo lost)"
+
+step "4. partition an election node and heal it"
+l=$(leader); f=$(( l % 3 + 1 ))
+container=$(compose ps -q "election$f")
+docker network disconnect "${project}_default" "$container"
+for i in 1 2 3 4 5; do retry 50 "$bin" lease acquire "partition-$i" --holder P --ttl-ms 600000 --election "$E" >/dev/null || fail "acquire with a node cut off"; done
+target=$("$bin" cluster status --election "$E" --json | json '["commit_index"]')
+docker network connect "${project}_default" "$container"
+port_var="ELECTION${f}_PORT"
+caught_up() {
+  applied=$(curl -s "http://127.0.0.1:${!port_var}/v1/cluster" | json '["applied_index"]' 2>/dev/null || echo 0)
+  [ "${applied:-0}" != None ] && [ "${applied:-0}" -ge "$target" ]
+}
+retry 100 caught_up || fail "node $f did not catch up to $target"
+ok "node $f cut off while 5 leases were granted, then caught up to index $target"
+
+step "5. restart the gateway container"
+docker restart "$(compose ps -q gateway)" >/dev/null
+wait_healthy gateway
+[ "$(retry 50 "$bin" object get stale/x --gateway "$G")" = fromB ] || fail "object lost on restart"
+fence=$("$bin" fence get stale --gateway "$G" --json | json '["fence"]')
+[ "$fence" = "$TOKEN_B" ] || fail "fence is $fence, expected $TOKEN_B"
+ok "gateway restarted: stale/x = fromB, fence = $fence"
+
+echo "compose test: all 5 scenarios passed"
