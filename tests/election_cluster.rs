@@ -269,7 +269,8 @@ async fn blocking_acquire_and_watch() {
             .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Longer than the quorum timeout: a forwarded blocking acquire must wait.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let (status, _) = post_json(
         &client,
         &format!("{base}/v1/leases/q/release"),

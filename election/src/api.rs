@@ -160,11 +160,18 @@ async fn forward(
     let (parts, body) = request.into_parts();
     let body = read_body(body).await?;
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // A blocking acquire may legitimately take its `wait_ms` (bounded by the
+    // leader to `max_wait`); everything else answers within the quorum timeout.
+    let wait = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["wait_ms"].as_u64())
+        .map_or(Duration::ZERO, Duration::from_millis)
+        .min(state.config.max_wait);
     let mut outgoing = state
         .forwarder
         .request(parts.method.clone(), format!("http://{addr}{path}"))
         .header(HOPS_HEADER, hops.to_string())
-        .timeout(state.config.quorum_timeout)
+        .timeout(state.config.quorum_timeout + wait)
         .body(body);
     if let Some(content_type) = parts.headers.get(header::CONTENT_TYPE) {
         outgoing = outgoing.header(header::CONTENT_TYPE, content_type);
