@@ -30,6 +30,7 @@ fail() { echo "FAILED: $*"; compose logs --tail 30 || true; exit 1; }
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
 cleanup() {
+  [ -n "${KEEP:-}" ] && return 0
   docker rm -f "${project}_worker" >/dev/null 2>&1 || true
   compose down -v --remove-orphans >/dev/null 2>&1 || true
 }
@@ -102,9 +103,9 @@ JWT_C=$(echo "$C" | json '["jwt"]')
 docker unpause "${project}_worker" >/dev/null
 sleep 1.5
 [ "$("$bin" object get paused/worker --gateway "$G")" = fromC ] || fail "the paused worker overwrote C's value"
-docker logs "${project}_worker" 2>&1 | grep -q "^lost" || fail "the worker did not report the loss"
+report=$(docker logs "${project}_worker" 2>&1 | grep -m1 "^lost") || fail "the worker did not report the loss"
 docker rm -f "${project}_worker" >/dev/null
-ok "worker paused past its ttl: its writes stopped at the fence, it reported: $(docker logs "${project}_worker" 2>&1 | grep -m1 '^lost' || echo lost)"
+ok "worker paused past its ttl: C's value stands; the worker reported: $report"
 
 step "4. partition an election node and heal it"
 l=$(leader); f=$(( l % 3 + 1 ))
@@ -112,10 +113,13 @@ container=$(compose ps -q "election$f")
 docker network disconnect "${project}_default" "$container"
 for i in 1 2 3 4 5; do retry 50 "$bin" lease acquire "partition-$i" --holder P --ttl-ms 600000 --election "$E" >/dev/null || fail "acquire with a node cut off"; done
 target=$("$bin" cluster status --election "$E" --json | json '["commit_index"]')
-docker network connect "${project}_default" "$container"
-port_var="ELECTION${f}_PORT"
+# Reconnect under the service name: compose's DNS alias is not restored otherwise.
+docker network connect --alias "election$f" "${project}_default" "$container"
+# Ask the node itself (from inside its container: published ports may not
+# follow a container that was disconnected and reconnected).
 caught_up() {
-  applied=$(curl -s "http://127.0.0.1:${!port_var}/v1/cluster" | json '["applied_index"]' 2>/dev/null || echo 0)
+  applied=$(docker exec "$container" /palisade cluster status --election http://127.0.0.1:7001 --json 2>/dev/null \
+    | json '["applied_index"]' 2>/dev/null || echo 0)
   [ "${applied:-0}" != None ] && [ "${applied:-0}" -ge "$target" ]
 }
 retry 100 caught_up || fail "node $f did not catch up to $target"
