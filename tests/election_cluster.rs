@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, post_json, Cluster};
+use support::{acquire, http_client, post_json, post_json_once, send_retrying, Cluster};
 
 /// Clusters are heavy on a 2-core machine: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -169,7 +169,7 @@ async fn an_isolated_node_grants_nothing() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let (status, body) = post_json(
+    let (status, body) = post_json_once(
         &client,
         &format!("{}/v1/leases/isolated/acquire", cluster.url(leader)),
         json!({ "holder": "x", "ttl_ms": 5000 }),
@@ -379,13 +379,13 @@ async fn bad_input_is_refused_and_changes_nothing() {
             format!(r#"{{"holder":"{}","ttl_ms":1000}}"#, "h".repeat(70_000)),
         ),
     ] {
-        let response = client
-            .post(&acquire_url)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .expect("post");
+        let response = send_retrying(|| {
+            client
+                .post(&acquire_url)
+                .header("content-type", content_type)
+                .body(body.clone())
+        })
+        .await;
         assert_eq!(response.status(), 400, "{content_type}");
         let answer: Value = response.json().await.expect("json error");
         assert_eq!(answer["error"], "bad_request");

@@ -2,11 +2,20 @@
 //! (waiting), then write an increasing sequence number to one key every
 //! interval with the lease's token; on loss, say so and campaign again. It
 //! exists to be paused, partitioned and killed in tests and demos.
+//!
+//! With `--history FILE` it appends one JSON line per event, timed on
+//! CLOCK_MONOTONIC (nanoseconds, one clock for every process on the machine),
+//! for the fault suite's checker: `held` intervals as the SDK reported them
+//! (from the acquire's answer to the moment `is_held` turned false) and every
+//! write with its invoke and complete times.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use serde_json::json;
+use tokio::time::Instant;
 
 use super::lease::Endpoints;
 
@@ -16,15 +25,46 @@ pub struct WorkerArgs {
     lease: String,
     #[arg(long)]
     holder: String,
-    /// The key to write (default: `{lease}/worker`).
+    /// The key to write (default: `{lease}/{holder}`).
     #[arg(long)]
     key: Option<String>,
     #[arg(long, default_value_t = 2_000)]
     ttl_ms: u64,
     #[arg(long, default_value_t = 100)]
     interval_ms: u64,
+    /// Append a JSON line per event to this file.
+    #[arg(long)]
+    history: Option<std::path::PathBuf>,
     #[command(flatten)]
     endpoints: Endpoints,
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// `instant` (tokio's clock, which is CLOCK_MONOTONIC underneath) in
+/// CLOCK_MONOTONIC nanoseconds.
+fn instant_ns(instant: Instant) -> u64 {
+    let now_ns = monotonic_ns();
+    let now = Instant::now();
+    if instant <= now {
+        now_ns.saturating_sub((now - instant).as_nanos() as u64)
+    } else {
+        now_ns + (instant - now).as_nanos() as u64
+    }
+}
+
+struct History(Option<std::fs::File>);
+
+impl History {
+    fn record(&mut self, event: serde_json::Value) {
+        if let Some(file) = &mut self.0 {
+            let _ = writeln!(file, "{event}");
+        }
+    }
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
@@ -32,7 +72,16 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let key = args
         .key
         .clone()
-        .unwrap_or_else(|| format!("{}/worker", args.lease));
+        .unwrap_or_else(|| format!("{}/{}", args.lease, args.holder));
+    let mut history = History(match &args.history {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
+        None => None,
+    });
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
     let mut sequence = 0u64;
@@ -45,30 +94,48 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             Ok(lease) => lease,
             Err(err) => {
                 println!("campaign failed: {err}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };
-        println!("leading token={}", lease.token());
+        let held_from = monotonic_ns();
+        let token = lease.token();
+        println!("leading token={token}");
         let mut tick = tokio::time::interval(Duration::from_millis(args.interval_ms));
-        loop {
+        let reason = loop {
             tokio::select! {
                 () = &mut shutdown => {
+                    let held_to = monotonic_ns().min(instant_ns(lease.deadline()));
+                    history.record(json!({"op": "held", "lease": args.lease, "holder": args.holder, "token": token, "from": held_from, "to": held_to}));
                     let _ = lease.release().await;
                     return Ok(ExitCode::SUCCESS);
                 }
+                () = lease.lost() => break "lost".to_owned(),
                 _ = tick.tick() => {}
             }
             sequence += 1;
-            let value = format!("{} seq={sequence} token={}", args.holder, lease.token());
-            match lease.put(&key, value).await {
-                Ok(_) => println!("wrote seq={sequence} token={}", lease.token()),
-                Err(err) if err.is_lease_lost() => {
-                    println!("lost token={}: {err}", lease.token());
-                    break;
-                }
+            let value = format!("{} seq={sequence} token={token}", args.holder);
+            let invoke = monotonic_ns();
+            let result = lease.put(&key, value.clone()).await;
+            let complete = monotonic_ns();
+            let (ok, error) = match &result {
+                Ok(_) => (true, None),
+                Err(err) => (false, Some(err.to_string())),
+            };
+            history.record(json!({
+                "op": "write", "lease": args.lease, "holder": args.holder, "key": key, "value": value,
+                "seq": sequence, "token": token, "invoke": invoke, "complete": complete, "ok": ok, "error": error,
+            }));
+            match result {
+                Ok(_) => println!("wrote seq={sequence} token={token}"),
+                Err(err) if err.is_lease_lost() => break err.to_string(),
                 Err(err) => println!("write failed: {err}"),
             }
-        }
+        };
+        // `is_held` turned false at the earlier of the deadline and the
+        // moment the loss was noticed.
+        let held_to = monotonic_ns().min(instant_ns(lease.deadline()));
+        history.record(json!({"op": "held", "lease": args.lease, "holder": args.holder, "token": token, "from": held_from, "to": held_to}));
+        println!("lost token={token}: {reason}");
     }
 }

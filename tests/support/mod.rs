@@ -2,6 +2,8 @@
 //! port 0 and temp dirs, and signing test tokens.
 #![allow(dead_code)]
 
+pub mod checker;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -225,8 +227,8 @@ impl Cluster {
     }
 }
 
-/// POSTs JSON to an election node; returns (status, body).
-pub async fn post_json(
+/// POSTs JSON to an election node once; returns (status, body).
+pub async fn post_json_once(
     client: &reqwest::Client,
     url: &str,
     body: serde_json::Value,
@@ -237,6 +239,35 @@ pub async fn post_json(
         status,
         response.json().await.unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// POSTs JSON, retrying 503 (a leader election in progress, which a loaded
+/// machine can cause at any time) for up to 5 s.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    for _ in 0..100 {
+        let (status, answer) = post_json_once(client, url, body.clone()).await;
+        if status != 503 {
+            return (status, answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    post_json_once(client, url, body).await
+}
+
+/// Sends a request built by `build`, retrying 503 for up to 5 s.
+pub async fn send_retrying(build: impl Fn() -> reqwest::RequestBuilder) -> reqwest::Response {
+    for _ in 0..100 {
+        let response = build().send().await.expect("request");
+        if response.status() != 503 {
+            return response;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    build().send().await.expect("request")
 }
 
 /// Acquires until granted or refused for good, retrying 503s (no leader yet)
