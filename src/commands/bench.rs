@@ -24,6 +24,8 @@ pub enum BenchCommand {
     /// Acquire/release and renew throughput, and failover time, on a real
     /// 3-node cluster of this binary.
     Election(super::bench_election::ElectionBench),
+    /// The same work against etcd (needs `etcd` on PATH), for ratios.
+    Etcd(super::bench_etcd::EtcdBench),
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +101,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Gateway(args) => gateway(args).await,
         BenchCommand::Election(args) => super::bench_election::run(args).await,
+        BenchCommand::Etcd(args) => super::bench_etcd::run(args).await,
     }
 }
 

@@ -197,7 +197,12 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value
 }
 
 /// Runs `op` from `concurrency` tasks for `duration`.
-async fn load<F, Fut>(what: &str, concurrency: usize, duration: Duration, op: F) -> Figures
+pub(crate) async fn load<F, Fut>(
+    what: &str,
+    concurrency: usize,
+    duration: Duration,
+    op: F,
+) -> Figures
 where
     F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_election;
+mod bench_etcd;
 mod dev;
 mod election;
 mod fence;

@@ -1,0 +1,312 @@
+//! `palisade bench etcd`: the same work against etcd (its JSON gateway), in
+//! the same run conditions, for side-by-side ratios: a 3-node etcd on
+//! loopback (durable, default fsync) for lease grant + put + revoke cycles,
+//! keepalives and failover, and a single-node etcd for plain puts.
+//! Needs `etcd` on PATH (Debian: `apt-get install etcd-server`).
+
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::bench::print_table;
+use super::bench_election::load;
+
+#[derive(Debug, Args)]
+pub struct EtcdBench {
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    #[arg(long, default_value_t = 10)]
+    failovers: usize,
+    /// Value size for puts, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+struct Etcd {
+    dir: tempfile::TempDir,
+    nodes: Vec<(Option<Child>, u16, u16)>,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Etcd {
+    fn start(size: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut nodes = Vec::new();
+        for _ in 0..size {
+            nodes.push((None, free_port()?, free_port()?));
+        }
+        let mut etcd = Self { dir, nodes };
+        for i in 0..size {
+            etcd.start_node(i)?;
+        }
+        Ok(etcd)
+    }
+
+    fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
+        let cluster = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(j, (_, _, peer))| format!("n{j}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (_, client, peer) = self.nodes[i];
+        let child = Command::new("etcd")
+            .args(["--name", &format!("n{i}"), "--data-dir"])
+            .arg(self.dir.path().join(format!("n{i}")))
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-cluster",
+                &cluster,
+                "--initial-cluster-state",
+                "new",
+                "--log-level",
+                "error",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.nodes[i].0 = Some(child);
+        Ok(())
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.nodes[i].1)
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The index of the leader, once every live node agrees there is one.
+    async fn leader(&self, client: &reqwest::Client) -> Option<usize> {
+        for _ in 0..200 {
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].0.is_none() {
+                    continue;
+                }
+                let Some(status) = post(
+                    client,
+                    &format!("{}/v3/maintenance/status", self.url(i)),
+                    &json!({}),
+                )
+                .await
+                else {
+                    continue;
+                };
+                if status["leader"] == status["header"]["member_id"] && status["leader"].is_string()
+                {
+                    return Some(i);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
+    let response = client.post(url).json(body).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let value: Value = response.json().await.ok()?;
+    value.get("error").is_none().then_some(value)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(128)
+        .build()?;
+    let duration = Duration::from_secs(args.seconds);
+    let value = b64(&vec![b'v'; args.value_bytes]);
+    let mut results = Vec::new();
+
+    let mut cluster = Etcd::start(3)?;
+    let Some(leader) = cluster.leader(&client).await else {
+        anyhow::bail!("etcd elected no leader (is etcd installed?)")
+    };
+    for &concurrency in &args.concurrency {
+        let (c, base, value) = (client.clone(), cluster.url(leader), value.clone());
+        results.push(
+            load(
+                "etcd grant+put+revoke cycle",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, value) = (c.clone(), base.clone(), value.clone());
+                    async move {
+                        let Some(grant) =
+                            post(&c, &format!("{base}/v3/lease/grant"), &json!({"TTL": 10})).await
+                        else {
+                            return false;
+                        };
+                        let id = grant["ID"].clone();
+                        let key = b64(format!("cycle-{task}-{}", i % 64).as_bytes());
+                        if post(
+                            &c,
+                            &format!("{base}/v3/kv/put"),
+                            &json!({"key": key, "value": value, "lease": id}),
+                        )
+                        .await
+                        .is_none()
+                        {
+                            return false;
+                        }
+                        post(&c, &format!("{base}/v3/lease/revoke"), &json!({"ID": id}))
+                            .await
+                            .is_some()
+                    }
+                },
+            )
+            .await,
+        );
+        let mut ids = Vec::new();
+        for _ in 0..concurrency {
+            let grant = post(
+                &client,
+                &format!("{}/v3/lease/grant", cluster.url(leader)),
+                &json!({"TTL": 60}),
+            )
+            .await;
+            ids.push(grant.map(|g| g["ID"].clone()).unwrap_or(Value::Null));
+        }
+        let (c, base) = (client.clone(), cluster.url(leader));
+        results.push(
+            load(
+                "etcd lease keepalive",
+                concurrency,
+                duration,
+                move |task, _| {
+                    let (c, base, id) = (c.clone(), base.clone(), ids[task].clone());
+                    async move {
+                        post(
+                            &c,
+                            &format!("{base}/v3/lease/keepalive"),
+                            &json!({"ID": id}),
+                        )
+                        .await
+                        .is_some()
+                    }
+                },
+            )
+            .await,
+        );
+    }
+
+    let mut failovers = Vec::new();
+    for trial in 0..args.failovers {
+        let Some(leader) = cluster.leader(&client).await else {
+            anyhow::bail!("etcd: no leader before trial {trial}")
+        };
+        let survivor = (leader + 1) % 3;
+        let killed = Instant::now();
+        cluster.kill(leader);
+        let short = reqwest::Client::builder()
+            .timeout(Duration::from_millis(300))
+            .build()?;
+        let elapsed = loop {
+            let put =
+                json!({"key": b64(format!("failover-{trial}").as_bytes()), "value": b64(b"x")});
+            if post(
+                &short,
+                &format!("{}/v3/kv/put", cluster.url(survivor)),
+                &put,
+            )
+            .await
+            .is_some()
+            {
+                break killed.elapsed();
+            }
+            if killed.elapsed() > Duration::from_secs(15) {
+                anyhow::bail!("etcd: no put within 15 s of killing the leader");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        failovers.push(elapsed);
+        cluster.start_node(leader)?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    failovers.sort_unstable();
+    drop(cluster);
+
+    let single = Etcd::start(1)?;
+    single.leader(&client).await;
+    for &concurrency in &args.concurrency {
+        let (c, base, value) = (client.clone(), single.url(0), value.clone());
+        results.push(
+            load(
+                "etcd single-node put",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, value) = (c.clone(), base.clone(), value.clone());
+                    async move {
+                        let key = b64(format!("bench/{task}/{}", i % 100).as_bytes());
+                        post(
+                            &c,
+                            &format!("{base}/v3/kv/put"),
+                            &json!({"key": key, "value": value}),
+                        )
+                        .await
+                        .is_some()
+                    }
+                },
+            )
+            .await,
+        );
+    }
+
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let failover = json!({
+        "trials": failovers.len(),
+        "min_ms": failovers.first().map(ms),
+        "median_ms": failovers.get(failovers.len() / 2).map(ms),
+        "max_ms": failovers.last().map(ms),
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "load": results, "failover": failover }))?
+        );
+    } else {
+        print_table(&results);
+        println!("etcd failover (SIGKILL leader -> first put via a survivor): {failover}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
