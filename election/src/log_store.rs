@@ -99,6 +99,16 @@ impl SledLogStore {
     }
 }
 
+/// Flushes `db` to disk off the async threads.
+pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
+    let db = db.clone();
+    tokio::task::spawn_blocking(move || db.flush())
+        .await
+        .map_err(io_err)?
+        .map_err(io_err)?;
+    Ok(())
+}
+
 impl RaftLogReader<TypeConfig> for SledLogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -151,12 +161,7 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
     async fn save_vote(&mut self, vote: &VoteOf<TypeConfig>) -> Result<(), io::Error> {
         self.put_meta(VOTE, vote)?;
         // A vote must be on disk before it is acted on.
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(io_err)?
-            .map_err(io_err)?;
-        Ok(())
+        flush(&self.db).await
     }
 
     async fn save_committed(

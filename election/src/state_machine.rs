@@ -116,12 +116,7 @@ impl StateMachine {
     async fn store_snapshot(&self, stored: &StoredSnapshot) -> io::Result<()> {
         let bytes = serde_json::to_vec(stored).map_err(io_err)?;
         self.snapshots.insert(CURRENT, bytes).map_err(io_err)?;
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(io_err)?
-            .map_err(io_err)?;
-        Ok(())
+        crate::log_store::flush(&self.db).await
     }
 }
 

@@ -59,6 +59,58 @@ pub(crate) struct Figures {
     p99_us: u64,
 }
 
+/// Runs `op` from `concurrency` tasks for `duration`.
+pub(crate) async fn load<F, Fut>(
+    what: &str,
+    concurrency: usize,
+    duration: Duration,
+    op: F,
+) -> Figures
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut latencies, mut errors, mut i) = (Vec::new(), 0, 0u64);
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                if op(task, i).await {
+                    latencies.push(began.elapsed());
+                } else {
+                    errors += 1;
+                }
+                i += 1;
+            }
+            (latencies, errors)
+        }));
+    }
+    let (mut latencies, mut errors) = (Vec::new(), 0);
+    for task in tasks {
+        if let Ok((l, e)) = task.await {
+            latencies.extend(l);
+            errors += e;
+        }
+    }
+    figures(what, concurrency, latencies, errors, start.elapsed())
+}
+
+/// min/median/max of failover windows, in ms.
+pub(crate) fn failover_summary(windows: &mut [Duration]) -> serde_json::Value {
+    windows.sort_unstable();
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    serde_json::json!({
+        "trials": windows.len(),
+        "min_ms": windows.first().map(ms),
+        "median_ms": windows.get(windows.len() / 2).map(ms),
+        "max_ms": windows.last().map(ms),
+    })
+}
+
 /// Prints figures as an aligned table.
 pub(crate) fn print_table(results: &[Figures]) {
     println!(
@@ -189,50 +241,26 @@ async fn put_load(
         .build()
         .unwrap_or_default();
     let value = bytes::Bytes::copy_from_slice(value);
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency {
-        let (client, jwt, value, url) =
-            (client.clone(), jwt.clone(), value.clone(), url.to_owned());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut errors = 0;
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                let began = Instant::now();
-                let ok = client
-                    .put(format!("{url}/v1/objects/bench/{task}/{}", i % 100))
-                    .bearer_auth(&jwt)
-                    .body(value.clone())
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
-                    latencies.push(began.elapsed());
-                } else {
-                    errors += 1;
-                }
-                i += 1;
-            }
-            (latencies, errors)
-        }));
-    }
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    for task in tasks {
-        if let Ok((l, e)) = task.await {
-            latencies.extend(l);
-            errors += e;
-        }
-    }
-    figures(
+    let url = url.to_owned();
+    load(
         "gateway fenced PUT (HTTP, durable)",
         concurrency,
-        latencies,
-        errors,
-        start.elapsed(),
+        duration,
+        move |task, i| {
+            let (client, jwt, value, url) =
+                (client.clone(), jwt.clone(), value.clone(), url.clone());
+            async move {
+                client
+                    .put(format!("{url}/v1/objects/bench/{task}/{}", i % 100))
+                    .bearer_auth(&jwt)
+                    .body(value)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        },
     )
+    .await
 }
 
 /// The fenced store without HTTP or JWT: what the gateway could reach.
@@ -244,42 +272,22 @@ async fn store_direct(
 ) -> anyhow::Result<Figures> {
     use palisade_store::{FencedStore, FencingToken, ObjectKey, SledStore, SledStoreConfig};
     let store = Arc::new(SledStore::open(&SledStoreConfig::new(dir.join("direct")))?);
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency {
-        let (store, value) = (store.clone(), value.to_vec());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                let began = Instant::now();
-                let Ok(key) = ObjectKey::new(&format!("bench/{task}/{}", i % 100)) else {
-                    break;
-                };
-                if store
-                    .put(&key, value.clone(), FencingToken(1))
-                    .await
-                    .is_ok()
-                {
-                    latencies.push(began.elapsed());
-                }
-                i += 1;
-            }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap_or_default());
-    }
-    Ok(figures(
+    let value = value.to_vec();
+    Ok(load(
         "fenced store put (no HTTP, durable)",
         concurrency,
-        latencies,
-        0,
-        start.elapsed(),
-    ))
+        duration,
+        move |task, i| {
+            let (store, value) = (store.clone(), value.clone());
+            async move {
+                let Ok(key) = ObjectKey::new(&format!("bench/{task}/{}", i % 100)) else {
+                    return false;
+                };
+                store.put(&key, value, FencingToken(1)).await.is_ok()
+            }
+        },
+    )
+    .await)
 }
 
 async fn sled_ceiling(
@@ -291,43 +299,25 @@ async fn sled_ceiling(
     let db = sled::Config::new().path(dir.join("ceiling")).open()?;
     let tree = Arc::new(db.open_tree("objects")?);
     let value = sled::IVec::from(value);
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency {
-        let (tree, value) = (tree.clone(), value.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                let began = Instant::now();
+    Ok(load(
+        "sled insert + flush (ceiling)",
+        concurrency,
+        duration,
+        move |task, i| {
+            let (tree, value) = (tree.clone(), value.clone());
+            async move {
                 let key = format!("bench/{task}/{}", i % 100);
                 // Not `flush_async`: on sled 0.34 64 concurrent flush_async
                 // calls deadlock its IO thread pool (seen here).
                 let flushing = tree.clone();
-                if tree.insert(key.as_bytes(), value.clone()).is_ok()
+                tree.insert(key.as_bytes(), value).is_ok()
                     && tokio::task::spawn_blocking(move || flushing.flush())
                         .await
                         .is_ok_and(|r| r.is_ok())
-                {
-                    latencies.push(began.elapsed());
-                }
-                i += 1;
             }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap_or_default());
-    }
-    Ok(figures(
-        "sled insert + flush (ceiling)",
-        concurrency,
-        latencies,
-        0,
-        start.elapsed(),
-    ))
+        },
+    )
+    .await)
 }
 
 fn fsync_loop(dir: &std::path::Path, duration: Duration, value: &[u8]) -> anyhow::Result<Figures> {

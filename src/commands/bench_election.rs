@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::bench::{figures, print_table, Figures};
+use super::bench::{failover_summary, load, print_table};
 
 #[derive(Debug, Args)]
 pub struct ElectionBench {
@@ -196,46 +196,6 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value
     response.json().await.ok()
 }
 
-/// Runs `op` from `concurrency` tasks for `duration`.
-pub(crate) async fn load<F, Fut>(
-    what: &str,
-    concurrency: usize,
-    duration: Duration,
-    op: F,
-) -> Figures
-where
-    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
-{
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency {
-        let op = op.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut latencies, mut errors, mut i) = (Vec::new(), 0, 0u64);
-            while Instant::now() < deadline {
-                let began = Instant::now();
-                if op(task, i).await {
-                    latencies.push(began.elapsed());
-                } else {
-                    errors += 1;
-                }
-                i += 1;
-            }
-            (latencies, errors)
-        }));
-    }
-    let (mut latencies, mut errors) = (Vec::new(), 0);
-    for task in tasks {
-        if let Ok((l, e)) = task.await {
-            latencies.extend(l);
-            errors += e;
-        }
-    }
-    figures(what, concurrency, latencies, errors, start.elapsed())
-}
-
 pub async fn run(args: ElectionBench) -> anyhow::Result<ExitCode> {
     let mut cluster = BenchCluster::start()?;
     let client = reqwest::Client::builder()
@@ -340,7 +300,6 @@ pub async fn run(args: ElectionBench) -> anyhow::Result<ExitCode> {
         cluster.start_node(leader)?;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    failovers.sort_unstable();
 
     let mut footprint = None;
     if let Some(ops) = args.ops {
@@ -387,13 +346,7 @@ pub async fn run(args: ElectionBench) -> anyhow::Result<ExitCode> {
         }));
     }
 
-    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
-    let failover = json!({
-        "trials": failovers.len(),
-        "min_ms": failovers.first().map(ms),
-        "median_ms": failovers.get(failovers.len() / 2).map(ms),
-        "max_ms": failovers.last().map(ms),
-    });
+    let failover = failover_summary(&mut failovers);
     if args.json {
         println!(
             "{}",

@@ -11,8 +11,7 @@ use base64::Engine;
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::bench::print_table;
-use super::bench_election::load;
+use super::bench::{failover_summary, load, print_table};
 
 #[derive(Debug, Args)]
 pub struct EtcdBench {
@@ -262,7 +261,6 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         cluster.start_node(leader)?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    failovers.sort_unstable();
     drop(cluster);
 
     let single = Etcd::start(1)?;
@@ -292,13 +290,7 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
-    let failover = json!({
-        "trials": failovers.len(),
-        "min_ms": failovers.first().map(ms),
-        "median_ms": failovers.get(failovers.len() / 2).map(ms),
-        "max_ms": failovers.last().map(ms),
-    });
+    let failover = failover_summary(&mut failovers);
     if args.json {
         println!(
             "{}",
