@@ -150,7 +150,7 @@ mod tests {
         );
         config.validate().expect("defaults are valid");
         let mut bad = config.clone();
-        bad.ttl_range.0 = Duration::from_millis(150);
+        bad.ttl_range.0 = bad.election_timeout.1;
         assert!(bad.validate().expect_err("ttl").contains("ttl"));
         let mut bad = config;
         bad.id = 9;
