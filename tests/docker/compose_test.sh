@@ -26,7 +26,12 @@ inner_election=http://election1:7001,http://election2:7001,http://election3:7001
 
 step() { echo "--- $*"; }
 ok() { echo "ok: $*"; }
-fail() { echo "FAILED: $*"; compose logs --tail 30 || true; exit 1; }
+fail() {
+  echo "FAILED: $*"
+  compose logs --tail 30 || true
+  docker logs --tail 30 "${project}_worker" 2>&1 | sed 's/^/worker | /' || true
+  exit 1
+}
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
 cleanup() {
@@ -92,7 +97,7 @@ ok "leader $old killed; node $new leads; B still holds token $TOKEN_B"
 
 step "3. pause a worker holding a lease past its ttl"
 docker run -d --name "${project}_worker" --network "${project}_default" palisade:local \
-  worker --lease paused --holder W --ttl-ms 1500 --interval-ms 100 \
+  worker --lease paused --holder W --key paused/worker --ttl-ms 1500 --interval-ms 100 \
   --election "$inner_election" --gateway http://gateway:8080 >/dev/null
 retry 100 sh -c "'$bin' object get paused/worker --gateway '$G' >/dev/null 2>&1" || fail "worker never wrote"
 docker pause "${project}_worker" >/dev/null
