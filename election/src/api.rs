@@ -18,7 +18,6 @@ use axum::{Json, Router};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::raft::ReadPolicy;
 use openraft::ServerState;
 use palisade_names::LeaseName;
 use serde::Deserialize;
@@ -28,6 +27,7 @@ use crate::command::{Command, CommandResult};
 use crate::error::ApiError;
 use crate::lease_table::LeaseRecord;
 use crate::lessor::{Lessor, RenewRefused};
+use crate::read_batcher::ReadBatcher;
 use crate::signing::Signer;
 use crate::state_machine::SharedState;
 use crate::{ElectionConfig, NodeId, Raft};
@@ -55,6 +55,8 @@ pub struct ApiState {
     pub forwarder: reqwest::Client,
     /// The signer built from the replicated key, once there is one.
     pub signer: Arc<Mutex<Option<Signer>>>,
+    /// Shares quorum confirmations between concurrent renewals and reads.
+    pub reads: Arc<ReadBatcher>,
 }
 
 impl ApiState {
@@ -292,22 +294,10 @@ async fn propose(state: &ApiState, command: Command) -> Result<CommandResult, Ap
 }
 
 /// Confirms with a quorum that this node still leads and that its state
-/// machine has applied everything committed before now.
+/// machine has applied everything committed before now. Concurrent callers
+/// share rounds ([`ReadBatcher`]).
 async fn confirm_leadership(state: &ApiState) -> Result<(), ApiError> {
-    match tokio::time::timeout(
-        state.config.quorum_timeout,
-        state.raft.ensure_linearizable(ReadPolicy::ReadIndex),
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) => Err(ApiError::NoQuorum(format!(
-            "cannot confirm leadership: {err}"
-        ))),
-        Err(_) => Err(ApiError::NoQuorum(
-            "cannot confirm leadership: no quorum".into(),
-        )),
-    }
+    state.reads.confirm().await.map_err(ApiError::NoQuorum)
 }
 
 fn grant_body(

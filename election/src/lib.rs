@@ -22,6 +22,7 @@ pub mod lessor;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod read_batcher;
 pub mod signing;
 pub mod state_machine;
 

@@ -13,6 +13,7 @@ use crate::command::Command;
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
 use crate::network::{raft_routes, HttpNetwork};
+use crate::read_batcher::ReadBatcher;
 use crate::signing::generate_key;
 use crate::state_machine::{SharedState, StateMachine};
 use crate::{ElectionConfig, Raft};
@@ -107,6 +108,7 @@ impl ElectionNode {
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let lessor = Arc::new(Lessor::default());
+        let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
         let config = Arc::new(config);
         let state = ApiState {
             raft: raft.clone(),
@@ -118,10 +120,12 @@ impl ElectionNode {
                 .build()
                 .unwrap_or_default(),
             signer: Arc::new(Mutex::new(None)),
+            reads,
         };
         let duties = Duties(vec![
             tokio::spawn(leader_duties(raft.clone(), shared, lessor)),
             tokio::spawn(report_waiting(raft, config)),
+            read_rounds,
         ]);
         Ok(Self {
             state,
