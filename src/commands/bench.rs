@@ -54,10 +54,16 @@ pub(crate) struct Figures {
     concurrency: usize,
     ops: u64,
     errors: u64,
+    errors_by_kind: std::collections::BTreeMap<String, u64>,
     ops_per_sec: f64,
     p50_us: u64,
     p99_us: u64,
+    p999_us: u64,
 }
+
+/// What one benchmark operation reports: `Err(kind)` names the failure kind
+/// (`"http 503"`, `"transport"`, ...), counted per kind.
+pub(crate) type OpResult = Result<(), String>;
 
 /// Runs `op` from `concurrency` tasks for `duration`.
 pub(crate) async fn load<F, Fut>(
@@ -68,7 +74,7 @@ pub(crate) async fn load<F, Fut>(
 ) -> Figures
 where
     F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
+    Fut: std::future::Future<Output = OpResult> + Send,
 {
     let start = Instant::now();
     let deadline = start + duration;
@@ -76,24 +82,28 @@ where
     for task in 0..concurrency {
         let op = op.clone();
         tasks.push(tokio::spawn(async move {
-            let (mut latencies, mut errors, mut i) = (Vec::new(), 0, 0u64);
+            let mut latencies = Vec::new();
+            let mut errors = std::collections::BTreeMap::<String, u64>::new();
+            let mut i = 0u64;
             while Instant::now() < deadline {
                 let began = Instant::now();
-                if op(task, i).await {
-                    latencies.push(began.elapsed());
-                } else {
-                    errors += 1;
+                match op(task, i).await {
+                    Ok(()) => latencies.push(began.elapsed()),
+                    Err(kind) => *errors.entry(kind).or_default() += 1,
                 }
                 i += 1;
             }
             (latencies, errors)
         }));
     }
-    let (mut latencies, mut errors) = (Vec::new(), 0);
+    let mut latencies = Vec::new();
+    let mut errors = std::collections::BTreeMap::<String, u64>::new();
     for task in tasks {
         if let Ok((l, e)) = task.await {
             latencies.extend(l);
-            errors += e;
+            for (kind, count) in e {
+                *errors.entry(kind).or_default() += count;
+            }
         }
     }
     figures(what, concurrency, latencies, errors, start.elapsed())
@@ -114,14 +124,17 @@ pub(crate) fn failover_summary(windows: &mut [Duration]) -> serde_json::Value {
 /// Prints figures as an aligned table.
 pub(crate) fn print_table(results: &[Figures]) {
     println!(
-        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>7}",
-        "what", "conc", "ops/s", "p50 us", "p99 us", "errors"
+        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "what", "conc", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors"
     );
     for r in results {
         println!(
-            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>7}",
-            r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.errors
+            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}",
+            r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.p999_us, r.errors
         );
+        for (kind, count) in &r.errors_by_kind {
+            println!("    {count} x {kind}");
+        }
     }
 }
 
@@ -129,7 +142,7 @@ pub(crate) fn figures(
     what: &str,
     concurrency: usize,
     mut latencies: Vec<Duration>,
-    errors: u64,
+    errors_by_kind: std::collections::BTreeMap<String, u64>,
     elapsed: Duration,
 ) -> Figures {
     latencies.sort_unstable();
@@ -142,10 +155,12 @@ pub(crate) fn figures(
         what: what.to_owned(),
         concurrency,
         ops: latencies.len() as u64,
-        errors,
+        errors: errors_by_kind.values().sum(),
+        errors_by_kind,
         ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
         p50_us: pick(0.50),
         p99_us: pick(0.99),
+        p999_us: pick(0.999),
     }
 }
 
@@ -256,7 +271,11 @@ async fn put_load(
                     .body(value)
                     .send()
                     .await
-                    .is_ok_and(|r| r.status().is_success())
+                    .map_err(|_| "transport".to_owned())
+                    .and_then(|r| match r.status().as_u16() {
+                        200 => Ok(()),
+                        status => Err(format!("http {status}")),
+                    })
             }
         },
     )
@@ -280,10 +299,13 @@ async fn store_direct(
         move |task, i| {
             let (store, value) = (store.clone(), value.clone());
             async move {
-                let Ok(key) = ObjectKey::new(&format!("bench/{task}/{}", i % 100)) else {
-                    return false;
-                };
-                store.put(&key, value, FencingToken(1)).await.is_ok()
+                let key = ObjectKey::new(&format!("bench/{task}/{}", i % 100))
+                    .map_err(|e| e.to_string())?;
+                store
+                    .put(&key, value, FencingToken(1))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             }
         },
     )
@@ -310,10 +332,12 @@ async fn sled_ceiling(
                 // Not `flush_async`: on sled 0.34 64 concurrent flush_async
                 // calls deadlock its IO thread pool (seen here).
                 let flushing = tree.clone();
-                tree.insert(key.as_bytes(), value).is_ok()
-                    && tokio::task::spawn_blocking(move || flushing.flush())
-                        .await
-                        .is_ok_and(|r| r.is_ok())
+                tree.insert(key.as_bytes(), value)
+                    .map_err(|e| e.to_string())?;
+                match tokio::task::spawn_blocking(move || flushing.flush()).await {
+                    Ok(Ok(_)) => Ok(()),
+                    _ => Err("flush".to_owned()),
+                }
             }
         },
     )
@@ -334,7 +358,7 @@ fn fsync_loop(dir: &std::path::Path, duration: Duration, value: &[u8]) -> anyhow
         "write 1 KiB + fsync (one file)",
         1,
         latencies,
-        0,
+        Default::default(),
         start.elapsed(),
     ))
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::bench::{failover_summary, load, print_table};
+use super::bench::{failover_summary, load, print_table, OpResult};
 
 #[derive(Debug, Args)]
 pub struct ElectionBench {
@@ -188,6 +188,70 @@ impl Drop for BenchCluster {
     }
 }
 
+/// One request for a load loop: `Err(kind)` on failure.
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> Result<Value, String> {
+    let mut request = client.request(method, url);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else {
+            "transport".to_owned()
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        let code: Value = response.json().await.unwrap_or(Value::Null);
+        return Err(format!(
+            "http {} {}",
+            status.as_u16(),
+            code["error"].as_str().unwrap_or("")
+        ));
+    }
+    response.json().await.map_err(|_| "bad body".to_owned())
+}
+
+/// Acquire then release `lease`.
+async fn cycle(client: &reqwest::Client, base: &str, lease: &str) -> OpResult {
+    let acquire = json!({"holder": "bench", "ttl_ms": 10_000});
+    let grant = call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/{lease}/acquire"),
+        Some(&acquire),
+    )
+    .await?;
+    let release = json!({"holder": "bench", "token": grant["token"]});
+    call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/{lease}/release"),
+        Some(&release),
+    )
+    .await
+    .map(drop)
+}
+
+/// Renew the lease `renew-{task}` held with `token`.
+async fn renew(client: &reqwest::Client, base: &str, task: usize, token: u64) -> OpResult {
+    let body = json!({"holder": "bench", "token": token});
+    call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/renew-{task}/renew"),
+        Some(&body),
+    )
+    .await
+    .map(drop)
+}
+
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
     let response = client.post(url).json(body).send().await.ok()?;
     if !response.status().is_success() {
@@ -217,30 +281,12 @@ pub async fn run(args: ElectionBench) -> anyhow::Result<ExitCode> {
                 duration,
                 move |task, i| {
                     let (c, base) = (c.clone(), base.clone());
-                    async move {
-                        let lease = format!("cycle-{task}-{}", i % 64);
-                        let Some(grant) = post(
-                            &c,
-                            &format!("{base}/v1/leases/{lease}/acquire"),
-                            &json!({"holder": "bench", "ttl_ms": 10_000}),
-                        )
-                        .await
-                        else {
-                            return false;
-                        };
-                        post(
-                            &c,
-                            &format!("{base}/v1/leases/{lease}/release"),
-                            &json!({"holder": "bench", "token": grant["token"]}),
-                        )
-                        .await
-                        .is_some()
-                    }
+                    async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64)).await }
                 },
             )
             .await,
         );
-        // Renew: one held lease per task.
+        // Renew (and the mix): one held lease per task.
         let mut tokens = Vec::new();
         for task in 0..concurrency {
             let grant = post(
@@ -251,20 +297,39 @@ pub async fn run(args: ElectionBench) -> anyhow::Result<ExitCode> {
             .await;
             tokens.push(grant.and_then(|g| g["token"].as_u64()).unwrap_or(0));
         }
-        let (c, base) = (client.clone(), cluster.url(leader));
+        let tokens = std::sync::Arc::new(tokens);
+        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
         results.push(
             load("renew", concurrency, duration, move |task, _| {
-                let (c, base, token) = (c.clone(), base.clone(), tokens[task]);
-                async move {
-                    post(
-                        &c,
-                        &format!("{base}/v1/leases/renew-{task}/renew"),
-                        &json!({"holder": "bench", "token": token}),
-                    )
-                    .await
-                    .is_some()
-                }
+                let (c, base, token) = (c.clone(), base.clone(), held[task]);
+                async move { renew(&c, &base, task, token).await }
             })
+            .await,
+        );
+        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
+        results.push(
+            load(
+                "mix 70% renew/20% cycle/10% get",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, token) = (c.clone(), base.clone(), held[task]);
+                    async move {
+                        match i % 10 {
+                            0..=6 => renew(&c, &base, task, token).await,
+                            7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
+                            _ => call(
+                                &c,
+                                reqwest::Method::GET,
+                                &format!("{base}/v1/leases/renew-{task}"),
+                                None,
+                            )
+                            .await
+                            .map(drop),
+                        }
+                    }
+                },
+            )
             .await,
         );
     }

@@ -11,7 +11,7 @@ use base64::Engine;
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::bench::{failover_summary, load, print_table};
+use super::bench::{failover_summary, load, print_table, OpResult};
 
 #[derive(Debug, Args)]
 pub struct EtcdBench {
@@ -134,6 +134,46 @@ impl Drop for Etcd {
     }
 }
 
+/// One request for a load loop: `Err(kind)` on failure.
+async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let response = client.post(url).json(body).send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else {
+            "transport".to_owned()
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("http {}", status.as_u16()));
+    }
+    let value: Value = response.json().await.map_err(|_| "bad body".to_owned())?;
+    match value.get("error") {
+        Some(error) => Err(format!("etcd {}", error.as_str().unwrap_or("error"))),
+        None => Ok(value),
+    }
+}
+
+/// Grant a lease, put `key` with it, revoke it.
+async fn cycle(client: &reqwest::Client, base: &str, key: &str, value: &str) -> OpResult {
+    let grant = call(
+        client,
+        &format!("{base}/v3/lease/grant"),
+        &json!({"TTL": 10}),
+    )
+    .await?;
+    let id = grant["ID"].clone();
+    let put = json!({"key": b64(key.as_bytes()), "value": value, "lease": id});
+    call(client, &format!("{base}/v3/kv/put"), &put).await?;
+    call(
+        client,
+        &format!("{base}/v3/lease/revoke"),
+        &json!({"ID": id}),
+    )
+    .await
+    .map(drop)
+}
+
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
     let response = client.post(url).json(body).send().await.ok()?;
     if !response.status().is_success() {
@@ -161,38 +201,12 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         anyhow::bail!("etcd elected no leader (is etcd installed?)")
     };
     for &concurrency in &args.concurrency {
-        let (c, base, value) = (client.clone(), cluster.url(leader), value.clone());
+        let (c, base, cycle_value) = (client.clone(), cluster.url(leader), value.clone());
         results.push(
-            load(
-                "etcd grant+put+revoke cycle",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (c, base, value) = (c.clone(), base.clone(), value.clone());
-                    async move {
-                        let Some(grant) =
-                            post(&c, &format!("{base}/v3/lease/grant"), &json!({"TTL": 10})).await
-                        else {
-                            return false;
-                        };
-                        let id = grant["ID"].clone();
-                        let key = b64(format!("cycle-{task}-{}", i % 64).as_bytes());
-                        if post(
-                            &c,
-                            &format!("{base}/v3/kv/put"),
-                            &json!({"key": key, "value": value, "lease": id}),
-                        )
-                        .await
-                        .is_none()
-                        {
-                            return false;
-                        }
-                        post(&c, &format!("{base}/v3/lease/revoke"), &json!({"ID": id}))
-                            .await
-                            .is_some()
-                    }
-                },
-            )
+            load("etcd grant+put+revoke cycle", concurrency, duration, move |task, i| {
+                let (c, base, value) = (c.clone(), base.clone(), cycle_value.clone());
+                async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64), &value).await }
+            })
             .await,
         );
         let mut ids = Vec::new();
@@ -205,22 +219,62 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
             .await;
             ids.push(grant.map(|g| g["ID"].clone()).unwrap_or(Value::Null));
         }
-        let (c, base) = (client.clone(), cluster.url(leader));
+        let ids = std::sync::Arc::new(ids);
+        let (c, base, held) = (client.clone(), cluster.url(leader), ids.clone());
         results.push(
             load(
                 "etcd lease keepalive",
                 concurrency,
                 duration,
                 move |task, _| {
-                    let (c, base, id) = (c.clone(), base.clone(), ids[task].clone());
+                    let (c, base, id) = (c.clone(), base.clone(), held[task].clone());
                     async move {
-                        post(
+                        call(
                             &c,
                             &format!("{base}/v3/lease/keepalive"),
                             &json!({"ID": id}),
                         )
                         .await
-                        .is_some()
+                        .map(drop)
+                    }
+                },
+            )
+            .await,
+        );
+        let (c, base, held, value) = (
+            client.clone(),
+            cluster.url(leader),
+            ids.clone(),
+            value.clone(),
+        );
+        results.push(
+            load(
+                "etcd mix 70% keepalive/20% cycle/10% range",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, id, value) =
+                        (c.clone(), base.clone(), held[task].clone(), value.clone());
+                    async move {
+                        match i % 10 {
+                            0..=6 => call(
+                                &c,
+                                &format!("{base}/v3/lease/keepalive"),
+                                &json!({"ID": id}),
+                            )
+                            .await
+                            .map(drop),
+                            7 | 8 => {
+                                cycle(&c, &base, &format!("mix-{task}-{}", i % 64), &value).await
+                            }
+                            _ => call(
+                                &c,
+                                &format!("{base}/v3/kv/range"),
+                                &json!({"key": b64(format!("mix-{task}-0").as_bytes())}),
+                            )
+                            .await
+                            .map(drop),
+                        }
                     }
                 },
             )
@@ -276,13 +330,13 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
                     let (c, base, value) = (c.clone(), base.clone(), value.clone());
                     async move {
                         let key = b64(format!("bench/{task}/{}", i % 100).as_bytes());
-                        post(
+                        call(
                             &c,
                             &format!("{base}/v3/kv/put"),
                             &json!({"key": key, "value": value}),
                         )
                         .await
-                        .is_some()
+                        .map(drop)
                     }
                 },
             )
