@@ -43,6 +43,8 @@ for c in (1, 16, 64):
 for c in (1, 16, 64):
     row("renew vs lease keepalive", pick(p["load"], "renew", c), pick(e["load"], "etcd lease keepalive", c), c)
 for c in (1, 16, 64):
+    row("mix (renew/cycle/read) vs etcd mix", pick(p["load"], "mix", c), pick(e["load"], "etcd mix", c), c)
+for c in (1, 16, 64):
     row("gateway fenced PUT vs 1-node put", pick(g, "gateway fenced PUT", c), pick(e["load"], "etcd single-node put", c), c)
 pf, ef = p["failover"], e["failover"]
 print(f"failover median ms: palisade {pf['median_ms']:.0f} (min {pf['min_ms']:.0f}, max {pf['max_ms']:.0f}); "
