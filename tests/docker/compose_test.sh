@@ -108,7 +108,14 @@ JWT_C=$(echo "$C" | json '["jwt"]')
 docker unpause "${project}_worker" >/dev/null
 sleep 1.5
 [ "$("$bin" object get paused/worker --gateway "$G")" = fromC ] || fail "the paused worker overwrote C's value"
-report=$(docker logs "${project}_worker" 2>&1 | grep -m1 "^lost") || fail "the worker did not report the loss"
+# No pipe into an early-exiting grep: with pipefail, the writer's SIGPIPE
+# fails the check.
+worker_logs=$(docker logs "${project}_worker" 2>&1)
+report=""
+while IFS= read -r line; do
+  case "$line" in lost*) report=$line; break ;; esac
+done <<< "$worker_logs"
+[ -n "$report" ] || fail "the worker did not report the loss"
 docker rm -f "${project}_worker" >/dev/null
 ok "worker paused past its ttl: C's value stands; the worker reported: $report"
 
