@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::lease::Lease;
@@ -57,7 +57,7 @@ impl ClientConfig {
 }
 
 /// A lease as the cluster reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {
     /// The lease name.
     pub lease: String,
@@ -74,7 +74,7 @@ pub struct LeaseInfo {
 }
 
 /// A grant as the cluster answers it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
     /// The lease name.
     pub lease: String,

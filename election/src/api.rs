@@ -336,6 +336,14 @@ struct HolderToken {
     token: u64,
 }
 
+/// 409 `lost`: `request` does not name the current grant of `lease`.
+fn not_held(request: &HolderToken, lease: &LeaseName) -> ApiError {
+    ApiError::Lost(format!(
+        "{} does not hold {} with token {}",
+        request.holder, lease, request.token
+    ))
+}
+
 async fn acquire(
     State(state): State<ApiState>,
     path: Result<Path<String>, PathRejection>,
@@ -430,12 +438,7 @@ async fn renew(
         {
             r.ttl_ms
         }
-        _ => {
-            return Err(ApiError::Lost(format!(
-                "{} does not hold {} with token {}",
-                request.holder, lease, request.token
-            )))
-        }
+        _ => return Err(not_held(&request, &lease)),
     };
     match state
         .lessor
@@ -469,10 +472,7 @@ async fn release(
         CommandResult::Freed => Ok(Json(
             json!({ "lease": lease.as_str(), "released": true, "token": request.token }),
         )),
-        CommandResult::Lost => Err(ApiError::Lost(format!(
-            "{} does not hold {} with token {}",
-            request.holder, lease, request.token
-        ))),
+        CommandResult::Lost => Err(not_held(&request, &lease)),
         other => Err(ApiError::Internal(format!("release answered {other:?}"))),
     }
 }

@@ -120,10 +120,17 @@ fn describe(info: &palisade_client::LeaseInfo) -> String {
 }
 
 fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
-    serde_json::json!({
-        "lease": info.lease, "holder": info.holder, "token": info.token, "ttl_ms": info.ttl_ms,
-        "transitions": info.transitions, "modify_index": info.modify_index,
-    })
+    serde_json::to_value(info).unwrap_or_default()
+}
+
+/// Prints a grant: readable (`verb` says what happened) or as JSON.
+fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str) {
+    let value = serde_json::to_value(grant).unwrap_or_default();
+    let readable = format!(
+        "{verb} {} for {} with token {}\njwt: {}",
+        grant.lease, grant.holder, grant.token, grant.jwt
+    );
+    print(json, &value, readable);
 }
 
 pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
@@ -144,18 +151,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 return Ok(
                     match client.acquire_grant(&lease, &holder, ttl, wait).await {
                         Ok(grant) => {
-                            let value = serde_json::json!({
-                                "lease": grant.lease, "holder": grant.holder, "token": grant.token,
-                                "ttl_ms": grant.ttl_ms, "jwt": grant.jwt,
-                            });
-                            print(
-                                endpoints.json,
-                                &value,
-                                format!(
-                                    "granted {} to {} with token {}\njwt: {}",
-                                    grant.lease, grant.holder, grant.token, grant.jwt
-                                ),
-                            );
+                            print_grant(endpoints.json, &grant, "granted");
                             ExitCode::SUCCESS
                         }
                         Err(err) => fail(&err),
@@ -202,15 +198,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
         } => Ok(
             match endpoints.client().renew_grant(&lease, &holder, token).await {
                 Ok(grant) => {
-                    let value = serde_json::json!({ "lease": grant.lease, "holder": grant.holder, "token": grant.token, "ttl_ms": grant.ttl_ms, "jwt": grant.jwt });
-                    print(
-                        endpoints.json,
-                        &value,
-                        format!(
-                            "renewed {} for {} (token {})\njwt: {}",
-                            grant.lease, grant.holder, grant.token, grant.jwt
-                        ),
-                    );
+                    print_grant(endpoints.json, &grant, "renewed");
                     ExitCode::SUCCESS
                 }
                 Err(err) => fail(&err),
