@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::lease::Lease;
+use crate::lease::{encode_key, unavailable, Lease, Object};
 use crate::Error;
 
 /// How a [`Client`] behaves. Build with [`ClientConfig::new`] and adjust.
@@ -370,6 +370,48 @@ impl Client {
             .election(reqwest::Method::GET, "/v1/cluster", None)
             .await?;
         Ok(answer.body)
+    }
+
+    /// Reads `key` through the gateway. Reads are not fenced and need no
+    /// lease: any process may read what the holders wrote.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`].
+    pub async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
+        let client = self;
+        let url = format!("{}/v1/objects/{}", client.gateway()?, encode_key(key));
+        let response = client
+            .inner
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| unavailable(&url, &e))?;
+        match response.status().as_u16() {
+            200 => {
+                let header = |name: &str| {
+                    response
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let version = header("etag");
+                let token = header("fencing-token").parse().unwrap_or(0);
+                let value = response.bytes().await.map_err(|e| unavailable(&url, &e))?;
+                Ok(Some(Object {
+                    value,
+                    version,
+                    token,
+                }))
+            }
+            404 => Ok(None),
+            status => {
+                let body = response.json().await.unwrap_or(Value::Null);
+                Err(status_error(&Answer { status, body }))
+            }
+        }
     }
 
     /// The gateway URL, or an error if none is configured.

@@ -193,45 +193,13 @@ impl Lease {
         Ok(answer["fence"].as_u64().unwrap_or(0))
     }
 
-    /// Reads `key` through the gateway (reads are not fenced).
+    /// Reads `key` through the gateway (reads are not fenced); the same as
+    /// [`Client::get_object`].
     ///
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn get(&self, key: &str) -> Result<Option<Object>, Error> {
-        let client = &self.shared.client;
-        let url = format!("{}/v1/objects/{}", client.gateway()?, encode_key(key));
-        let response = client
-            .inner
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| unavailable(&url, &e))?;
-        match response.status().as_u16() {
-            200 => {
-                let header = |name: &str| {
-                    response
-                        .headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned()
-                };
-                let version = header("etag");
-                let token = header("fencing-token").parse().unwrap_or(0);
-                let value = response.bytes().await.map_err(|e| unavailable(&url, &e))?;
-                Ok(Some(Object {
-                    value,
-                    version,
-                    token,
-                }))
-            }
-            404 => Ok(None),
-            status => {
-                let body = response.json().await.unwrap_or(Value::Null);
-                Err(status_error(&Answer { status, body }))
-            }
-        }
+        self.shared.client.get_object(key).await
     }
 
     async fn gateway_write(
@@ -360,7 +328,7 @@ async fn renew_loop(shared: Arc<Shared>) {
     }
 }
 
-fn unavailable(url: &str, err: &reqwest::Error) -> Error {
+pub(crate) fn unavailable(url: &str, err: &reqwest::Error) -> Error {
     Error::Unavailable {
         attempts: 1,
         elapsed: Duration::ZERO,

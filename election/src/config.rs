@@ -15,6 +15,11 @@ pub struct ElectionConfig {
     pub id: NodeId,
     /// Where the HTTP server (client API and Raft RPC) listens.
     pub listen: SocketAddr,
+    /// The local address that Raft RPC and forwarded requests leave from;
+    /// `None` lets the kernel choose. On a multi-homed host this pins peer
+    /// traffic to one interface (the fault suite gives each node its own
+    /// loopback address this way, so a partition can cut node pairs).
+    pub source_ip: Option<std::net::IpAddr>,
     /// Directory for the sled database (log, vote, snapshots).
     pub data_dir: PathBuf,
     /// The whole initial voting membership: id -> `host:port` peers dial.
@@ -51,6 +56,7 @@ impl ElectionConfig {
         Self {
             id,
             listen,
+            source_ip: None,
             data_dir,
             peers,
             heartbeat: Duration::from_millis(20),

@@ -36,10 +36,12 @@ pub struct HttpNetwork {
 }
 
 impl HttpNetwork {
-    /// A network whose connections time out after `connect_timeout`.
-    pub fn new(connect_timeout: Duration) -> Self {
+    /// A network whose connections time out after `connect_timeout` and
+    /// leave from `source_ip` (kernel's choice when `None`).
+    pub fn new(connect_timeout: Duration, source_ip: Option<std::net::IpAddr>) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
+            .local_address(source_ip)
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             .build()

@@ -79,7 +79,7 @@ impl ElectionNode {
         }
         .validate()
         .map_err(io_err)?;
-        let network = HttpNetwork::new(Duration::from_millis(200));
+        let network = HttpNetwork::new(Duration::from_millis(200), config.source_ip);
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -117,6 +117,7 @@ impl ElectionNode {
             config: config.clone(),
             forwarder: reqwest::Client::builder()
                 .connect_timeout(Duration::from_millis(300))
+                .local_address(config.source_ip)
                 .build()
                 .unwrap_or_default(),
             signer: Arc::new(Mutex::new(None)),

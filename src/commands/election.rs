@@ -17,6 +17,10 @@ pub struct ElectionArgs {
     /// Address to listen on (client API and Raft RPC).
     #[arg(long)]
     listen: SocketAddr,
+    /// Local IP that connections to peers leave from (default: the
+    /// kernel's choice).
+    #[arg(long)]
+    source_ip: Option<std::net::IpAddr>,
     /// Directory for the log, vote and snapshots (created if missing).
     #[arg(long)]
     data_dir: PathBuf,
@@ -55,6 +59,7 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
 
 pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
+    config.source_ip = args.source_ip;
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
     config.election_timeout = (
         Duration::from_millis(args.election_timeout_ms.0),

@@ -7,7 +7,9 @@
 //! CLOCK_MONOTONIC (nanoseconds, one clock for every process on the machine),
 //! for the fault suite's checker: `held` intervals as the SDK reported them
 //! (from the acquire's answer to the moment `is_held` turned false) and every
-//! write with its invoke and complete times.
+//! write with its invoke and complete times. With `--read-interval-ms` it
+//! also reads the key that often, whether or not it holds the lease, and logs
+//! each read (invoke, complete, the value seen) for the linearizability check.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -32,6 +34,9 @@ pub struct WorkerArgs {
     ttl_ms: u64,
     #[arg(long, default_value_t = 100)]
     interval_ms: u64,
+    /// Also read the key this often, held or not (0: never).
+    #[arg(long, default_value_t = 0)]
+    read_interval_ms: u64,
     /// Append a JSON line per event to this file.
     #[arg(long)]
     history: Option<std::path::PathBuf>,
@@ -57,13 +62,55 @@ fn instant_ns(instant: Instant) -> u64 {
     }
 }
 
-struct History(Option<std::fs::File>);
+/// The history file, shared by the writer loop and the reader task; one
+/// `write` call per line, so lines never interleave.
+struct History(Option<std::sync::Mutex<std::fs::File>>);
 
 impl History {
-    fn record(&mut self, event: serde_json::Value) {
-        if let Some(file) = &mut self.0 {
-            let _ = writeln!(file, "{event}");
+    fn record(&self, event: serde_json::Value) {
+        if let Some(file) = &self.0 {
+            let line = format!("{event}\n");
+            let mut file = file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = file.write_all(line.as_bytes());
         }
+    }
+}
+
+/// Reads `key` every `interval` until the process ends, logging each read.
+async fn read_loop(
+    client: palisade_client::Client,
+    key: String,
+    interval: Duration,
+    history: std::sync::Arc<History>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tick.tick().await;
+        let invoke = monotonic_ns();
+        let result = client.get_object(&key).await;
+        let complete = monotonic_ns();
+        let (ok, value) = match result {
+            Ok(Some(object)) => (
+                true,
+                Some(String::from_utf8_lossy(&object.value).into_owned()),
+            ),
+            Ok(None) => (true, None),
+            Err(_) => (false, None),
+        };
+        history.record(json!({
+            "op": "read", "key": key, "value": value, "invoke": invoke, "complete": complete, "ok": ok,
+        }));
+    }
+}
+
+/// Stops the task when the worker returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -73,14 +120,22 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .key
         .clone()
         .unwrap_or_else(|| format!("{}/{}", args.lease, args.holder));
-    let mut history = History(match &args.history {
-        Some(path) => Some(
+    let history = std::sync::Arc::new(History(match &args.history {
+        Some(path) => Some(std::sync::Mutex::new(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)?,
-        ),
+        )),
         None => None,
+    }));
+    let _reader = (args.read_interval_ms > 0).then(|| {
+        AbortOnDrop(tokio::spawn(read_loop(
+            client.clone(),
+            key.clone(),
+            Duration::from_millis(args.read_interval_ms),
+            history.clone(),
+        )))
     });
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);

@@ -2,8 +2,6 @@
 //! port 0 and temp dirs, and signing test tokens.
 #![allow(dead_code)]
 
-pub mod checker;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -37,8 +35,14 @@ impl Drop for Process {
 
 /// Runs `palisade ARGS` and waits for it to print `listening on http://…`.
 pub fn spawn_server(args: &[&str]) -> Process {
+    spawn_server_env(args, &[])
+}
+
+/// [`spawn_server`] with extra environment variables.
+pub fn spawn_server_env(args: &[&str], env: &[(String, String)]) -> Process {
     let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -122,19 +126,44 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// How one node of a [`Cluster`] runs.
+#[derive(Debug, Clone)]
+pub struct NodeSetup {
+    /// The IP it listens on and dials its peers from.
+    pub host: String,
+    /// Extra environment (e.g. libfaketime).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for NodeSetup {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            env: Vec::new(),
+        }
+    }
+}
+
 /// A three-node election cluster of real processes on loopback.
 pub struct Cluster {
     pub dir: std::path::PathBuf,
     pub ports: Vec<u16>,
+    pub setups: Vec<NodeSetup>,
     pub nodes: Vec<Option<Process>>,
 }
 
 impl Cluster {
     pub fn start(dir: &Path) -> Self {
+        Self::start_with(dir, vec![NodeSetup::default(); 3])
+    }
+
+    /// Starts three nodes, node `i + 1` as `setups[i]` says.
+    pub fn start_with(dir: &Path, setups: Vec<NodeSetup>) -> Self {
         let ports = free_ports(3);
         let mut cluster = Self {
             dir: dir.to_owned(),
             ports,
+            setups,
             nodes: vec![None, None, None],
         };
         for id in 1..=3 {
@@ -143,11 +172,14 @@ impl Cluster {
         cluster
     }
 
+    fn addr(&self, id: u64) -> String {
+        let index = (id - 1) as usize;
+        format!("{}:{}", self.setups[index].host, self.ports[index])
+    }
+
     fn peers(&self) -> String {
-        self.ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| format!("{}=127.0.0.1:{port}", i + 1))
+        (1..=3)
+            .map(|id| format!("{id}={}", self.addr(id)))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -155,19 +187,24 @@ impl Cluster {
     /// Starts (or restarts) node `id` on its data dir.
     pub fn start_node(&mut self, id: u64) {
         let index = (id - 1) as usize;
-        let listen = format!("127.0.0.1:{}", self.ports[index]);
+        let setup = &self.setups[index];
         let data = self.dir.join(format!("node{id}"));
-        let process = spawn_server(&[
-            "election",
-            "--id",
-            &id.to_string(),
-            "--listen",
-            &listen,
-            "--data-dir",
-            data.to_str().expect("utf8"),
-            "--peers",
-            &self.peers(),
-        ]);
+        let process = spawn_server_env(
+            &[
+                "election",
+                "--id",
+                &id.to_string(),
+                "--listen",
+                &self.addr(id),
+                "--source-ip",
+                &setup.host,
+                "--data-dir",
+                data.to_str().expect("utf8"),
+                "--peers",
+                &self.peers(),
+            ],
+            &setup.env,
+        );
         self.nodes[index] = Some(process);
     }
 
@@ -191,7 +228,7 @@ impl Cluster {
     }
 
     pub fn url(&self, id: u64) -> String {
-        format!("http://127.0.0.1:{}", self.ports[(id - 1) as usize])
+        format!("http://{}", self.addr(id))
     }
 
     pub fn urls(&self) -> Vec<String> {

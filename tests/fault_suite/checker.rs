@@ -1,10 +1,12 @@
-//! The fault suite's checker: reads worker histories and the final gateway
-//! state, and names every violation of S1-S4 and L1 it finds.
-#![allow(dead_code)]
+//! The fault suite's checker: reads worker histories, the harness's fault
+//! log and the final gateway state, and names every violation of S1-S4 and
+//! L1 it finds.
 
 use std::collections::HashMap;
 
 use serde::Deserialize;
+
+use crate::linearizable::{self, Kind, Op, Verdict};
 
 /// A held interval, as the holder's SDK reported `is_held` (CLOCK_MONOTONIC ns).
 #[derive(Debug, Clone, Deserialize)]
@@ -41,13 +43,45 @@ impl Write {
     }
 }
 
+/// One read of a key through the gateway (by any worker, holder or not).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Read {
+    pub key: String,
+    /// What it returned (None: absent); meaningless unless `ok`.
+    pub value: Option<String>,
+    pub invoke: u64,
+    pub complete: u64,
+    pub ok: bool,
+}
+
+/// One injected fault, as the harness logged it (CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: &'static str,
+    pub from: u64,
+    pub healed: u64,
+}
+
 /// Everything the checker reads.
 #[derive(Debug, Default)]
 pub struct History {
     pub held: Vec<Held>,
     pub writes: Vec<Write>,
+    pub reads: Vec<Read>,
+    pub faults: Vec<Fault>,
     /// Final value of every key at the gateway (None: absent).
     pub finals: HashMap<String, Option<String>>,
+}
+
+/// The liveness bounds L1 is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// No lease is without a holder for longer than this, anywhere between
+    /// its first grant and its last.
+    pub max_gap_ns: u64,
+    /// After a fault heals, every lease has a holder again within this
+    /// (unless the next fault starts first).
+    pub recovery_ns: u64,
 }
 
 impl History {
@@ -61,6 +95,9 @@ impl History {
                 Some("write") => self
                     .writes
                     .push(serde_json::from_value(value).expect("write")),
+                Some("read") => self
+                    .reads
+                    .push(serde_json::from_value(value).expect("read")),
                 other => panic!("unknown history op {other:?}"),
             }
         }
@@ -68,13 +105,24 @@ impl History {
 }
 
 /// Runs every check; returns the violations (empty: all properties hold).
-pub fn check(history: &History, max_gap_ns: u64) -> Vec<String> {
+pub fn check(history: &History, bounds: Bounds) -> Vec<String> {
     let mut violations = Vec::new();
     check_s1(history, &mut violations);
     check_s2(history, &mut violations);
     check_s3(history, &mut violations);
     check_s4(history, &mut violations);
-    check_l1(history, max_gap_ns, &mut violations);
+    check_linearizable(history, &mut violations);
+    check_l1(history, bounds.max_gap_ns, &mut violations);
+    for fault in recoveries(history, bounds.recovery_ns) {
+        if let Recovery::Late { lease, after_ns } = fault.1 {
+            violations.push(format!(
+                "L1: {lease} had no holder {} ms after {} healed (bound {} ms)",
+                after_ns / 1_000_000,
+                fault.0.kind,
+                bounds.recovery_ns / 1_000_000
+            ));
+        }
+    }
     violations
 }
 
@@ -196,4 +244,121 @@ fn check_l1(history: &History, max_gap_ns: u64, violations: &mut Vec<String>) {
             covered_to = covered_to.max(held.to);
         }
     }
+}
+
+/// S4 (reads): per key, the reads and the writes that may have taken effect
+/// are linearizable as one register that starts absent.
+fn check_linearizable(history: &History, violations: &mut Vec<String>) {
+    let mut keys: Vec<&str> = history.reads.iter().map(|r| r.key.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        let mut ids: HashMap<&str, u32> = HashMap::new();
+        let mut ops: Vec<Op> = Vec::new();
+        let mut described: Vec<String> = Vec::new();
+        let reads: Vec<&Read> = history
+            .reads
+            .iter()
+            .filter(|r| r.key == key && r.ok)
+            .collect();
+        let seen: std::collections::HashSet<&str> =
+            reads.iter().filter_map(|r| r.value.as_deref()).collect();
+        for write in history.writes.iter().filter(|w| w.key == key) {
+            // A write refused for sure changed nothing; one of unknown
+            // outcome that no read saw can be placed last, where it changes
+            // nothing either, so only the seen ones matter.
+            if write.surely_refused() || (!write.ok && !seen.contains(write.value.as_str())) {
+                continue;
+            }
+            let id = ids.len() as u32;
+            let id = *ids.entry(&write.value).or_insert(id);
+            ops.push(Op {
+                invoke: write.invoke,
+                complete: if write.ok { write.complete } else { u64::MAX },
+                kind: Kind::Write(id),
+            });
+            described.push(format!(
+                "write {:?} (token {}, ok {})",
+                write.value, write.token, write.ok
+            ));
+        }
+        for read in reads {
+            let seen = match read.value.as_deref() {
+                None => None,
+                Some(value) => match ids.get(value) {
+                    Some(id) => Some(*id),
+                    None => {
+                        violations.push(format!(
+                            "S4: a read of {key} returned {value:?}, which no write that may have succeeded wrote"
+                        ));
+                        continue;
+                    }
+                },
+            };
+            ops.push(Op {
+                invoke: read.invoke,
+                complete: read.complete,
+                kind: Kind::Read(seen),
+            });
+            described.push(format!("read -> {:?}", read.value));
+        }
+        match linearizable::check(&ops) {
+            Verdict::Linearizable => {}
+            Verdict::Not { op } => violations.push(format!(
+                "S4: reads of {key} are not linearizable ({} ops); no order can place: {} [{}..{}]",
+                ops.len(),
+                described[op],
+                ops[op].invoke,
+                ops[op].complete
+            )),
+            Verdict::Undecided { steps } => violations.push(format!(
+                "S4: linearizability of {key} undecided after {steps} steps ({} ops)",
+                ops.len()
+            )),
+        }
+    }
+}
+
+/// How a lease fared after a fault healed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recovery {
+    /// Held again this long after the heal (0: held throughout).
+    Within { lease: String, after_ns: u64 },
+    /// Not held again within the bound.
+    Late { lease: String, after_ns: u64 },
+    /// The next fault started before the bound passed, with no holder yet.
+    Interrupted { lease: String },
+}
+
+/// For every fault and lease: when the lease had a holder again after the
+/// fault healed.
+pub fn recoveries(history: &History, bound_ns: u64) -> Vec<(Fault, Recovery)> {
+    let mut leases: Vec<&str> = history.held.iter().map(|h| h.lease.as_str()).collect();
+    leases.sort_unstable();
+    leases.dedup();
+    let mut faults = history.faults.clone();
+    faults.sort_by_key(|f| f.from);
+    let mut out = Vec::new();
+    for (i, fault) in faults.iter().enumerate() {
+        let next_fault = faults.get(i + 1).map_or(u64::MAX, |f| f.from);
+        for lease in &leases {
+            let held_again = history
+                .held
+                .iter()
+                .filter(|h| h.lease == *lease && h.to >= fault.healed)
+                .map(|h| h.from.saturating_sub(fault.healed))
+                .min();
+            let lease = (*lease).to_owned();
+            let recovery = match held_again {
+                Some(after_ns) if after_ns <= bound_ns => Recovery::Within { lease, after_ns },
+                _ if next_fault < fault.healed + bound_ns => Recovery::Interrupted { lease },
+                after => Recovery::Late {
+                    lease,
+                    after_ns: after.unwrap_or(u64::MAX - fault.healed),
+                },
+            };
+            out.push((fault.clone(), recovery));
+        }
+    }
+    out
 }

@@ -1,0 +1,71 @@
+//! Real network partitions without touching the machine's network: the suite
+//! moves its thread into a fresh network namespace (its own loopback, its own
+//! empty iptables), gives each election node its own loopback address
+//! (127.0.0.11-13, also the source of its peer connections), and cuts node
+//! pairs with iptables DROP rules. Dropped packets are lost silently, as on a
+//! real network: established connections hang until their deadlines, new ones
+//! time out. Clients (workers, gateway, the harness) connect from 127.0.0.1,
+//! which no rule touches, so they still reach every node — the minority side
+//! of a partition is reachable and must refuse to grant.
+//!
+//! Everything the thread starts afterwards (the tokio runtime's threads, the
+//! child processes) inherits the namespace; it disappears with them.
+
+use std::process::Command;
+
+/// The loopback address of election node `id`.
+pub fn node_host(id: u64) -> String {
+    format!("127.0.0.{}", 10 + id)
+}
+
+/// Moves the calling thread into a new network namespace with loopback up,
+/// and checks that iptables works there.
+///
+/// # Errors
+/// Why partitions are not possible here (not root, no iptables, ...).
+pub fn enter_private() -> Result<(), String> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("unshare(CLONE_NEWNET): {e} (needs root)"))?;
+    run(&["ip", "link", "set", "lo", "up"])?;
+    run(&["iptables", "-w", "-F", "INPUT"])?;
+    Ok(())
+}
+
+fn run(argv: &[&str]) -> Result<(), String> {
+    let output = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{argv:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// Drops every packet between nodes `a` and `b`, both ways.
+pub fn cut(a: u64, b: u64) {
+    for (from, to) in [(a, b), (b, a)] {
+        run(&[
+            "iptables",
+            "-w",
+            "-A",
+            "INPUT",
+            "-s",
+            &node_host(from),
+            "-d",
+            &node_host(to),
+            "-j",
+            "DROP",
+        ])
+        .expect("iptables cut");
+    }
+}
+
+/// Removes every cut.
+pub fn heal() {
+    run(&["iptables", "-w", "-F", "INPUT"]).expect("iptables heal");
+}
