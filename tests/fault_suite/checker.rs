@@ -85,6 +85,14 @@ pub struct Bounds {
 }
 
 impl History {
+    /// Every lease that was granted at least once, sorted.
+    pub fn leases(&self) -> Vec<&str> {
+        let mut leases: Vec<&str> = self.held.iter().map(|h| h.lease.as_str()).collect();
+        leases.sort_unstable();
+        leases.dedup();
+        leases
+    }
+
     /// Parses JSON lines written by `palisade worker --history`.
     pub fn add_lines(&mut self, text: &str) {
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -226,24 +234,34 @@ fn check_s4(history: &History, violations: &mut Vec<String>) {
 /// L1: a lease is never without a holder for longer than `max_gap_ns`
 /// between its first grant and its last.
 fn check_l1(history: &History, max_gap_ns: u64, violations: &mut Vec<String>) {
-    let mut by_lease: HashMap<&str, Vec<&Held>> = HashMap::new();
-    for held in &history.held {
-        by_lease.entry(&held.lease).or_default().push(held);
-    }
-    for (lease, mut grants) in by_lease {
-        grants.sort_by_key(|h| h.from);
-        let mut covered_to = grants[0].to;
-        for held in &grants[1..] {
-            if held.from > covered_to && held.from - covered_to > max_gap_ns {
+    let leases = history.leases();
+    for lease in leases {
+        for (from, to) in gaps(history, lease) {
+            if to - from > max_gap_ns {
                 violations.push(format!(
                     "L1: {lease} had no holder for {} ms (bound {} ms)",
-                    (held.from - covered_to) / 1_000_000,
+                    (to - from) / 1_000_000,
                     max_gap_ns / 1_000_000
                 ));
             }
-            covered_to = covered_to.max(held.to);
         }
     }
+}
+
+/// The stretches (from, to) in which `lease` had no holder, between its
+/// first grant and its last.
+pub fn gaps(history: &History, lease: &str) -> Vec<(u64, u64)> {
+    let mut held: Vec<&Held> = history.held.iter().filter(|h| h.lease == lease).collect();
+    held.sort_by_key(|h| h.from);
+    let mut out = Vec::new();
+    let mut covered_to = held.first().map_or(0, |h| h.to);
+    for h in held.iter().skip(1) {
+        if h.from > covered_to {
+            out.push((covered_to, h.from));
+        }
+        covered_to = covered_to.max(h.to);
+    }
+    out
 }
 
 /// S4 (reads): per key, the reads and the writes that may have taken effect
@@ -333,9 +351,7 @@ pub enum Recovery {
 /// For every fault and lease: when the lease had a holder again after the
 /// fault healed.
 pub fn recoveries(history: &History, bound_ns: u64) -> Vec<(Fault, Recovery)> {
-    let mut leases: Vec<&str> = history.held.iter().map(|h| h.lease.as_str()).collect();
-    leases.sort_unstable();
-    leases.dedup();
+    let leases = history.leases();
     let mut faults = history.faults.clone();
     faults.sort_by_key(|f| f.from);
     let mut out = Vec::new();

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use checker::{check, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
+use checker::{check, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
 use support::{free_ports, http_client, spawn_server, Cluster, NodeSetup, Process};
 
 const TTL_MS: u64 = 1500;
@@ -462,34 +462,55 @@ async fn current_holder(http: &reqwest::Client, cluster: &Cluster, lease: &str) 
     None
 }
 
-/// Prints what ran: per fault kind, how often and the slowest recovery.
+/// Prints what ran: per fault kind, how often, the slowest recovery after
+/// the heal, and the longest stretch without a holder around the fault.
 fn report(seed: u64, history: &History, kinds: &[&str], bounds: Bounds) {
-    let mut table: BTreeMap<&str, (u32, u64, u32)> =
-        kinds.iter().map(|k| (*k, (0, 0, 0))).collect();
+    #[derive(Default)]
+    struct Row {
+        count: u32,
+        slowest_ns: u64,
+        longest_gap_ns: u64,
+        interrupted: u32,
+    }
+    let mut table: BTreeMap<&str, Row> = kinds.iter().map(|k| (*k, Row::default())).collect();
+    let leases = history.leases();
+    let all_gaps: Vec<(u64, u64)> = leases.iter().flat_map(|l| gaps(history, l)).collect();
     for fault in &history.faults {
-        table.entry(fault.kind).or_default().0 += 1;
+        let row = table.entry(fault.kind).or_default();
+        row.count += 1;
+        let window_end = fault.healed + bounds.recovery_ns;
+        for (from, to) in &all_gaps {
+            if *from < window_end && *to > fault.from {
+                row.longest_gap_ns = row.longest_gap_ns.max(to - from);
+            }
+        }
     }
     for (fault, recovery) in recoveries(history, bounds.recovery_ns) {
         let row = table.entry(fault.kind).or_default();
         match recovery {
             Recovery::Within { after_ns, .. } | Recovery::Late { after_ns, .. } => {
-                row.1 = row.1.max(after_ns);
+                row.slowest_ns = row.slowest_ns.max(after_ns);
             }
-            Recovery::Interrupted { .. } => row.2 += 1,
+            Recovery::Interrupted { .. } => row.interrupted += 1,
         }
     }
     eprintln!("fault suite: seed {seed}");
     eprintln!(
-        "  {:<52} {:>6} {:>22}",
-        "fault", "count", "slowest recovery (ms)"
+        "  {:<50} {:>5} {:>14} {:>14}",
+        "fault", "count", "recovery ms", "longest gap ms"
     );
-    for (kind, (count, slowest, interrupted)) in table {
-        let note = if interrupted > 0 {
-            format!(" ({interrupted} cut short by the next fault)")
+    for (kind, row) in table {
+        let note = if row.interrupted > 0 {
+            format!(" ({} cut short by the next fault)", row.interrupted)
         } else {
             String::new()
         };
-        eprintln!("  {kind:<52} {count:>6} {:>22}{note}", slowest / 1_000_000);
+        eprintln!(
+            "  {kind:<50} {:>5} {:>14} {:>14}{note}",
+            row.count,
+            row.slowest_ns / 1_000_000,
+            row.longest_gap_ns / 1_000_000
+        );
     }
     eprintln!(
         "  {} grants, {} acknowledged writes, {} refused or failed writes, {} reads ({} failed)",
