@@ -23,12 +23,18 @@ pub fn node_host(id: u64) -> String {
 ///
 /// # Errors
 /// Why partitions are not possible here (not root, no iptables, ...).
+///
+/// # Panics
+/// If the namespace was entered but its loopback cannot be brought up.
 pub fn enter_private() -> Result<(), String> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("unshare(CLONE_NEWNET): {e} (needs root)"))?;
-    run(&["ip", "link", "set", "lo", "up"])?;
-    run(&["iptables", "-w", "-F", "INPUT"])?;
-    Ok(())
+    // Past this point the thread is in the new namespace for good: without
+    // loopback nothing could run, so that is fatal, not a skip.
+    if let Err(why) = run(&["ip", "link", "set", "lo", "up"]) {
+        panic!("in a new network namespace but loopback is down: {why}");
+    }
+    run(&["iptables", "-w", "-F", "INPUT"])
 }
 
 fn run(argv: &[&str]) -> Result<(), String> {
