@@ -7,7 +7,8 @@
 //! CLOCK_MONOTONIC (nanoseconds, one clock for every process on the machine),
 //! for the fault suite's checker: `held` intervals as the SDK reported them
 //! (from the acquire's answer to the moment `is_held` turned false) and every
-//! write with its invoke and complete times. With `--read-interval-ms` it
+//! write with its invoke and complete times (and, if accepted, the version
+//! the gateway gave it: versions follow the gateway's commit order). With `--read-interval-ms` it
 //! also reads the key that often, whether or not it holds the lease, and logs
 //! each read (invoke, complete, the value seen) for the linearizability check.
 
@@ -173,13 +174,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             let invoke = monotonic_ns();
             let result = lease.put(&key, value.clone()).await;
             let complete = monotonic_ns();
-            let (ok, error) = match &result {
-                Ok(_) => (true, None),
-                Err(err) => (false, Some(err.to_string())),
+            let (ok, error, version) = match &result {
+                Ok(answer) => (true, None, answer["version"].as_u64()),
+                Err(err) => (false, Some(err.to_string()), None),
             };
             history.record(json!({
                 "op": "write", "lease": args.lease, "holder": args.holder, "key": key, "value": value,
                 "seq": sequence, "token": token, "invoke": invoke, "complete": complete, "ok": ok, "error": error,
+                "version": version,
             }));
             match result {
                 Ok(_) => println!("wrote seq={sequence} token={token}"),

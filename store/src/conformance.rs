@@ -158,6 +158,8 @@ struct Op {
     invoked: u64,
     completed: u64,
     accepted: bool,
+    /// An accepted put's version.
+    version: Option<u64>,
 }
 
 /// Concurrent writers with random tokens on a few leases. Checks, per lease:
@@ -185,17 +187,17 @@ pub(crate) async fn concurrent_writers_never_go_back(
                     0 => store
                         .put(&key(&format!("{name}/w{writer}/{i}")), vec![kind; 8], token)
                         .await
-                        .map(drop),
+                        .map(|w| Some(w.version)),
                     1 => store
                         .delete(&key(&format!("{name}/w{writer}/0")), token)
                         .await
-                        .map(drop),
-                    _ => store.bump_fence(&lease(&name), token).await.map(drop),
+                        .map(|_| None),
+                    _ => store.bump_fence(&lease(&name), token).await.map(|_| None),
                 };
                 let completed = clock.fetch_add(1, Ordering::SeqCst);
-                let accepted = match result {
-                    Ok(()) => true,
-                    Err(StoreError::Stale { .. }) => false,
+                let (accepted, version) = match result {
+                    Ok(version) => (true, version),
+                    Err(StoreError::Stale { .. }) => (false, None),
                     Err(err) => panic!("unexpected error {err}"),
                 };
                 ops.push(Op {
@@ -204,6 +206,7 @@ pub(crate) async fn concurrent_writers_never_go_back(
                     invoked,
                     completed,
                     accepted,
+                    version,
                 });
             }
             ops
@@ -234,6 +237,21 @@ pub(crate) async fn concurrent_writers_never_go_back(
         }
     }
     for lease_index in 0..3 {
+        // Versions follow the commit order, so the gateway's order of a
+        // lease's puts is visible: their tokens never go down in it.
+        let mut puts: Vec<&Op> = history
+            .iter()
+            .filter(|op| op.lease == lease_index && op.version.is_some())
+            .collect();
+        puts.sort_by_key(|op| op.version);
+        for pair in puts.windows(2) {
+            assert!(
+                pair[1].token >= pair[0].token && pair[1].version > pair[0].version,
+                "in commit (version) order {:?} came after {:?}",
+                pair[1],
+                pair[0]
+            );
+        }
         let highest = history
             .iter()
             .filter(|op| op.lease == lease_index && op.accepted)

@@ -177,16 +177,19 @@ impl FencedStore for SledStore {
                 max: self.max_value_bytes,
             });
         }
-        let version = self.db.generate_id()? + 1;
-        let mut record = Vec::with_capacity(HEADER_LEN + value.len());
-        record.extend_from_slice(&version.to_be_bytes());
-        record.extend_from_slice(&token.0.to_be_bytes());
-        record.extend_from_slice(&value);
-        self.fenced_write(key.lease(), token, |objects| {
-            objects.insert(key.as_str(), record)?;
-            Ok(())
-        })
-        .await?;
+        // The version is taken under the lease's lock, so versions follow
+        // the commit order of the lease's writes (restarts included).
+        let version = self
+            .fenced_write(key.lease(), token, |objects| {
+                let version = self.db.generate_id()? + 1;
+                let mut record = Vec::with_capacity(HEADER_LEN + value.len());
+                record.extend_from_slice(&version.to_be_bytes());
+                record.extend_from_slice(&token.0.to_be_bytes());
+                record.extend_from_slice(&value);
+                objects.insert(key.as_str(), record)?;
+                Ok(version)
+            })
+            .await?;
         Ok(Written {
             version,
             fence: token,

@@ -31,6 +31,9 @@ pub struct Write {
     pub complete: u64,
     pub ok: bool,
     pub error: Option<String>,
+    /// The gateway's version of an accepted write (its commit order).
+    #[serde(default)]
+    pub version: Option<u64>,
 }
 
 impl Write {
@@ -134,9 +137,25 @@ pub fn check(history: &History, bounds: Bounds) -> Vec<String> {
     violations
 }
 
-/// S1: an accepted write never carries a token below one accepted (and
-/// acknowledged) before it was invoked, on the same lease.
+/// S1: in the gateway's commit order (versions), the tokens of a lease's
+/// accepted writes never go down; and an accepted write never carries a
+/// token below one acknowledged before it was invoked, on the same lease.
 fn check_s1(history: &History, violations: &mut Vec<String>) {
+    let mut committed: Vec<&Write> = history
+        .writes
+        .iter()
+        .filter(|w| w.ok && w.version.is_some())
+        .collect();
+    committed.sort_by_key(|w| (w.lease.as_str(), w.version));
+    for pair in committed.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.lease == b.lease && b.token < a.token {
+            violations.push(format!(
+                "S1: on {} the gateway committed token {} ({} seq {}, version {:?}) after token {} ({} seq {}, version {:?})",
+                a.lease, b.token, b.holder, b.seq, b.version, a.token, a.holder, a.seq, a.version
+            ));
+        }
+    }
     let mut accepted: Vec<&Write> = history.writes.iter().filter(|w| w.ok).collect();
     accepted.sort_by_key(|w| w.complete);
     for (i, earlier) in accepted.iter().enumerate() {

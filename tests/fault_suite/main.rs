@@ -559,6 +559,7 @@ fn write(
         complete,
         ok,
         error: (!ok).then(|| "unavailable: timed out".to_owned()),
+        version: ok.then_some(invoke),
     }
 }
 
@@ -738,4 +739,34 @@ fn the_checker_catches_a_late_recovery_after_a_fault() {
         recovery_ns: 40,
     };
     assert_eq!(check(&history, loose), Vec::<String>::new());
+}
+
+#[test]
+fn the_checker_catches_tokens_going_down_in_commit_order() {
+    // Concurrent in real time (so only the gateway's order can tell), but
+    // committed with versions 50 then 60 and tokens 7 then 3.
+    let mut history = good_history();
+    history.writes = vec![
+        write("b", "l/b", 1, 7, 200, 300, true),
+        write("a", "l/a", 1, 3, 210, 290, true),
+    ];
+    history.writes[0].version = Some(50);
+    history.writes[1].version = Some(60);
+    history.reads.clear();
+    history.finals = [
+        ("l/a".to_owned(), Some("a-1".to_owned())),
+        ("l/b".to_owned(), Some("b-1".to_owned())),
+    ]
+    .into();
+    let violations = check(&history, BOUNDS);
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("S1") && v.contains("committed")),
+        "{violations:?}"
+    );
+    // The same with the versions the other way round is fine.
+    history.writes[0].version = Some(60);
+    history.writes[1].version = Some(50);
+    assert_eq!(check(&history, BOUNDS), Vec::<String>::new());
 }
