@@ -22,6 +22,7 @@ struct Acked {
     value: String,
     lease: u64,
     token: u64,
+    version: u64,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,12 +72,20 @@ async fn acknowledged_writes_and_fences_survive_kill_9() {
                         .send()
                         .await;
                     match response {
-                        Ok(r) if r.status() == 200 => acked.lock().expect("lock").push(Acked {
-                            key: object_key,
-                            value,
-                            lease,
-                            token,
-                        }),
+                        Ok(r) if r.status() == 200 => {
+                            // Killed between the status and the body: the
+                            // outcome is unknown, as for a lost connection.
+                            let Ok(answer) = r.json::<serde_json::Value>().await else {
+                                return;
+                            };
+                            acked.lock().expect("lock").push(Acked {
+                                key: object_key,
+                                value,
+                                lease,
+                                token,
+                                version: answer["version"].as_u64().expect("version"),
+                            });
+                        }
                         Ok(r) if r.status() == 409 => {
                             refused.fetch_add(1, Ordering::Relaxed);
                         }
@@ -97,6 +106,13 @@ async fn acknowledged_writes_and_fences_survive_kill_9() {
         assert!(
             !acked.is_empty(),
             "round {round}: no write was acknowledged"
+        );
+        // Versions keep rising across restarts (they order commits).
+        let before = all_acked.iter().map(|a| a.version).max().unwrap_or(0);
+        let first = acked.iter().map(|a| a.version).min().unwrap_or(u64::MAX);
+        assert!(
+            first > before,
+            "round {round}: version {first} after a restart is not above {before}"
         );
         all_acked.extend(acked);
         total_refused += refused.load(Ordering::Relaxed);
@@ -128,6 +144,10 @@ async fn verify(client: &reqwest::Client, url: &str, acked: &[Acked]) {
             .expect("header")
             .to_owned();
         assert_eq!(fencing_token, write.token.to_string());
+        assert_eq!(
+            response.headers()["etag"].to_str().expect("header"),
+            write.version.to_string()
+        );
         assert_eq!(response.text().await.expect("body"), write.value);
         let entry = highest.entry(write.lease).or_default();
         *entry = (*entry).max(write.token);

@@ -35,7 +35,8 @@ pub use sled_store::{SledStore, SledStoreConfig};
 pub struct StoredObject {
     /// The bytes written.
     pub value: Vec<u8>,
-    /// Unique per write across the store's life (restarts included): an ETag.
+    /// Unique per write across the store's life (restarts included): an
+    /// ETag. Increases in the commit order of one lease's writes.
     pub version: u64,
     /// The token of the write that stored this value.
     pub token: FencingToken,
