@@ -1,7 +1,8 @@
 //! The fault-injection suite: real processes (3 election nodes, a gateway,
 //! 4 `palisade worker` processes contending for 2 leases, writing and reading
 //! through the SDK) under a seeded schedule of faults:
-//! - SIGKILL and restart of the Raft leader;
+//! - SIGKILL and restart of the Raft leader, of a follower, and of two nodes
+//!   at once (quorum lost until they are back);
 //! - SIGSTOP of the Raft leader, of a follower, and of a lease holder for
 //!   longer than its ttl (the paused old leader);
 //! - kill -9 and restart of the gateway mid-write;
@@ -150,6 +151,8 @@ fn start_gateway(dir: &Path, cluster: &Cluster, port: u16) -> Process {
 }
 
 const KILL_LEADER: &str = "kill -9 Raft leader, restart";
+const KILL_FOLLOWER: &str = "kill -9 follower, restart";
+const KILL_QUORUM: &str = "kill -9 two nodes (quorum lost), restart";
 const STOP_LEADER: &str = "SIGSTOP Raft leader";
 const STOP_FOLLOWER: &str = "SIGSTOP follower";
 const STOP_HOLDER: &str = "SIGSTOP lease holder past its ttl";
@@ -204,6 +207,8 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
     eprintln!("fault suite: seed {seed}, {seconds} s (replay with PALISADE_FAULT_SEED={seed})");
     let mut kinds = vec![
         KILL_LEADER,
+        KILL_FOLLOWER,
+        KILL_QUORUM,
         STOP_LEADER,
         STOP_FOLLOWER,
         STOP_HOLDER,
@@ -272,11 +277,20 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         let kind = kinds[(first_kind + faults.len()) % kinds.len()];
         let from = monotonic_ns();
         match kind {
-            KILL_LEADER => {
+            KILL_LEADER | KILL_FOLLOWER | KILL_QUORUM => {
                 let leader = cluster.leader(&http).await;
-                cluster.kill(leader);
+                let victims = match kind {
+                    KILL_LEADER => vec![leader],
+                    KILL_FOLLOWER => vec![follower(leader, &mut schedule)],
+                    _ => vec![leader, follower(leader, &mut schedule)],
+                };
+                for id in &victims {
+                    cluster.kill(*id);
+                }
                 tokio::time::sleep(Duration::from_millis(500 + schedule.next(1000))).await;
-                cluster.start_node(leader);
+                for id in victims {
+                    cluster.start_node(id);
+                }
             }
             STOP_LEADER | STOP_FOLLOWER => {
                 let leader = cluster.leader(&http).await;
