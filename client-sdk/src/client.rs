@@ -378,9 +378,8 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
-        let client = self;
-        let url = format!("{}/v1/objects/{}", client.gateway()?, encode_key(key));
-        let response = client
+        let url = format!("{}/v1/objects/{}", self.gateway()?, encode_key(key));
+        let response = self
             .inner
             .http
             .get(&url)

@@ -8,9 +8,10 @@
 //! for the fault suite's checker: `held` intervals as the SDK reported them
 //! (from the acquire's answer to the moment `is_held` turned false) and every
 //! write with its invoke and complete times (and, if accepted, the version
-//! the gateway gave it: versions follow the gateway's commit order). With `--read-interval-ms` it
-//! also reads the key that often, whether or not it holds the lease, and logs
-//! each read (invoke, complete, the value seen) for the linearizability check.
+//! the gateway gave it: versions follow the gateway's commit order). With
+//! `--read-interval-ms` it also reads the key that often, whether or not it
+//! holds the lease, and logs each read (invoke, complete, the value seen) for
+//! the linearizability check.
 
 use std::io::Write;
 use std::process::ExitCode;
