@@ -226,6 +226,87 @@ async fn an_unrenewed_lease_expires_and_the_next_token_is_higher() {
     assert_eq!(body["error"], "lost");
 }
 
+/// S3: the holder asking again for the grant it has, right as it expires,
+/// is never told it holds a grant the leader is freeing. (The fault suite
+/// found this: the repeated acquire returned the same token while that
+/// token's `Expire` was already on its way, and another holder got the lease
+/// 15 ms later.) Each trial: "old" takes a 500 ms lease and never renews,
+/// "new" blocks on it, and "old" asks again once, at an offset swept across
+/// the expiry (the window is the few ms between the leader deciding to
+/// expire and the `Expire` committing). A grant "old" is given must outlast,
+/// by the SDK's rule (send + 90% of ttl), the moment "new" is granted.
+#[tokio::test]
+async fn a_repeated_acquire_never_revives_an_expiring_grant() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let mut revived = 0;
+    for batch in 0..6u64 {
+        let leader = cluster.leader(&client).await;
+        let base = cluster.url(leader);
+        let trials: Vec<_> = (0..10u64)
+            .map(|i| {
+                let offset = Duration::from_micros(497_000 + (batch * 10 + i) * 400);
+                let lease = format!("race{batch}-{i}");
+                tokio::spawn(trial(client.clone(), base.clone(), lease, offset))
+            })
+            .collect();
+        for trial in trials {
+            let outcome = trial.await.expect("trial");
+            if let Some((told, new_token, believed_past_grant)) = outcome {
+                revived += 1;
+                assert!(
+                    believed_past_grant.is_none(),
+                    "\"old\" was told it held token {told} {:?} past the grant of token \
+                     {new_token} to \"new\"",
+                    believed_past_grant.unwrap_or_default()
+                );
+            }
+        }
+    }
+    eprintln!("{revived} of 60 trials gave \"old\" a grant before \"new\" got one");
+}
+
+/// One trial: `Some((old's token, new's token, how long old would still
+/// believe after new's grant))` when both were granted.
+async fn trial(
+    client: reqwest::Client,
+    base: String,
+    lease: String,
+    offset: Duration,
+) -> Option<(u64, u64, Option<Duration>)> {
+    let url = format!("{base}/v1/leases/{lease}/acquire");
+    let (status, grant) = acquire(&client, &base, &lease, "old", 500).await;
+    assert_eq!(status, 200, "{grant}");
+    let granted = Instant::now();
+    let waiter = {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move {
+            let body = json!({"holder": "new", "ttl_ms": 500, "wait_ms": 2000});
+            let (status, grant) = post_json_once(&client, &url, body).await;
+            (status, grant, Instant::now())
+        })
+    };
+    tokio::time::sleep_until((granted + offset).into()).await;
+    let sent = Instant::now();
+    let (status, again) =
+        post_json_once(&client, &url, json!({"holder": "old", "ttl_ms": 500})).await;
+    let (new_status, new_grant, new_at) = waiter.await.expect("waiter");
+    if status != 200 || new_status != 200 {
+        return None;
+    }
+    let told = again["token"].as_u64().expect("token");
+    let new_token = new_grant["token"].as_u64().expect("token");
+    assert!(told < new_token, "tokens go up");
+    let believed_until = sent + Duration::from_millis(450);
+    Some((
+        told,
+        new_token,
+        believed_until.checked_duration_since(new_at),
+    ))
+}
+
 /// A blocking acquire waits for the lease to be freed, and a watch sees it.
 #[tokio::test]
 async fn blocking_acquire_and_watch() {

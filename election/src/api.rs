@@ -378,11 +378,40 @@ async fn acquire(
             ttl_ms: request.ttl_ms,
         };
         match propose(&state, command).await? {
-            CommandResult::Granted { token, ttl_ms, .. } => {
-                state
-                    .lessor
-                    .granted(lease.as_str(), token, Duration::from_millis(ttl_ms));
-                return grant_body(&state, &lease, &request.holder, token, ttl_ms);
+            CommandResult::Granted {
+                token,
+                ttl_ms,
+                new_grant,
+            } => {
+                let ttl = Duration::from_millis(ttl_ms);
+                if new_grant {
+                    state.lessor.granted(lease.as_str(), token, ttl);
+                    return grant_body(&state, &lease, &request.holder, token, ttl_ms);
+                }
+                // The holder asked again for the grant it has: that extends
+                // it like a renewal, and like a renewal it must not revive a
+                // grant whose deadline has passed, for the `Expire` of that
+                // same token may already be on its way through the log
+                // (found by the fault suite: the holder was told it held a
+                // lease that was freed and granted to another 15 ms later).
+                match state.lessor.renew(lease.as_str(), token, ttl) {
+                    Ok(()) => return grant_body(&state, &lease, &request.holder, token, ttl_ms),
+                    Err(RenewRefused::NotLeader) => {
+                        return Err(ApiError::NoQuorum(
+                            "this node stopped leading; retry".into(),
+                        ))
+                    }
+                    Err(RenewRefused::Expired) => {
+                        // Wait for the Expire to free the lease, then ask
+                        // for a fresh grant (with a new token).
+                        let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
+                        if !wait_until_free(&state, &lease, settle.max(deadline)).await {
+                            return Err(ApiError::NoQuorum(format!(
+                                "the previous grant of {lease} is expiring; retry"
+                            )));
+                        }
+                    }
+                }
             }
             CommandResult::Held { holder, token } => {
                 if !wait_until_free(&state, &lease, deadline).await {

@@ -79,7 +79,9 @@ impl Lessor {
         self.state().leading
     }
 
-    /// A grant (new or repeated) was committed: its deadline is now + ttl.
+    /// A new grant was committed: its deadline is now + ttl. (A repeated
+    /// acquire by the holder goes through [`Lessor::renew`], so it cannot
+    /// revive a grant whose deadline has passed.)
     pub fn granted(&self, lease: &str, token: u64, ttl: Duration) {
         let mut state = self.state();
         if state.leading.is_some() {
