@@ -204,6 +204,10 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
+    let drift: f64 = std::env::var("PALISADE_FAULT_DRIFT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(DRIFT);
     eprintln!("fault suite: seed {seed}, {seconds} s (replay with PALISADE_FAULT_SEED={seed})");
     let mut kinds = vec![
         KILL_LEADER,
@@ -217,56 +221,9 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
     if partitions {
         kinds.extend([ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE]);
     }
-    let drift: f64 = std::env::var("PALISADE_FAULT_DRIFT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DRIFT);
-    let mut schedule = Schedule(seed);
     let dir = tempfile::tempdir().expect("tempdir");
-    let setups = (1..=3)
-        .map(|id| NodeSetup {
-            host: if partitions {
-                netns::node_host(id)
-            } else {
-                "127.0.0.1".into()
-            },
-            env: if id == 3 {
-                drift_env(faketime.as_deref(), 1.0 + drift)
-            } else {
-                Vec::new()
-            },
-        })
-        .collect();
-    let mut cluster = Cluster::start_with(dir.path(), setups);
-    let http = http_client();
-    cluster.leader(&http).await;
-    let gateway_port = free_ports(1)[0];
-    let mut gateway = start_gateway(dir.path(), &cluster, gateway_port);
-    let gateway_url = gateway.url.clone();
-
-    let roles = [
-        ("alpha", "w1"),
-        ("alpha", "w2"),
-        ("beta", "w3"),
-        ("beta", "w4"),
-    ];
-    let histories: Vec<_> = roles
-        .iter()
-        .map(|(_, h)| dir.path().join(format!("{h}.jsonl")))
-        .collect();
-    let mut workers: Vec<Child> = roles
-        .iter()
-        .zip(&histories)
-        .map(|((lease, holder), path)| {
-            let env = if *holder == "w2" {
-                drift_env(faketime.as_deref(), 1.0 - drift)
-            } else {
-                Vec::new()
-            };
-            worker(&cluster, &gateway_url, lease, holder, path, &env)
-        })
-        .collect();
-
+    let mut harness = Harness::start(dir.path(), partitions, faketime.as_deref(), drift).await;
+    let mut schedule = Schedule(seed);
     let mut faults: Vec<Fault> = Vec::new();
     let first_kind = schedule.next(kinds.len() as u64) as usize;
     let started = Instant::now();
@@ -276,13 +233,133 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         // each; the seed also picks the durations and the victims.
         let kind = kinds[(first_kind + faults.len()) % kinds.len()];
         let from = monotonic_ns();
+        harness.inject(kind, &mut schedule).await;
+        faults.push(Fault {
+            kind,
+            from,
+            healed: monotonic_ns(),
+        });
+    }
+
+    // Let the last fault recover within its bound, then collect.
+    tokio::time::sleep(Duration::from_millis(RECOVERY_MS + 1000)).await;
+    let history = harness.finish(faults).await;
+    let longest_fault = history
+        .faults
+        .iter()
+        .map(|f| f.healed - f.from)
+        .max()
+        .unwrap_or(0);
+    let bounds = Bounds {
+        max_gap_ns: longest_fault + RECOVERY_MS * 1_000_000,
+        recovery_ns: RECOVERY_MS * 1_000_000,
+    };
+    let violations = check(&history, bounds);
+    report(seed, &history, &kinds, bounds);
+    if !violations.is_empty() {
+        let kept = keep(seed, &harness.histories, &history.faults);
+        panic!(
+            "violations (histories kept in {}):\n{}",
+            kept.display(),
+            violations.join("\n")
+        );
+    }
+    // The run must have exercised what it claims to.
+    let injected: std::collections::BTreeSet<&str> =
+        history.faults.iter().map(|f| f.kind).collect();
+    if seconds >= 45 {
+        assert_eq!(injected.len(), kinds.len(), "not every fault kind ran");
+    }
+    assert!(
+        history.held.len() >= 3,
+        "no lease changed hands: {} grants",
+        history.held.len()
+    );
+    let acked = history.writes.iter().filter(|w| w.ok).count();
+    let reads = history.reads.iter().filter(|r| r.ok).count();
+    assert!(acked >= 20, "too few writes to mean anything: {acked}");
+    assert!(reads >= 50, "too few reads to mean anything: {reads}");
+}
+
+/// Who holds which lease: two workers per lease.
+const ROLES: [(&str, &str); 4] = [
+    ("alpha", "w1"),
+    ("alpha", "w2"),
+    ("beta", "w3"),
+    ("beta", "w4"),
+];
+
+/// The processes under test and how to hurt them.
+struct Harness {
+    dir: PathBuf,
+    http: reqwest::Client,
+    cluster: Cluster,
+    gateway: Process,
+    gateway_port: u16,
+    workers: Vec<Child>,
+    histories: Vec<PathBuf>,
+}
+
+impl Harness {
+    /// Three election nodes (node 3 drifting fast), a gateway, and the
+    /// workers of `ROLES` (w2 drifting slow).
+    async fn start(dir: &Path, partitions: bool, faketime: Option<&Path>, drift: f64) -> Self {
+        let setups = (1..=3)
+            .map(|id| NodeSetup {
+                host: if partitions {
+                    netns::node_host(id)
+                } else {
+                    "127.0.0.1".into()
+                },
+                env: if id == 3 {
+                    drift_env(faketime, 1.0 + drift)
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        let cluster = Cluster::start_with(dir, setups);
+        let http = http_client();
+        cluster.leader(&http).await;
+        let gateway_port = free_ports(1)[0];
+        let gateway = start_gateway(dir, &cluster, gateway_port);
+        let histories: Vec<PathBuf> = ROLES
+            .iter()
+            .map(|(_, h)| dir.join(format!("{h}.jsonl")))
+            .collect();
+        let workers = ROLES
+            .iter()
+            .zip(&histories)
+            .map(|((lease, holder), path)| {
+                let env = if *holder == "w2" {
+                    drift_env(faketime, 1.0 - drift)
+                } else {
+                    Vec::new()
+                };
+                worker(&cluster, &gateway.url, lease, holder, path, &env)
+            })
+            .collect();
+        Self {
+            dir: dir.to_owned(),
+            http,
+            cluster,
+            gateway,
+            gateway_port,
+            workers,
+            histories,
+        }
+    }
+
+    /// Injects one fault of `kind` and heals it before returning.
+    async fn inject(&mut self, kind: &str, schedule: &mut Schedule) {
+        let (http, cluster) = (&self.http, &mut self.cluster);
         match kind {
             KILL_LEADER | KILL_FOLLOWER | KILL_QUORUM => {
-                let leader = cluster.leader(&http).await;
+                let leader = cluster.leader(http).await;
                 let victims = match kind {
                     KILL_LEADER => vec![leader],
-                    KILL_FOLLOWER => vec![follower(leader, &mut schedule)],
-                    _ => vec![leader, follower(leader, &mut schedule)],
+                    KILL_FOLLOWER => vec![follower(leader, schedule)],
+                    _ => vec![leader, follower(leader, schedule)],
                 };
                 for id in &victims {
                     cluster.kill(*id);
@@ -293,34 +370,36 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
                 }
             }
             STOP_LEADER | STOP_FOLLOWER => {
-                let leader = cluster.leader(&http).await;
+                let leader = cluster.leader(http).await;
                 let victim = if kind == STOP_LEADER {
                     leader
                 } else {
-                    follower(leader, &mut schedule)
+                    follower(leader, schedule)
                 };
                 cluster.signal(victim, "STOP");
                 tokio::time::sleep(Duration::from_millis(300 + schedule.next(1200))).await;
                 cluster.signal(victim, "CONT");
             }
             STOP_HOLDER => {
-                let lease = roles[schedule.next(roles.len() as u64) as usize].0;
-                let holder = current_holder(&http, &cluster, lease).await;
-                let victim = roles
+                let lease = ROLES[schedule.next(ROLES.len() as u64) as usize].0;
+                let holder = current_holder(http, cluster, lease).await;
+                let fallback = schedule.next(ROLES.len() as u64) as usize;
+                let victim = ROLES
                     .iter()
                     .position(|(_, h)| Some(*h) == holder.as_deref())
-                    .unwrap_or(schedule.next(roles.len() as u64) as usize);
-                signal(workers[victim].id(), "STOP");
+                    .unwrap_or(fallback);
+                let pid = self.workers[victim].id();
+                signal(pid, "STOP");
                 tokio::time::sleep(Duration::from_millis(TTL_MS + 500 + schedule.next(1000))).await;
-                signal(workers[victim].id(), "CONT");
+                signal(pid, "CONT");
             }
             KILL_GATEWAY => {
-                gateway.kill();
-                gateway = start_gateway(dir.path(), &cluster, gateway_port);
+                self.gateway.kill();
+                self.gateway = start_gateway(&self.dir, cluster, self.gateway_port);
             }
             ISOLATE_LEADER | ISOLATE_FOLLOWER | BRIDGE => {
-                let leader = cluster.leader(&http).await;
-                let one = follower(leader, &mut schedule);
+                let leader = cluster.leader(http).await;
+                let one = follower(leader, schedule);
                 let other = 6 - leader - one;
                 match kind {
                     ISOLATE_LEADER => {
@@ -328,7 +407,7 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
                         netns::cut(leader, other);
                         // Proof that the cut is real: the majority elects
                         // a leader of its own.
-                        let moved = leader_among(&http, &cluster, &[one, other]).await;
+                        let moved = leader_among(http, cluster, &[one, other]).await;
                         assert!(
                             moved.is_some(),
                             "the majority elected no leader while node {leader} was cut off"
@@ -345,93 +424,56 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
             }
             other => unreachable!("unknown fault {other}"),
         }
-        faults.push(Fault {
-            kind,
-            from,
-            healed: monotonic_ns(),
-        });
     }
 
-    // Let the last fault recover within its bound, stop the workers cleanly
-    // (they log their last held interval), then read the final state.
-    tokio::time::sleep(Duration::from_millis(RECOVERY_MS + 1000)).await;
-    for worker in &workers {
-        signal(worker.id(), "TERM");
-    }
-    for worker in &mut workers {
-        let _ = worker.wait();
-    }
-    let mut history = History {
-        faults,
-        ..History::default()
-    };
-    for path in &histories {
-        history.add_lines(&std::fs::read_to_string(path).unwrap_or_default());
-    }
-    let keys: std::collections::BTreeSet<String> =
-        history.writes.iter().map(|w| w.key.clone()).collect();
-    for key in keys {
-        let response = http
-            .get(format!("{gateway_url}/v1/objects/{key}"))
-            .send()
-            .await
-            .expect("final read");
-        let value = (response.status() == 200).then_some(response.text().await.expect("body"));
-        history.finals.insert(key, value);
-    }
-
-    let longest_fault = history
-        .faults
-        .iter()
-        .map(|f| f.healed - f.from)
-        .max()
-        .unwrap_or(0);
-    let bounds = Bounds {
-        max_gap_ns: longest_fault + RECOVERY_MS * 1_000_000,
-        recovery_ns: RECOVERY_MS * 1_000_000,
-    };
-    let violations = check(&history, bounds);
-    report(seed, &history, &kinds, bounds);
-    let acked = history.writes.iter().filter(|w| w.ok).count();
-    let reads = history.reads.iter().filter(|r| r.ok).count();
-    if !violations.is_empty() {
-        let keep =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/fault-histories/{seed}"));
-        let _ = std::fs::create_dir_all(&keep);
-        for path in &histories {
-            let _ = std::fs::copy(path, keep.join(path.file_name().expect("name")));
+    /// Stops the workers cleanly (they log their last held interval) and
+    /// reads their histories and the final state of every key written.
+    async fn finish(&mut self, faults: Vec<Fault>) -> History {
+        for worker in &self.workers {
+            signal(worker.id(), "TERM");
         }
-        let faults: String = history
-            .faults
-            .iter()
-            .map(|f| {
-                format!(
-                    "{{\"kind\":{:?},\"from\":{},\"healed\":{}}}\n",
-                    f.kind, f.from, f.healed
-                )
-            })
-            .collect();
-        let _ = std::fs::write(keep.join("faults.jsonl"), faults);
-        panic!(
-            "violations (histories kept in {}):\n{}",
-            keep.display(),
-            violations.join("\n")
-        );
+        for worker in &mut self.workers {
+            let _ = worker.wait();
+        }
+        let mut history = History {
+            faults,
+            ..History::default()
+        };
+        for path in &self.histories {
+            history.add_lines(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        let keys: std::collections::BTreeSet<String> =
+            history.writes.iter().map(|w| w.key.clone()).collect();
+        for key in keys {
+            let response = self
+                .http
+                .get(format!("{}/v1/objects/{key}", self.gateway.url))
+                .send()
+                .await
+                .expect("final read");
+            let value = (response.status() == 200).then_some(response.text().await.expect("body"));
+            history.finals.insert(key, value);
+        }
+        history
     }
-    // The run must have exercised what it claims to.
-    let injected: std::collections::BTreeSet<&str> =
-        history.faults.iter().map(|f| f.kind).collect();
-    if seconds >= 45 {
-        assert_eq!(injected.len(), kinds.len(), "not every fault kind ran");
+}
+
+/// Copies the histories and the fault log to `target/fault-histories/<seed>/`.
+fn keep(seed: u64, histories: &[PathBuf], faults: &[Fault]) -> PathBuf {
+    let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/fault-histories/{seed}"));
+    let _ = std::fs::create_dir_all(&kept);
+    for path in histories {
+        let _ = std::fs::copy(path, kept.join(path.file_name().expect("name")));
     }
-    assert!(
-        history.held.len() >= 3,
-        "no lease changed hands: {} grants",
-        history.held.len()
-    );
-    assert!(acked >= 20, "too few writes to mean anything: {acked}");
-    assert!(reads >= 50, "too few reads to mean anything: {reads}");
-    drop(gateway);
+    let log: String = faults
+        .iter()
+        .map(|f| {
+            let line = serde_json::json!({"kind": f.kind, "from": f.from, "healed": f.healed});
+            format!("{line}\n")
+        })
+        .collect();
+    let _ = std::fs::write(kept.join("faults.jsonl"), log);
+    kept
 }
 
 /// A node among `ids` that says it leads, polled for up to 3 s.
