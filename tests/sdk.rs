@@ -53,6 +53,43 @@ async fn the_lease_is_lost_when_renewals_fail() {
     assert!(matches!(refused, Err(Error::LeaseLost(_))), "{refused:?}");
 }
 
+/// S3: dropping a lease (which releases it in the background) and acquiring
+/// it again at once under the same holder never leaves the new handle
+/// believing in a grant the late release freed. Without the SDK's release
+/// gate the acquire can be granted the same token again (acquire by the
+/// holder is idempotent) and the release then frees it.
+#[tokio::test]
+async fn a_dropped_lease_never_releases_the_next_grant() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = sdk(&cluster, None);
+    let http = http_client();
+    cluster.leader(&http).await;
+    for round in 0..20 {
+        let ttl = Duration::from_millis(2000);
+        let first = client
+            .acquire("again", "h", ttl, Some(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        drop(first);
+        let second = client
+            .acquire("again", "h", ttl, Some(Duration::from_secs(5)))
+            .await
+            .expect("acquire again");
+        // Give a late release time to land, then ask the cluster.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let info = client.get("again").await.expect("get");
+        assert!(second.is_held());
+        assert_eq!(
+            (info.holder.as_deref(), info.token),
+            (Some("h"), second.token()),
+            "round {round}: the cluster freed the grant the new handle holds"
+        );
+        second.release().await.expect("release");
+    }
+}
+
 /// A holder process frozen past its deadline reports the lease not held the
 /// moment it resumes, even before any renewal attempt (S3 from the holder's
 /// side), while another holder has taken over.

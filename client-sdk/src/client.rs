@@ -1,6 +1,7 @@
 //! [`Client`]: the election cluster (and optionally a gateway) over HTTP, with
 //! bounded retries.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +116,12 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     /// The endpoint that answered last; tried first next time.
     preferred: AtomicUsize,
+    /// One gate per (lease, holder): held by a background release (a dropped
+    /// [`Lease`]) until it is done; an acquire for the same pair waits for
+    /// it. Otherwise the acquire could be granted the very same token again
+    /// (acquire by the holder is idempotent) and the late release would then
+    /// free the new grant while its holder believes in it.
+    release_gates: std::sync::Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// One HTTP answer: status and JSON body (Null when not JSON).
@@ -142,6 +149,7 @@ impl Client {
                 config,
                 http,
                 preferred: AtomicUsize::new(0),
+                release_gates: std::sync::Mutex::default(),
             }),
         }
     }
@@ -217,6 +225,9 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Lease, Error> {
+        // A dropped handle of this lease and holder may still be releasing.
+        let gate = self.release_gate(lease, holder);
+        drop(gate.lock().await);
         let sent = tokio::time::Instant::now();
         let grant = self.acquire_grant(lease, holder, ttl, wait).await?;
         let lease = Lease::start(self.clone(), grant, sent);
@@ -411,6 +422,21 @@ impl Client {
                 Err(status_error(&Answer { status, body }))
             }
         }
+    }
+
+    /// The release gate of `lease` and `holder` (see `Inner::release_gates`);
+    /// forgets gates nobody holds.
+    pub(crate) fn release_gate(&self, lease: &str, holder: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self
+            .inner
+            .release_gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
+        gates
+            .entry((lease.to_owned(), holder.to_owned()))
+            .or_default()
+            .clone()
     }
 
     /// The gateway URL, or an error if none is configured.

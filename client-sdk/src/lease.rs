@@ -255,15 +255,26 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewer.abort();
-        let already_lost = self.shared.state().lost_reason.is_some();
+        // Only a lease still held is released: once the safe deadline has
+        // passed the leader is expiring it anyway, and a release retried
+        // through an outage could land after this holder acquired the same
+        // token again.
+        let held = self.shared.held_jwt().is_ok();
         self.shared.mark_lost("dropped".into());
-        if already_lost {
+        if !held {
             return;
         }
-        // Best effort: release if a runtime is still around.
+        // Best effort: release if a runtime is still around. The gate, taken
+        // now, makes the next acquire of this lease and holder wait for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
+            let gate = shared.client.release_gate(&shared.lease, &shared.holder);
+            let taken = gate.clone().try_lock_owned().ok();
             runtime.spawn(async move {
+                let _guard = match taken {
+                    Some(guard) => guard,
+                    None => gate.lock_owned().await,
+                };
                 let _ = shared
                     .client
                     .release_grant(&shared.lease, &shared.holder, shared.token)
