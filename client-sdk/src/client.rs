@@ -121,8 +121,11 @@ pub(crate) struct Inner {
     /// it. Otherwise the acquire could be granted the very same token again
     /// (acquire by the holder is idempotent) and the late release would then
     /// free the new grant while its holder believes in it.
-    release_gates: std::sync::Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    release_gates: std::sync::Mutex<HashMap<(String, String), ReleaseGate>>,
 }
+
+/// Held while a lease is being released in the background.
+pub(crate) type ReleaseGate = Arc<tokio::sync::Mutex<()>>;
 
 /// One HTTP answer: status and JSON body (Null when not JSON).
 pub(crate) struct Answer {
@@ -426,7 +429,7 @@ impl Client {
 
     /// The release gate of `lease` and `holder` (see `Inner::release_gates`);
     /// forgets gates nobody holds.
-    pub(crate) fn release_gate(&self, lease: &str, holder: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn release_gate(&self, lease: &str, holder: &str) -> ReleaseGate {
         let mut gates = self
             .inner
             .release_gates
