@@ -52,16 +52,28 @@ pub fn monotonic_ns() -> u64 {
     (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
 }
 
-/// `instant` (tokio's clock, which is CLOCK_MONOTONIC underneath) in
-/// CLOCK_MONOTONIC nanoseconds.
+/// `instant` (tokio's clock) in CLOCK_MONOTONIC nanoseconds. The two are the
+/// same clock unless something skews this process's view of time (the fault
+/// suite runs one worker under libfaketime, whose tokio clock runs slow while
+/// `monotonic_ns` reads the real clock): so the conversion goes through an
+/// anchor taken at startup and the rate measured since, which is exactly 1
+/// without skew and the skew's rate with it.
 fn instant_ns(instant: Instant) -> u64 {
-    let now_ns = monotonic_ns();
-    let now = Instant::now();
-    if instant <= now {
-        now_ns.saturating_sub((now - instant).as_nanos() as u64)
+    static ANCHOR: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
+    let (instant0, real0) = *ANCHOR.get_or_init(|| (Instant::now(), monotonic_ns()));
+    let (instant_now, real_now) = (Instant::now(), monotonic_ns());
+    let elapsed = (instant_now - instant0).as_nanos() as f64;
+    let rate = if elapsed >= 1e8 {
+        real_now.saturating_sub(real0) as f64 / elapsed
     } else {
-        now_ns + (instant - now).as_nanos() as u64
-    }
+        1.0
+    };
+    let offset = if instant >= instant0 {
+        (instant - instant0).as_nanos() as f64
+    } else {
+        -((instant0 - instant).as_nanos() as f64)
+    };
+    (real0 as f64 + offset * rate).max(0.0) as u64
 }
 
 /// The history file, shared by the writer loop and the reader task; one
@@ -139,6 +151,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             history.clone(),
         )))
     });
+    instant_ns(Instant::now()); // the anchor of the clock conversion
     let shutdown = super::shutdown_signal();
     tokio::pin!(shutdown);
     let mut sequence = 0u64;
