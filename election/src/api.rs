@@ -396,11 +396,7 @@ async fn acquire(
                 // lease that was freed and granted to another 15 ms later).
                 match state.lessor.renew(lease.as_str(), token, ttl) {
                     Ok(()) => return grant_body(&state, &lease, &request.holder, token, ttl_ms),
-                    Err(RenewRefused::NotLeader) => {
-                        return Err(ApiError::NoQuorum(
-                            "this node stopped leading; retry".into(),
-                        ))
-                    }
+                    Err(RenewRefused::NotLeader) => return Err(stopped_leading()),
                     Err(RenewRefused::Expired) => {
                         // Wait for the Expire to free the lease, then ask
                         // for a fresh grant (with a new token).
@@ -421,6 +417,12 @@ async fn acquire(
             other => return Err(ApiError::Internal(format!("acquire answered {other:?}"))),
         }
     }
+}
+
+/// The lessor found this node no longer leading between the commit and the
+/// answer.
+fn stopped_leading() -> ApiError {
+    ApiError::NoQuorum("this node stopped leading; retry".into())
 }
 
 /// Waits until the table shows `lease` free, or `deadline`. True if free.
@@ -477,9 +479,7 @@ async fn renew(
         Err(RenewRefused::Expired) => Err(ApiError::Lost(format!(
             "the lease {lease} expired before this renewal"
         ))),
-        Err(RenewRefused::NotLeader) => Err(ApiError::NoQuorum(
-            "this node stopped leading; retry".into(),
-        )),
+        Err(RenewRefused::NotLeader) => Err(stopped_leading()),
     }
 }
 
