@@ -216,7 +216,7 @@ async fn a_fenced_write_surfaces_as_lease_lost() {
     a.put("fenced/x", "from A").await.expect("A writes");
     // Behind A's back the grant is released and B takes over (and fences).
     client
-        .release_grant("fenced", "A", a.token())
+        .release_grant("fenced", "A", a.token(), None)
         .await
         .expect("release");
     let b = client
@@ -273,7 +273,7 @@ async fn the_elector_cancels_the_task_when_leadership_is_lost() {
     };
     let revoked = tokio::time::Instant::now();
     client
-        .release_grant("elected", "replica-1", token)
+        .release_grant("elected", "replica-1", token, None)
         .await
         .expect("revoke");
     loop {
@@ -368,7 +368,7 @@ async fn palisade_run_kills_its_child_on_loss() {
         .parse()
         .expect("token in env");
     client
-        .release_grant("job", "runner", token)
+        .release_grant("job", "runner", token, None)
         .await
         .expect("revoke");
     let revoked = Instant::now();

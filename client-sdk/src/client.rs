@@ -87,6 +87,11 @@ pub struct Grant {
     pub ttl_ms: u64,
     /// The signed lease token for the gateway.
     pub jwt: String,
+    /// Which acquire this grant came from: a repeated acquire by the holder
+    /// keeps the token but gets a new index, and a release naming an older
+    /// index frees nothing. `None` from clusters that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_index: Option<u64>,
 }
 
 /// The election cluster (and gateway) client. Cheap to clone.
@@ -284,12 +289,22 @@ impl Client {
         parse_grant(answer)
     }
 
-    /// Releases a grant.
+    /// Releases a grant; pass the [`Grant::grant_index`] it came with so that
+    /// a late release can never free a newer grant of the same holder.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] if it was not held with that token.
-    pub async fn release_grant(&self, lease: &str, holder: &str, token: u64) -> Result<(), Error> {
-        let body = json!({ "holder": holder, "token": token });
+    /// [`Error::LeaseLost`] if it was not held with that token (and index).
+    pub async fn release_grant(
+        &self,
+        lease: &str,
+        holder: &str,
+        token: u64,
+        grant_index: Option<u64>,
+    ) -> Result<(), Error> {
+        let mut body = json!({ "holder": holder, "token": token });
+        if let Some(grant_index) = grant_index {
+            body["grant_index"] = json!(grant_index);
+        }
         let answer = self
             .election(
                 reqwest::Method::POST,

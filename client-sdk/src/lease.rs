@@ -44,6 +44,8 @@ struct Shared {
     lease: String,
     holder: String,
     token: u64,
+    /// The acquire this handle came from (see [`Grant::grant_index`]).
+    grant_index: Option<u64>,
     ttl: Duration,
     margin: Duration,
     state: Mutex<State>,
@@ -99,6 +101,7 @@ impl Lease {
             lease: grant.lease,
             holder: grant.holder,
             token: grant.token,
+            grant_index: grant.grant_index,
             ttl,
             margin,
             state: Mutex::new(State {
@@ -243,7 +246,12 @@ impl Lease {
         drop(self);
         let released = shared
             .client
-            .release_grant(&shared.lease, &shared.holder, shared.token)
+            .release_grant(
+                &shared.lease,
+                &shared.holder,
+                shared.token,
+                shared.grant_index,
+            )
             .await;
         match released {
             Err(Error::LeaseLost(_)) if !was_held => Ok(()),
@@ -277,7 +285,12 @@ impl Drop for Lease {
                 };
                 let _ = shared
                     .client
-                    .release_grant(&shared.lease, &shared.holder, shared.token)
+                    .release_grant(
+                        &shared.lease,
+                        &shared.holder,
+                        shared.token,
+                        shared.grant_index,
+                    )
                     .await;
             });
         }

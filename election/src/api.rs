@@ -306,6 +306,7 @@ fn grant_body(
     holder: &str,
     token: u64,
     ttl_ms: u64,
+    grant_index: u64,
 ) -> Result<Json<Value>, ApiError> {
     let signer = state.signer()?;
     let jwt = signer
@@ -318,6 +319,7 @@ fn grant_body(
         "ttl_ms": ttl_ms,
         "jwt": jwt,
         "kid": signer.kid(),
+        "grant_index": grant_index,
     })))
 }
 
@@ -334,6 +336,10 @@ struct AcquireRequest {
 struct HolderToken {
     holder: String,
     token: u64,
+    /// The grant's `grant_index` as the holder's handle knows it (release
+    /// only; see `LeaseRecord::grant_index`).
+    #[serde(default)]
+    grant_index: Option<u64>,
 }
 
 /// 409 `lost`: `request` does not name the current grant of `lease`.
@@ -382,11 +388,13 @@ async fn acquire(
                 token,
                 ttl_ms,
                 new_grant,
+                grant_index,
             } => {
                 let ttl = Duration::from_millis(ttl_ms);
                 if new_grant {
                     state.lessor.granted(lease.as_str(), token, ttl);
-                    return grant_body(&state, &lease, &request.holder, token, ttl_ms);
+                    let holder = &request.holder;
+                    return grant_body(&state, &lease, holder, token, ttl_ms, grant_index);
                 }
                 // The holder asked again for the grant it has: that extends
                 // it like a renewal, and like a renewal it must not revive a
@@ -395,7 +403,10 @@ async fn acquire(
                 // (found by the fault suite: the holder was told it held a
                 // lease that was freed and granted to another 15 ms later).
                 match state.lessor.renew(lease.as_str(), token, ttl) {
-                    Ok(()) => return grant_body(&state, &lease, &request.holder, token, ttl_ms),
+                    Ok(()) => {
+                        let holder = &request.holder;
+                        return grant_body(&state, &lease, holder, token, ttl_ms, grant_index);
+                    }
                     Err(RenewRefused::NotLeader) => return Err(stopped_leading()),
                     Err(RenewRefused::Expired) => {
                         // Wait for the Expire to free the lease, then ask
@@ -463,11 +474,11 @@ async fn renew(
     let record = state
         .shared
         .read(|s| s.table.leases.get(lease.as_str()).cloned());
-    let ttl_ms = match record {
+    let (ttl_ms, grant_index) = match record {
         Some(r)
             if r.holder.as_deref() == Some(request.holder.as_str()) && r.token == request.token =>
         {
-            r.ttl_ms
+            (r.ttl_ms, r.grant_index)
         }
         _ => return Err(not_held(&request, &lease)),
     };
@@ -475,7 +486,14 @@ async fn renew(
         .lessor
         .renew(lease.as_str(), request.token, Duration::from_millis(ttl_ms))
     {
-        Ok(()) => grant_body(&state, &lease, &request.holder, request.token, ttl_ms),
+        Ok(()) => grant_body(
+            &state,
+            &lease,
+            &request.holder,
+            request.token,
+            ttl_ms,
+            grant_index,
+        ),
         Err(RenewRefused::Expired) => Err(ApiError::Lost(format!(
             "the lease {lease} expired before this renewal"
         ))),
@@ -496,6 +514,7 @@ async fn release(
         lease: lease.as_str().to_owned(),
         holder: request.holder.clone(),
         token: request.token,
+        grant_index: request.grant_index,
     };
     match propose(&state, command).await? {
         CommandResult::Freed => Ok(Json(

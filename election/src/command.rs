@@ -27,6 +27,11 @@ pub enum Command {
         holder: String,
         /// The token of the grant being released.
         token: u64,
+        /// The `grant_index` of the handle releasing it, if known: a release
+        /// from a handle older than the latest (repeated) acquire frees
+        /// nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant_index: Option<u64>,
     },
     /// Free `lease` if its current grant is still `token`. Proposed only by the
     /// Raft leader, when its deadline for that grant has passed.
@@ -57,6 +62,8 @@ pub enum CommandResult {
         ttl_ms: u64,
         /// False when the requester already held the lease (idempotent acquire).
         new_grant: bool,
+        /// The index of this acquire (see `LeaseRecord::grant_index`).
+        grant_index: u64,
     },
     /// The lease is held by someone else.
     Held {
@@ -87,6 +94,7 @@ impl std::fmt::Display for Command {
                 lease,
                 holder,
                 token,
+                ..
             } => {
                 write!(f, "release {lease} by {holder} (token {token})")
             }

@@ -20,6 +20,12 @@ pub struct LeaseRecord {
     pub transitions: u64,
     /// Log index of the last change; watchers wait for it to pass a value.
     pub modify_index: u64,
+    /// Log index of the latest acquire that granted the lease to its holder,
+    /// repeated acquires included. A release naming an older one comes from
+    /// a handle the holder has since replaced, and frees nothing: a repeated
+    /// acquire keeps the token, so the token alone cannot tell them apart.
+    #[serde(default)]
+    pub grant_index: u64,
 }
 
 /// The cluster's signing key, as replicated.
@@ -67,14 +73,17 @@ impl LeaseTable {
                         ttl_ms: *ttl_ms,
                         transitions: 0,
                         modify_index: index,
+                        grant_index: index,
                     });
                 match &record.holder {
                     Some(current) if current == holder => {
                         record.ttl_ms = *ttl_ms;
+                        record.grant_index = index;
                         CommandResult::Granted {
                             token: record.token,
                             ttl_ms: *ttl_ms,
                             new_grant: false,
+                            grant_index: index,
                         }
                     }
                     Some(current) => CommandResult::Held {
@@ -87,10 +96,12 @@ impl LeaseTable {
                         record.ttl_ms = *ttl_ms;
                         record.transitions += 1;
                         record.modify_index = index;
+                        record.grant_index = index;
                         CommandResult::Granted {
                             token: index,
                             ttl_ms: *ttl_ms,
                             new_grant: true,
+                            grant_index: index,
                         }
                     }
                 }
@@ -99,10 +110,12 @@ impl LeaseTable {
                 lease,
                 holder,
                 token,
+                grant_index,
             } => match self.leases.get_mut(lease) {
                 Some(record)
                     if record.holder.as_deref() == Some(holder.as_str())
-                        && record.token == *token =>
+                        && record.token == *token
+                        && grant_index.is_none_or(|g| g >= record.grant_index) =>
                 {
                     record.holder = None;
                     record.transitions += 1;
@@ -157,7 +170,8 @@ mod tests {
             CommandResult::Granted {
                 token: 5,
                 ttl_ms: 1000,
-                new_grant: true
+                new_grant: true,
+                grant_index: 5
             }
         );
         assert_eq!(
@@ -165,7 +179,8 @@ mod tests {
             CommandResult::Granted {
                 token: 5,
                 ttl_ms: 1000,
-                new_grant: false
+                new_grant: false,
+                grant_index: 6
             }
         );
         assert_eq!(
@@ -179,6 +194,7 @@ mod tests {
             lease: "a".into(),
             holder: holder.into(),
             token,
+            grant_index: None,
         };
         assert_eq!(table.apply(8, &release("y", 5)), CommandResult::Lost);
         assert_eq!(table.apply(9, &release("x", 4)), CommandResult::Lost);
@@ -188,10 +204,39 @@ mod tests {
             CommandResult::Granted {
                 token: 11,
                 ttl_ms: 1000,
-                new_grant: true
+                new_grant: true,
+                grant_index: 11
             }
         );
         assert_eq!(table.leases["a"].transitions, 3);
+    }
+
+    #[test]
+    fn a_release_from_a_replaced_handle_frees_nothing() {
+        // x acquires (index 5), acquires again (index 8: same token, a new
+        // handle); the first handle's late release must not free the second.
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire("a", "x"));
+        table.apply(8, &acquire("a", "x"));
+        let release = |grant_index| Command::Release {
+            lease: "a".into(),
+            holder: "x".into(),
+            token: 5,
+            grant_index,
+        };
+        assert_eq!(table.apply(9, &release(Some(5))), CommandResult::Lost);
+        assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
+        assert_eq!(table.apply(10, &release(Some(8))), CommandResult::Freed);
+        // Without a grant index (older clients) the token alone decides.
+        table.apply(11, &acquire("a", "x"));
+        assert_eq!(table.apply(12, &release(None)), CommandResult::Lost);
+        let release11 = Command::Release {
+            lease: "a".into(),
+            holder: "x".into(),
+            token: 11,
+            grant_index: None,
+        };
+        assert_eq!(table.apply(13, &release11), CommandResult::Freed);
     }
 
     #[test]
@@ -229,11 +274,14 @@ mod tests {
         let holder = prop::sample::select(vec!["x", "y", "z"]);
         prop_oneof![
             (lease.clone(), holder.clone()).prop_map(|(l, h)| acquire(l, h)),
-            (lease.clone(), holder, 0u64..40).prop_map(|(l, h, t)| Command::Release {
-                lease: l.into(),
-                holder: h.into(),
-                token: t
-            }),
+            (lease.clone(), holder, 0u64..40, prop::option::of(0u64..40)).prop_map(
+                |(l, h, t, g)| Command::Release {
+                    lease: l.into(),
+                    holder: h.into(),
+                    token: t,
+                    grant_index: g,
+                }
+            ),
             (lease, 0u64..40).prop_map(|(l, t)| Command::Expire {
                 lease: l.into(),
                 token: t

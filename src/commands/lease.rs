@@ -212,7 +212,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
         } => Ok(
             match endpoints
                 .client()
-                .release_grant(&lease, &holder, token)
+                .release_grant(&lease, &holder, token, None)
                 .await
             {
                 Ok(()) => {
