@@ -399,16 +399,20 @@ async fn acquire(
                 // The holder asked again for the grant it has: that extends
                 // it like a renewal, and like a renewal it must not revive a
                 // grant whose deadline has passed, for the `Expire` of that
-                // same token may already be on its way through the log
-                // (found by the fault suite: the holder was told it held a
-                // lease that was freed and granted to another 15 ms later).
-                match state.lessor.renew(lease.as_str(), token, ttl) {
-                    Ok(()) => {
+                // same token may already be on its way through the log, or
+                // have applied since this acquire did (found by the fault
+                // suite: the holder was told it held a lease that was freed
+                // and granted to another 15 ms later).
+                match extend(&state, &lease, &request.holder, token) {
+                    Extended::Yes {
+                        ttl_ms,
+                        grant_index,
+                    } => {
                         let holder = &request.holder;
                         return grant_body(&state, &lease, holder, token, ttl_ms, grant_index);
                     }
-                    Err(RenewRefused::NotLeader) => return Err(stopped_leading()),
-                    Err(RenewRefused::Expired) => {
+                    Extended::No(RenewRefused::NotLeader) => return Err(stopped_leading()),
+                    Extended::NotHeld | Extended::No(RenewRefused::Expired) => {
                         // Wait for the Expire to free the lease, then ask
                         // for a fresh grant (with a new token).
                         let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
@@ -471,22 +475,11 @@ async fn renew(
     check_holder(&request.holder)?;
     // A renewal writes nothing, but only a confirmed leader may answer it.
     confirm_leadership(&state).await?;
-    let record = state
-        .shared
-        .read(|s| s.table.leases.get(lease.as_str()).cloned());
-    let (ttl_ms, grant_index) = match record {
-        Some(r)
-            if r.holder.as_deref() == Some(request.holder.as_str()) && r.token == request.token =>
-        {
-            (r.ttl_ms, r.grant_index)
-        }
-        _ => return Err(not_held(&request, &lease)),
-    };
-    match state
-        .lessor
-        .renew(lease.as_str(), request.token, Duration::from_millis(ttl_ms))
-    {
-        Ok(()) => grant_body(
+    match extend(&state, &lease, &request.holder, request.token) {
+        Extended::Yes {
+            ttl_ms,
+            grant_index,
+        } => grant_body(
             &state,
             &lease,
             &request.holder,
@@ -494,11 +487,44 @@ async fn renew(
             ttl_ms,
             grant_index,
         ),
-        Err(RenewRefused::Expired) => Err(ApiError::Lost(format!(
+        Extended::NotHeld => Err(not_held(&request, &lease)),
+        Extended::No(RenewRefused::Expired) => Err(ApiError::Lost(format!(
             "the lease {lease} expired before this renewal"
         ))),
-        Err(RenewRefused::NotLeader) => Err(stopped_leading()),
+        Extended::No(RenewRefused::NotLeader) => Err(stopped_leading()),
     }
+}
+
+/// How [`extend`] went.
+enum Extended {
+    Yes { ttl_ms: u64, grant_index: u64 },
+    NotHeld,
+    No(RenewRefused),
+}
+
+/// Extends `holder`'s grant `token` of `lease` by its ttl (a renewal, or a
+/// repeated acquire). The table check and the lessor's decision happen in
+/// one step under the applied state's read lock, so no `Expire` can apply
+/// in between: otherwise the lessor, which stops tracking a grant once the
+/// table shows it freed, would start that freed grant afresh and the holder
+/// would be told it holds a lease another may be granted next (found by a
+/// targeted test under CPU load).
+fn extend(state: &ApiState, lease: &LeaseName, holder: &str, token: u64) -> Extended {
+    state
+        .shared
+        .read(|s| match s.table.leases.get(lease.as_str()) {
+            Some(r) if r.holder.as_deref() == Some(holder) && r.token == token => {
+                let ttl = Duration::from_millis(r.ttl_ms);
+                match state.lessor.renew(lease.as_str(), token, ttl) {
+                    Ok(()) => Extended::Yes {
+                        ttl_ms: r.ttl_ms,
+                        grant_index: r.grant_index,
+                    },
+                    Err(refused) => Extended::No(refused),
+                }
+            }
+            _ => Extended::NotHeld,
+        })
 }
 
 async fn release(
