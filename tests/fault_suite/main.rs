@@ -407,7 +407,7 @@ impl Harness {
                         netns::cut(leader, other);
                         // Proof that the cut is real: the majority elects
                         // a leader of its own.
-                        let moved = leader_among(http, cluster, &[one, other]).await;
+                        let moved = cluster.leader_among(http, &[one, other], 60).await;
                         assert!(
                             moved.is_some(),
                             "the majority elected no leader while node {leader} was cut off"
@@ -474,29 +474,6 @@ fn keep(seed: u64, histories: &[PathBuf], faults: &[Fault]) -> PathBuf {
         .collect();
     let _ = std::fs::write(kept.join("faults.jsonl"), log);
     kept
-}
-
-/// A node among `ids` that says it leads, polled for up to 3 s.
-async fn leader_among(http: &reqwest::Client, cluster: &Cluster, ids: &[u64]) -> Option<u64> {
-    for _ in 0..60 {
-        for id in ids {
-            let Ok(response) = http
-                .get(format!("{}/v1/cluster", cluster.url(*id)))
-                .send()
-                .await
-            else {
-                continue;
-            };
-            let Ok(body) = response.json::<serde_json::Value>().await else {
-                continue;
-            };
-            if body["state"] == "Leader" {
-                return Some(*id);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
 }
 
 /// A follower of `leader`, picked by the schedule.
