@@ -5,6 +5,7 @@
 //! deterministically. Commands carry everything apply needs: no clock, no
 //! randomness, no node-local state.
 
+use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
 /// A change proposed to the lease table.
@@ -12,8 +13,8 @@ use serde::{Deserialize, Serialize};
 pub enum Command {
     /// Grant `lease` to `holder` if it is free; idempotent for the current holder.
     Acquire {
-        /// The lease name (validated before proposing).
-        lease: String,
+        /// The lease name.
+        lease: LeaseName,
         /// Who asks.
         holder: String,
         /// How long the grant lasts without renewal.
@@ -22,11 +23,11 @@ pub enum Command {
     /// Free `lease` if `holder` holds it with `token`.
     Release {
         /// The lease name.
-        lease: String,
+        lease: LeaseName,
         /// Who asks.
         holder: String,
         /// The token of the grant being released.
-        token: u64,
+        token: FencingToken,
         /// The `grant_index` of the handle releasing it, if known: a release
         /// from a handle older than the latest (repeated) acquire frees
         /// nothing.
@@ -37,9 +38,9 @@ pub enum Command {
     /// Raft leader, when its deadline for that grant has passed.
     Expire {
         /// The lease name.
-        lease: String,
+        lease: LeaseName,
         /// The grant that expired; a newer grant is left alone.
-        token: u64,
+        token: FencingToken,
     },
     /// Install the cluster's signing key, if it has none yet. Proposed by the
     /// first leader; the key travels in the log so every node can sign.
@@ -47,8 +48,20 @@ pub enum Command {
         /// The key id published in the JWKS and in token headers.
         kid: String,
         /// The Ed25519 secret key (32 bytes).
-        secret: Vec<u8>,
+        secret: KeySecret,
     },
+}
+
+/// Secret key bytes. Serialized as they are (the log must not change), never
+/// shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeySecret(pub Vec<u8>);
+
+impl std::fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeySecret(<{} bytes, redacted>)", self.0.len())
+    }
 }
 
 /// What applying a [`Command`] answered.
@@ -57,7 +70,7 @@ pub enum CommandResult {
     /// The lease is held by the requester with this token.
     Granted {
         /// The fencing token of the grant.
-        token: u64,
+        token: FencingToken,
         /// The lease's ttl, as granted.
         ttl_ms: u64,
         /// False when the requester already held the lease (idempotent acquire).
@@ -70,7 +83,7 @@ pub enum CommandResult {
         /// The current holder.
         holder: String,
         /// Its token.
-        token: u64,
+        token: FencingToken,
     },
     /// The lease was released or expired.
     Freed,
@@ -102,5 +115,53 @@ impl std::fmt::Display for Command {
             // Never print the secret.
             Command::InstallKey { kid, .. } => write!(f, "install signing key {kid}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries written before the commands used `LeaseName` and
+    /// `FencingToken` read back the same, and write out byte for byte the same.
+    #[test]
+    fn the_log_format_is_unchanged() {
+        let old = [
+            r#"{"Acquire":{"lease":"jobs","holder":"w-1","ttl_ms":1500}}"#,
+            r#"{"Release":{"lease":"jobs","holder":"w-1","token":7}}"#,
+            r#"{"Release":{"lease":"jobs","holder":"w-1","token":7,"grant_index":9}}"#,
+            r#"{"Expire":{"lease":"jobs","token":7}}"#,
+            r#"{"InstallKey":{"kid":"k1","secret":[1,2,3]}}"#,
+        ];
+        for text in old {
+            let command: Command = serde_json::from_str(text).expect(text);
+            assert_eq!(serde_json::to_string(&command).expect("encode"), text);
+        }
+        let result = CommandResult::Granted {
+            token: FencingToken(7),
+            ttl_ms: 1500,
+            new_grant: true,
+            grant_index: 7,
+        };
+        assert_eq!(
+            serde_json::to_string(&result).expect("encode"),
+            r#"{"Granted":{"token":7,"ttl_ms":1500,"new_grant":true,"grant_index":7}}"#
+        );
+    }
+
+    #[test]
+    fn a_bad_lease_name_in_an_entry_is_refused() {
+        let forged = r#"{"Expire":{"lease":"../x","token":7}}"#;
+        assert!(serde_json::from_str::<Command>(forged).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let command = Command::InstallKey {
+            kid: "k1".into(),
+            secret: KeySecret(vec![0xAB; 32]),
+        };
+        let shown = format!("{command:?} {command}");
+        assert!(!shown.contains("171") && !shown.contains("ab"), "{shown}");
     }
 }

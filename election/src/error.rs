@@ -3,6 +3,7 @@
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::StatusCode;
+use palisade_names::FencingToken;
 use serde_json::{json, Value};
 
 /// Why a client request was refused.
@@ -23,7 +24,7 @@ pub enum ApiError {
         /// The holder.
         holder: String,
         /// Its token.
-        token: u64,
+        token: FencingToken,
     },
     /// 409 `lost`: the requester does not hold the lease with that token.
     #[error("{0}")]
@@ -67,5 +68,14 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         (status, Json(body)).into_response()
+    }
+}
+
+impl From<crate::propose::ProposeError> for ApiError {
+    fn from(err: crate::propose::ProposeError) -> Self {
+        match err {
+            crate::propose::ProposeError::NoQuorum(message) => ApiError::NoQuorum(message),
+            crate::propose::ProposeError::Fatal(detail) => ApiError::Internal(detail),
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, CommandResult};
@@ -13,7 +14,7 @@ pub struct LeaseRecord {
     pub holder: Option<String>,
     /// The fencing token of the latest grant (kept after release, so the next
     /// grant is visibly higher).
-    pub token: u64,
+    pub token: FencingToken,
     /// The ttl of the latest grant.
     pub ttl_ms: u64,
     /// How many times the holder changed (grants plus releases and expiries).
@@ -49,7 +50,7 @@ impl std::fmt::Debug for SigningKeyRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseTable {
     /// Leases ever granted, by name.
-    pub leases: BTreeMap<String, LeaseRecord>,
+    pub leases: BTreeMap<LeaseName, LeaseRecord>,
     /// The signing key, once installed.
     pub signing_key: Option<SigningKeyRecord>,
 }
@@ -69,7 +70,7 @@ impl LeaseTable {
                     .entry(lease.clone())
                     .or_insert_with(|| LeaseRecord {
                         holder: None,
-                        token: 0,
+                        token: FencingToken(0),
                         ttl_ms: *ttl_ms,
                         transitions: 0,
                         modify_index: index,
@@ -92,13 +93,13 @@ impl LeaseTable {
                     },
                     None => {
                         record.holder = Some(holder.clone());
-                        record.token = index;
+                        record.token = FencingToken(index);
                         record.ttl_ms = *ttl_ms;
                         record.transitions += 1;
                         record.modify_index = index;
                         record.grant_index = index;
                         CommandResult::Granted {
-                            token: index,
+                            token: FencingToken(index),
                             ttl_ms: *ttl_ms,
                             new_grant: true,
                             grant_index: index,
@@ -137,7 +138,7 @@ impl LeaseTable {
                 if self.signing_key.is_none() {
                     self.signing_key = Some(SigningKeyRecord {
                         kid: kid.clone(),
-                        secret: secret.clone(),
+                        secret: secret.0.clone(),
                     });
                 }
                 CommandResult::None
@@ -154,9 +155,13 @@ mod tests {
 
     use super::*;
 
+    fn name(lease: &str) -> LeaseName {
+        LeaseName::new(lease).expect("lease name")
+    }
+
     fn acquire(lease: &str, holder: &str) -> Command {
         Command::Acquire {
-            lease: lease.into(),
+            lease: name(lease),
             holder: holder.into(),
             ttl_ms: 1000,
         }
@@ -168,7 +173,7 @@ mod tests {
         assert_eq!(
             table.apply(5, &acquire("a", "x")),
             CommandResult::Granted {
-                token: 5,
+                token: FencingToken(5),
                 ttl_ms: 1000,
                 new_grant: true,
                 grant_index: 5
@@ -177,7 +182,7 @@ mod tests {
         assert_eq!(
             table.apply(6, &acquire("a", "x")),
             CommandResult::Granted {
-                token: 5,
+                token: FencingToken(5),
                 ttl_ms: 1000,
                 new_grant: false,
                 grant_index: 6
@@ -187,13 +192,13 @@ mod tests {
             table.apply(7, &acquire("a", "y")),
             CommandResult::Held {
                 holder: "x".into(),
-                token: 5
+                token: FencingToken(5)
             }
         );
         let release = |holder: &str, token| Command::Release {
-            lease: "a".into(),
+            lease: name("a"),
             holder: holder.into(),
-            token,
+            token: FencingToken(token),
             grant_index: None,
         };
         assert_eq!(table.apply(8, &release("y", 5)), CommandResult::Lost);
@@ -202,7 +207,7 @@ mod tests {
         assert_eq!(
             table.apply(11, &acquire("a", "y")),
             CommandResult::Granted {
-                token: 11,
+                token: FencingToken(11),
                 ttl_ms: 1000,
                 new_grant: true,
                 grant_index: 11
@@ -219,9 +224,9 @@ mod tests {
         table.apply(5, &acquire("a", "x"));
         table.apply(8, &acquire("a", "x"));
         let release = |grant_index| Command::Release {
-            lease: "a".into(),
+            lease: name("a"),
             holder: "x".into(),
-            token: 5,
+            token: FencingToken(5),
             grant_index,
         };
         assert_eq!(table.apply(9, &release(Some(5))), CommandResult::Lost);
@@ -231,9 +236,9 @@ mod tests {
         table.apply(11, &acquire("a", "x"));
         assert_eq!(table.apply(12, &release(None)), CommandResult::Lost);
         let release11 = Command::Release {
-            lease: "a".into(),
+            lease: name("a"),
             holder: "x".into(),
-            token: 11,
+            token: FencingToken(11),
             grant_index: None,
         };
         assert_eq!(table.apply(13, &release11), CommandResult::Freed);
@@ -244,8 +249,8 @@ mod tests {
         let mut table = LeaseTable::default();
         table.apply(3, &acquire("a", "x"));
         let expire = |token| Command::Expire {
-            lease: "a".into(),
-            token,
+            lease: name("a"),
+            token: FencingToken(token),
         };
         assert_eq!(table.apply(4, &expire(2)), CommandResult::Lost);
         assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
@@ -254,12 +259,26 @@ mod tests {
         assert_eq!(table.leases["a"].holder, None);
     }
 
+    /// A table snapshotted before leases were keyed by `LeaseName` and tokens
+    /// were `FencingToken`s reads back, and writes out the same bytes.
+    #[test]
+    fn the_snapshot_format_is_unchanged() {
+        let old = r#"{"leases":{"jobs":{"holder":"w-1","token":7,"ttl_ms":1500,"transitions":1,"modify_index":7,"grant_index":9}},"signing_key":{"kid":"k1","secret":[1,2]}}"#;
+        let table: LeaseTable = serde_json::from_str(old).expect("old snapshot");
+        assert_eq!(table.leases["jobs"].token, FencingToken(7));
+        assert_eq!(serde_json::to_string(&table).expect("encode"), old);
+        // Before `grant_index` existed.
+        let older = r#"{"leases":{"jobs":{"holder":null,"token":7,"ttl_ms":1500,"transitions":2,"modify_index":8}},"signing_key":null}"#;
+        let table: LeaseTable = serde_json::from_str(older).expect("older snapshot");
+        assert_eq!(table.leases["jobs"].grant_index, 0);
+    }
+
     #[test]
     fn the_first_key_stays() {
         let mut table = LeaseTable::default();
         let install = |kid: &str| Command::InstallKey {
             kid: kid.into(),
-            secret: vec![1; 32],
+            secret: crate::command::KeySecret(vec![1; 32]),
         };
         table.apply(1, &install("k1"));
         table.apply(2, &install("k2"));
@@ -276,15 +295,15 @@ mod tests {
             (lease.clone(), holder.clone()).prop_map(|(l, h)| acquire(l, h)),
             (lease.clone(), holder, 0u64..40, prop::option::of(0u64..40)).prop_map(
                 |(l, h, t, g)| Command::Release {
-                    lease: l.into(),
+                    lease: name(l),
                     holder: h.into(),
-                    token: t,
+                    token: FencingToken(t),
                     grant_index: g,
                 }
             ),
             (lease, 0u64..40).prop_map(|(l, t)| Command::Expire {
-                lease: l.into(),
-                token: t
+                lease: name(l),
+                token: FencingToken(t)
             }),
         ]
     }
@@ -296,7 +315,7 @@ mod tests {
         #[test]
         fn tokens_increase_and_holders_are_exclusive(commands in prop::collection::vec(command(), 1..200)) {
             let mut table = LeaseTable::default();
-            let mut last_token: HashMap<String, u64> = HashMap::new();
+            let mut last_token: HashMap<LeaseName, FencingToken> = HashMap::new();
             for (i, command) in commands.iter().enumerate() {
                 let index = i as u64 + 1;
                 let before = table.clone();
@@ -305,7 +324,7 @@ mod tests {
                     let previous = before.leases.get(lease).and_then(|r| r.holder.clone());
                     if *new_grant {
                         prop_assert_eq!(previous, None, "granted while held");
-                        let last = last_token.insert(lease.clone(), *token).unwrap_or(0);
+                        let last = last_token.insert(lease.clone(), *token).unwrap_or_default();
                         prop_assert!(*token > last, "token {} not above {}", token, last);
                     } else {
                         prop_assert_eq!(previous.as_deref(), Some(holder.as_str()));

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use palisade_names::{FencingToken, LeaseName};
 use tokio::time::Instant;
 
 use crate::lease_table::LeaseTable;
@@ -22,7 +23,7 @@ use crate::lease_table::LeaseTable;
 /// One tracked grant.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
-    token: u64,
+    token: FencingToken,
     deadline: Instant,
     /// An `Expire` for this grant is being proposed.
     expiring: bool,
@@ -32,7 +33,7 @@ struct Tracked {
 struct State {
     /// The term this node leads, if it leads.
     leading: Option<u64>,
-    deadlines: HashMap<String, Tracked>,
+    deadlines: HashMap<LeaseName, Tracked>,
 }
 
 /// Why a renewal was refused.
@@ -82,11 +83,11 @@ impl Lessor {
     /// A new grant was committed: its deadline is now + ttl. (A repeated
     /// acquire by the holder goes through [`Lessor::renew`], so it cannot
     /// revive a grant whose deadline has passed.)
-    pub fn granted(&self, lease: &str, token: u64, ttl: Duration) {
+    pub fn granted(&self, lease: &LeaseName, token: FencingToken, ttl: Duration) {
         let mut state = self.state();
         if state.leading.is_some() {
             state.deadlines.insert(
-                lease.to_owned(),
+                lease.clone(),
                 Tracked {
                     token,
                     deadline: Instant::now() + ttl,
@@ -102,7 +103,12 @@ impl Lessor {
     ///
     /// # Errors
     /// [`RenewRefused`].
-    pub fn renew(&self, lease: &str, token: u64, ttl: Duration) -> Result<(), RenewRefused> {
+    pub fn renew(
+        &self,
+        lease: &LeaseName,
+        token: FencingToken,
+        ttl: Duration,
+    ) -> Result<(), RenewRefused> {
         let mut state = self.state();
         if state.leading.is_none() {
             return Err(RenewRefused::NotLeader);
@@ -119,7 +125,7 @@ impl Lessor {
             // earlier leader): a full ttl from now, as reconcile would give.
             _ => {
                 state.deadlines.insert(
-                    lease.to_owned(),
+                    lease.clone(),
                     Tracked {
                         token,
                         deadline: now + ttl,
@@ -134,7 +140,7 @@ impl Lessor {
     /// Brings the tracked grants in line with `table` and returns the grants
     /// whose deadline has passed, marking them as expiring. Returns nothing on
     /// a follower.
-    pub fn reconcile(&self, table: &LeaseTable) -> Vec<(String, u64)> {
+    pub fn reconcile(&self, table: &LeaseTable) -> Vec<(LeaseName, FencingToken)> {
         let mut state = self.state();
         if state.leading.is_none() {
             return Vec::new();
@@ -170,7 +176,7 @@ impl Lessor {
 
     /// The `Expire` for `lease`/`token` could not be committed (leadership
     /// lost, no quorum): let the next reconcile try again.
-    pub fn expire_failed(&self, lease: &str, token: u64) {
+    pub fn expire_failed(&self, lease: &LeaseName, token: FencingToken) {
         if let Some(tracked) = self.state().deadlines.get_mut(lease) {
             if tracked.token == token {
                 tracked.expiring = false;
@@ -180,7 +186,7 @@ impl Lessor {
 
     /// Milliseconds until `lease`'s grant `token` expires, as the leader sees
     /// it; `None` on a follower or for an untracked grant.
-    pub fn remaining_ms(&self, lease: &str, token: u64) -> Option<u64> {
+    pub fn remaining_ms(&self, lease: &LeaseName, token: FencingToken) -> Option<u64> {
         let state = self.state();
         state.leading?;
         let tracked = state.deadlines.get(lease).filter(|t| t.token == token)?;
@@ -198,12 +204,16 @@ mod tests {
     use super::*;
     use crate::command::Command;
 
+    fn name(lease: &str) -> LeaseName {
+        LeaseName::new(lease).expect("lease name")
+    }
+
     fn table_with(lease: &str, holder: &str, index: u64, ttl_ms: u64) -> LeaseTable {
         let mut table = LeaseTable::default();
         table.apply(
             index,
             &Command::Acquire {
-                lease: lease.into(),
+                lease: name(lease),
                 holder: holder.into(),
                 ttl_ms,
             },
@@ -216,20 +226,20 @@ mod tests {
         let lessor = Lessor::default();
         lessor.promote(1);
         let table = table_with("a", "x", 7, 1000);
-        lessor.granted("a", 7, Duration::from_millis(1000));
+        lessor.granted(&name("a"), FencingToken(7), Duration::from_millis(1000));
         tokio::time::advance(Duration::from_millis(999)).await;
         assert!(lessor.reconcile(&table).is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(lessor.reconcile(&table), vec![("a".to_owned(), 7)]);
+        assert_eq!(lessor.reconcile(&table), vec![(name("a"), FencingToken(7))]);
         assert!(lessor.reconcile(&table).is_empty(), "proposed once");
         assert_eq!(
-            lessor.renew("a", 7, Duration::from_millis(1000)),
+            lessor.renew(&name("a"), FencingToken(7), Duration::from_millis(1000)),
             Err(RenewRefused::Expired)
         );
-        lessor.expire_failed("a", 7);
+        lessor.expire_failed(&name("a"), FencingToken(7));
         assert_eq!(
             lessor.reconcile(&table),
-            vec![("a".to_owned(), 7)],
+            vec![(name("a"), FencingToken(7))],
             "retried after a failure"
         );
     }
@@ -239,15 +249,15 @@ mod tests {
         let lessor = Lessor::default();
         lessor.promote(1);
         let table = table_with("a", "x", 3, 1000);
-        lessor.granted("a", 3, Duration::from_millis(1000));
+        lessor.granted(&name("a"), FencingToken(3), Duration::from_millis(1000));
         for _ in 0..10 {
             tokio::time::advance(Duration::from_millis(600)).await;
             lessor
-                .renew("a", 3, Duration::from_millis(1000))
+                .renew(&name("a"), FencingToken(3), Duration::from_millis(1000))
                 .expect("renew");
             assert!(lessor.reconcile(&table).is_empty());
         }
-        assert_eq!(lessor.remaining_ms("a", 3), Some(1000));
+        assert_eq!(lessor.remaining_ms(&name("a"), FencingToken(3)), Some(1000));
     }
 
     #[tokio::test(start_paused = true)]
@@ -255,7 +265,7 @@ mod tests {
         let lessor = Lessor::default();
         let table = table_with("a", "x", 3, 1000);
         lessor.promote(1);
-        lessor.granted("a", 3, Duration::from_millis(1000));
+        lessor.granted(&name("a"), FencingToken(3), Duration::from_millis(1000));
         tokio::time::advance(Duration::from_millis(900)).await;
         // Leadership moves away and comes back in a later term.
         lessor.demote();
@@ -264,7 +274,7 @@ mod tests {
             "a follower expires nothing"
         );
         assert_eq!(
-            lessor.renew("a", 3, Duration::from_millis(1000)),
+            lessor.renew(&name("a"), FencingToken(3), Duration::from_millis(1000)),
             Err(RenewRefused::NotLeader)
         );
         lessor.promote(2);
@@ -282,7 +292,7 @@ mod tests {
     async fn a_newer_grant_is_not_expired_by_an_older_deadline() {
         let lessor = Lessor::default();
         lessor.promote(1);
-        lessor.granted("a", 3, Duration::from_millis(1000));
+        lessor.granted(&name("a"), FencingToken(3), Duration::from_millis(1000));
         let newer = table_with("a", "y", 9, 5000);
         tokio::time::advance(Duration::from_millis(2000)).await;
         assert!(
@@ -290,6 +300,6 @@ mod tests {
             "token 3 is gone, 9 gets its own ttl"
         );
         tokio::time::advance(Duration::from_millis(5000)).await;
-        assert_eq!(lessor.reconcile(&newer), vec![("a".to_owned(), 9)]);
+        assert_eq!(lessor.reconcile(&newer), vec![(name("a"), FencingToken(9))]);
     }
 }

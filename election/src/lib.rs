@@ -22,7 +22,9 @@ pub mod lessor;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod propose;
 pub mod read_batcher;
+mod serve;
 pub mod signing;
 pub mod state_machine;
 

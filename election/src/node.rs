@@ -9,14 +9,19 @@ use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::api::{self, ApiState};
-use crate::command::Command;
+use crate::command::{Command, KeySecret};
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
 use crate::network::{raft_routes, HttpNetwork};
+use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
 use crate::signing::generate_key;
 use crate::state_machine::{SharedState, StateMachine};
 use crate::{ElectionConfig, Raft};
+
+/// How long a stopping node waits for requests in flight (a blocking acquire
+/// or watch is cut short; its client retries elsewhere).
+pub const DRAIN: Duration = Duration::from_secs(5);
 
 /// A running election node.
 #[derive(Debug)]
@@ -110,8 +115,10 @@ impl ElectionNode {
         let lessor = Arc::new(Lessor::default());
         let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
         let config = Arc::new(config);
+        let proposer = Proposer::new(raft.clone(), config.id, config.quorum_timeout);
         let state = ApiState {
             raft: raft.clone(),
+            proposer: proposer.clone(),
             shared: shared.clone(),
             lessor: lessor.clone(),
             config: config.clone(),
@@ -124,7 +131,7 @@ impl ElectionNode {
             reads,
         };
         let duties = Duties(vec![
-            tokio::spawn(leader_duties(raft.clone(), shared, lessor)),
+            tokio::spawn(leader_duties(raft.clone(), proposer, shared, lessor)),
             tokio::spawn(report_waiting(raft, config)),
             read_rounds,
         ]);
@@ -136,7 +143,8 @@ impl ElectionNode {
         })
     }
 
-    /// Serves the client API and Raft RPC until `shutdown`, then stops Raft.
+    /// Serves the client API and Raft RPC until `shutdown`, drains requests
+    /// in flight for at most [`DRAIN`], then stops Raft.
     ///
     /// # Errors
     /// The listener's error.
@@ -146,9 +154,7 @@ impl ElectionNode {
     ) -> std::io::Result<()> {
         let app = api::router(self.state.clone()).merge(raft_routes(self.state.raft.clone()));
         let raft = self.state.raft.clone();
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let served = crate::serve::serve(self.listener, app, shutdown, DRAIN).await;
         drop(self.duties);
         if let Err(err) = raft.shutdown().await {
             tracing::warn!(%err, "raft did not shut down cleanly");
@@ -160,7 +166,12 @@ impl ElectionNode {
 /// What the leader alone does: track lease deadlines (promote on taking over,
 /// demote on losing it), propose `Expire` for passed deadlines, and install the
 /// signing key if the cluster has none.
-async fn leader_duties(raft: Arc<Raft>, shared: SharedState, lessor: Arc<Lessor>) {
+async fn leader_duties(
+    raft: Arc<Raft>,
+    proposer: Proposer,
+    shared: SharedState,
+    lessor: Arc<Lessor>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Set while an InstallKey proposal is in flight; cleared when it ends, so
@@ -192,34 +203,31 @@ async fn leader_duties(raft: Arc<Raft>, shared: SharedState, lessor: Arc<Lessor>
         let (expired, has_key) =
             shared.read(|s| (lessor.reconcile(&s.table), s.table.signing_key.is_some()));
         for (lease, token) in expired {
-            let (raft, lessor) = (raft.clone(), lessor.clone());
+            let (proposer, lessor) = (proposer.clone(), lessor.clone());
             tokio::spawn(async move {
                 let command = Command::Expire {
                     lease: lease.clone(),
                     token,
                 };
-                match tokio::time::timeout(Duration::from_secs(2), raft.client_write(command)).await
-                {
-                    Ok(Ok(_)) => tracing::info!(%lease, token, "lease expired"),
-                    _ => lessor.expire_failed(&lease, token),
+                match proposer.propose(command).await {
+                    Ok(_) => tracing::info!(%lease, %token, "lease expired"),
+                    Err(_) => lessor.expire_failed(&lease, token),
                 }
             });
         }
         if !has_key && !installing_key.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            let (raft, installing_key) = (raft.clone(), installing_key.clone());
+            let (proposer, installing_key) = (proposer.clone(), installing_key.clone());
             tokio::spawn(async move {
                 let (kid, secret) = generate_key();
                 let command = Command::InstallKey {
                     kid: kid.clone(),
-                    secret,
+                    secret: KeySecret(secret),
                 };
-                match tokio::time::timeout(Duration::from_secs(2), raft.client_write(command)).await
-                {
-                    Ok(Ok(_)) => tracing::info!(%kid, "installed the cluster signing key"),
-                    Ok(Err(err)) => {
+                match proposer.propose(command).await {
+                    Ok(_) => tracing::info!(%kid, "installed the cluster signing key"),
+                    Err(err) => {
                         tracing::debug!(%err, "could not install a signing key yet; retrying")
                     }
-                    Err(_) => tracing::debug!("signing key install timed out; retrying"),
                 }
                 installing_key.store(false, std::sync::atomic::Ordering::SeqCst);
             });

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ed25519_dalek::{Signer as _, SigningKey};
-use palisade_names::{LeaseClaims, ISSUER};
+use palisade_names::{FencingToken, LeaseClaims, LeaseName, ISSUER};
 use serde_json::{json, Value};
 
 use crate::lease_table::SigningKeyRecord;
@@ -75,9 +75,9 @@ impl Signer {
     /// The claims could not be serialized (they always can).
     pub fn sign(
         &self,
-        lease: &str,
+        lease: &LeaseName,
         holder: &str,
-        token: u64,
+        token: FencingToken,
         ttl_ms: u64,
     ) -> Result<String, serde_json::Error> {
         let now_ms = SystemTime::now()
@@ -86,8 +86,8 @@ impl Signer {
         let claims = LeaseClaims {
             iss: ISSUER.into(),
             sub: holder.into(),
-            lease: lease.into(),
-            token,
+            lease: lease.as_str().into(),
+            token: token.0,
             iat: now_ms / 1000,
             exp: (now_ms + ttl_ms).div_ceil(1000),
         };
@@ -125,7 +125,14 @@ mod tests {
     fn tokens_verify_with_the_published_key() {
         let (kid, secret) = generate_key();
         let signer = Signer::from_record(&SigningKeyRecord { kid, secret }).expect("key");
-        let jwt = signer.sign("jobs", "worker-1", 42, 1500).expect("sign");
+        let jwt = signer
+            .sign(
+                &LeaseName::new("jobs").expect("name"),
+                "worker-1",
+                FencingToken(42),
+                1500,
+            )
+            .expect("sign");
         let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(signer.jwk()).expect("jwk");
         let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).expect("decoding key");
         let mut validation = jsonwebtoken::Validation::new(Algorithm::EdDSA);

@@ -28,8 +28,32 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
 /// A lease name: one path segment of `[A-Za-z0-9._-]{1,128}`, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Serialized as the bare string; deserializing checks the grammar again, so a
+/// name read from a log, a snapshot or a peer is as valid as one a client sent.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct LeaseName(String);
+
+impl TryFrom<String> for LeaseName {
+    type Error = NameError;
+
+    fn try_from(name: String) -> Result<Self, NameError> {
+        Self::new(&name)
+    }
+}
+
+impl From<LeaseName> for String {
+    fn from(name: LeaseName) -> String {
+        name.0
+    }
+}
+
+impl std::borrow::Borrow<str> for LeaseName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 impl LeaseName {
     /// Checks `name` against the contract's grammar.
@@ -154,7 +178,20 @@ impl fmt::Debug for ObjectKey {
 /// A fencing token: strictly increasing over the grants of one lease.
 ///
 /// `FencingToken(0)` is the fence of a lease never written; no grant carries 0.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Debug,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {

@@ -1,0 +1,122 @@
+//! Extractors: the preamble every lease handler shares (a valid lease name
+//! from the path, a bounded JSON body checked against the node's limits), so
+//! a handler starts from typed, validated input.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use http::request::Parts;
+use http::{header, HeaderMap};
+use palisade_names::LeaseName;
+use serde::de::DeserializeOwned;
+
+use super::state::ApiState;
+use crate::error::ApiError;
+use crate::ElectionConfig;
+
+/// The largest request body, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The longest holder name, in bytes.
+pub const MAX_HOLDER_LEN: usize = 256;
+
+/// The `{name}` path segment, checked against the lease-name grammar.
+#[derive(Debug)]
+pub(super) struct LeasePath(pub LeaseName);
+
+impl FromRequestParts<ApiState> for LeasePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("bad lease name: {e}")))?;
+        LeaseName::new(&name)
+            .map(Self)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
+}
+
+/// A request body that knows its own limits.
+pub(super) trait Checked {
+    /// Refuses values outside what `config` allows.
+    ///
+    /// # Errors
+    /// [`ApiError::BadRequest`] naming the field.
+    fn check(&self, config: &ElectionConfig) -> Result<(), ApiError>;
+}
+
+/// A call on one lease: its name and its checked JSON body.
+#[derive(Debug)]
+pub(super) struct LeaseCall<T> {
+    pub lease: LeaseName,
+    pub body: T,
+}
+
+impl<T: DeserializeOwned + Checked> FromRequest<ApiState> for LeaseCall<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let LeasePath(lease) = LeasePath::from_request_parts(&mut parts, state).await?;
+        let body: T = json_body(&parts.headers, body).await?;
+        body.check(&state.config)?;
+        Ok(Self { lease, body })
+    }
+}
+
+/// Reads a whole body, at most [`MAX_BODY_BYTES`].
+pub(super) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            ApiError::BadRequest(format!(
+                "body is larger than {MAX_BODY_BYTES} bytes or unreadable"
+            ))
+        })
+}
+
+/// Parses a JSON body: `Content-Type: application/json`, bounded; unknown
+/// fields are refused by the target types (`deny_unknown_fields`).
+async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        });
+    if !is_json {
+        return Err(ApiError::BadRequest(
+            "Content-Type must be application/json".into(),
+        ));
+    }
+    let bytes = read_body(body).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// A holder name: 1..=[`MAX_HOLDER_LEN`] bytes, no control characters.
+pub(super) fn check_holder(holder: &str) -> Result<(), ApiError> {
+    if holder.is_empty() || holder.len() > MAX_HOLDER_LEN {
+        return Err(ApiError::BadRequest(format!(
+            "holder must be 1..={MAX_HOLDER_LEN} bytes"
+        )));
+    }
+    if holder.chars().any(char::is_control) {
+        return Err(ApiError::BadRequest(
+            "holder must not contain control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A `wait_ms` no longer than the node's `max_wait`.
+pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<(), ApiError> {
+    if u128::from(wait_ms) > config.max_wait.as_millis() {
+        return Err(ApiError::BadRequest(format!(
+            "wait_ms must be at most {}",
+            config.max_wait.as_millis()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! Acquire, renew and release: the calls that change who holds a lease.
+//!
+//! An acquire proposes `Acquire` and, once it applies, starts the grant's
+//! deadline in the lessor and signs the JWT. A renewal writes nothing: it
+//! confirms leadership with a quorum, then [`extend`]s the deadline. A
+//! repeated acquire by the holder extends like a renewal. Release proposes
+//! `Release`.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use palisade_names::{FencingToken, LeaseName};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{check_holder, check_wait, Checked, LeaseCall};
+use super::state::ApiState;
+use crate::command::{Command, CommandResult};
+use crate::error::ApiError;
+use crate::lessor::RenewRefused;
+use crate::ElectionConfig;
+
+/// `POST /v1/leases/{name}/acquire`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AcquireRequest {
+    holder: String,
+    ttl_ms: u64,
+    wait_ms: Option<u64>,
+}
+
+impl Checked for AcquireRequest {
+    fn check(&self, config: &ElectionConfig) -> Result<(), ApiError> {
+        check_holder(&self.holder)?;
+        let (min, max) = config.ttl_range;
+        let ttl = u128::from(self.ttl_ms);
+        if ttl < min.as_millis() || ttl > max.as_millis() {
+            return Err(ApiError::BadRequest(format!(
+                "ttl_ms must be in {}..={}",
+                min.as_millis(),
+                max.as_millis()
+            )));
+        }
+        check_wait(self.wait_ms.unwrap_or(0), config)
+    }
+}
+
+/// `POST /v1/leases/{name}/renew` and `.../release`: names one grant.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HolderToken {
+    holder: String,
+    token: FencingToken,
+    /// The grant's `grant_index` as the holder's handle knows it (release
+    /// only; see `LeaseRecord::grant_index`).
+    #[serde(default)]
+    grant_index: Option<u64>,
+}
+
+impl Checked for HolderToken {
+    fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
+        check_holder(&self.holder)
+    }
+}
+
+/// A grant, as acquire and renew answer it.
+#[derive(Debug, Serialize)]
+pub(super) struct Grant {
+    lease: LeaseName,
+    holder: String,
+    token: FencingToken,
+    ttl_ms: u64,
+    /// The lease token: a JWT signed by the cluster's key.
+    jwt: String,
+    /// The id of the key that signed `jwt`.
+    kid: String,
+    /// The log index of the acquire this grant answers (release names it).
+    grant_index: u64,
+}
+
+/// What release answers.
+#[derive(Debug, Serialize)]
+pub(super) struct Released {
+    lease: LeaseName,
+    released: bool,
+    token: FencingToken,
+}
+
+/// Signs `lease`'s grant for `holder` and builds the answer.
+fn grant(
+    state: &ApiState,
+    lease: LeaseName,
+    holder: String,
+    token: FencingToken,
+    ttl_ms: u64,
+    grant_index: u64,
+) -> Result<Json<Grant>, ApiError> {
+    let signer = state.signer()?;
+    let jwt = signer
+        .sign(&lease, &holder, token, ttl_ms)
+        .map_err(|e| ApiError::Internal(format!("signing failed: {e}")))?;
+    Ok(Json(Grant {
+        lease,
+        holder,
+        token,
+        ttl_ms,
+        jwt,
+        kid: signer.kid().to_owned(),
+        grant_index,
+    }))
+}
+
+/// 409 `lost`: `request` does not name the current grant of `lease`.
+fn not_held(request: &HolderToken, lease: &LeaseName) -> ApiError {
+    ApiError::Lost(format!(
+        "{} does not hold {} with token {}",
+        request.holder, lease, request.token
+    ))
+}
+
+/// The lessor found this node no longer leading between the commit and the
+/// answer.
+fn stopped_leading() -> ApiError {
+    ApiError::NoQuorum("this node stopped leading; retry".into())
+}
+
+pub(super) async fn acquire(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    // Refuse before proposing anything when the cluster cannot sign yet.
+    state.signer()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(body.wait_ms.unwrap_or(0));
+    loop {
+        let command = Command::Acquire {
+            lease: lease.clone(),
+            holder: body.holder.clone(),
+            ttl_ms: body.ttl_ms,
+        };
+        match state.proposer.propose(command).await? {
+            CommandResult::Granted {
+                token,
+                ttl_ms,
+                new_grant: true,
+                grant_index,
+            } => {
+                state
+                    .lessor
+                    .granted(&lease, token, Duration::from_millis(ttl_ms));
+                return grant(&state, lease, body.holder, token, ttl_ms, grant_index);
+            }
+            // The holder asked again for the grant it has: that extends it
+            // like a renewal, and like a renewal it must not revive a grant
+            // whose deadline has passed, for the `Expire` of that same token
+            // may already be on its way through the log, or have applied since
+            // this acquire did (found by the fault suite: the holder was told
+            // it held a lease that was freed and granted to another 15 ms
+            // later).
+            CommandResult::Granted { token, .. } => {
+                match extend(&state, &lease, &body.holder, token) {
+                    Extended::Yes {
+                        ttl_ms,
+                        grant_index,
+                    } => return grant(&state, lease, body.holder, token, ttl_ms, grant_index),
+                    Extended::No(RenewRefused::NotLeader) => return Err(stopped_leading()),
+                    Extended::NotHeld | Extended::No(RenewRefused::Expired) => {
+                        // Wait for the Expire to free the lease, then ask
+                        // for a fresh grant (with a new token).
+                        let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
+                        if !wait_until_free(&state, &lease, settle.max(deadline)).await {
+                            return Err(ApiError::NoQuorum(format!(
+                                "the previous grant of {lease} is expiring; retry"
+                            )));
+                        }
+                    }
+                }
+            }
+            CommandResult::Held { holder, token } => {
+                if !wait_until_free(&state, &lease, deadline).await {
+                    return Err(ApiError::Held { holder, token });
+                }
+            }
+            other => return Err(ApiError::Internal(format!("acquire answered {other:?}"))),
+        }
+    }
+}
+
+/// Waits until the table shows `lease` free, or `deadline`. True if free.
+async fn wait_until_free(
+    state: &ApiState,
+    lease: &LeaseName,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let mut changes = state.shared.changes.subscribe();
+    loop {
+        let free = state
+            .shared
+            .read(|s| s.table.leases.get(lease).is_none_or(|r| r.holder.is_none()));
+        if free {
+            return true;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return false,
+        }
+    }
+}
+
+pub(super) async fn renew(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<HolderToken>,
+) -> Result<Json<Grant>, ApiError> {
+    // A renewal writes nothing, but only a confirmed leader may answer it.
+    state.confirm_leadership().await?;
+    match extend(&state, &lease, &body.holder, body.token) {
+        Extended::Yes {
+            ttl_ms,
+            grant_index,
+        } => grant(&state, lease, body.holder, body.token, ttl_ms, grant_index),
+        Extended::NotHeld => Err(not_held(&body, &lease)),
+        Extended::No(RenewRefused::Expired) => Err(ApiError::Lost(format!(
+            "the lease {lease} expired before this renewal"
+        ))),
+        Extended::No(RenewRefused::NotLeader) => Err(stopped_leading()),
+    }
+}
+
+/// How [`extend`] went.
+enum Extended {
+    Yes { ttl_ms: u64, grant_index: u64 },
+    NotHeld,
+    No(RenewRefused),
+}
+
+/// Extends `holder`'s grant `token` of `lease` by its ttl (a renewal, or a
+/// repeated acquire). The table check and the lessor's decision happen in
+/// one step under the applied state's read lock, so no `Expire` can apply
+/// in between: otherwise the lessor, which stops tracking a grant once the
+/// table shows it freed, would start that freed grant afresh and the holder
+/// would be told it holds a lease another may be granted next (found by a
+/// targeted test under CPU load).
+fn extend(state: &ApiState, lease: &LeaseName, holder: &str, token: FencingToken) -> Extended {
+    state.shared.read(|s| match s.table.leases.get(lease) {
+        Some(r) if r.holder.as_deref() == Some(holder) && r.token == token => {
+            let ttl = Duration::from_millis(r.ttl_ms);
+            match state.lessor.renew(lease, token, ttl) {
+                Ok(()) => Extended::Yes {
+                    ttl_ms: r.ttl_ms,
+                    grant_index: r.grant_index,
+                },
+                Err(refused) => Extended::No(refused),
+            }
+        }
+        _ => Extended::NotHeld,
+    })
+}
+
+pub(super) async fn release(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<HolderToken>,
+) -> Result<Json<Released>, ApiError> {
+    let command = Command::Release {
+        lease: lease.clone(),
+        holder: body.holder.clone(),
+        token: body.token,
+        grant_index: body.grant_index,
+    };
+    match state.proposer.propose(command).await? {
+        CommandResult::Freed => Ok(Json(Released {
+            lease,
+            released: true,
+            token: body.token,
+        })),
+        CommandResult::Lost => Err(not_held(&body, &lease)),
+        other => Err(ApiError::Internal(format!("release answered {other:?}"))),
+    }
+}

@@ -1,0 +1,132 @@
+//! Reading leases: one lease and the list (the leader's state, confirmed with
+//! a quorum), and the watch (a blocking query on any node's applied state).
+
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::HeaderValue;
+use palisade_names::{FencingToken, LeaseName};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{check_wait, LeasePath};
+use super::state::ApiState;
+use crate::error::ApiError;
+use crate::lease_table::LeaseRecord;
+
+/// The index a watcher passes as `index` next time.
+const INDEX_HEADER: &str = "x-palisade-index";
+
+/// One lease, as reads and watches show it.
+#[derive(Debug, Serialize)]
+pub(super) struct LeaseView {
+    lease: LeaseName,
+    /// `None` when free.
+    holder: Option<String>,
+    token: FencingToken,
+    ttl_ms: u64,
+    transitions: u64,
+    modify_index: u64,
+    /// Time left on the leader's deadline; only on the leader, for a held
+    /// lease whose deadline it tracks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_in_ms: Option<u64>,
+}
+
+impl LeaseView {
+    fn new(state: &ApiState, lease: &LeaseName, record: &LeaseRecord) -> Self {
+        let expires_in_ms = record
+            .holder
+            .as_ref()
+            .and_then(|_| state.lessor.remaining_ms(lease, record.token));
+        Self {
+            lease: lease.clone(),
+            holder: record.holder.clone(),
+            token: record.token,
+            ttl_ms: record.ttl_ms,
+            transitions: record.transitions,
+            modify_index: record.modify_index,
+            expires_in_ms,
+        }
+    }
+}
+
+/// `GET /v1/leases`.
+#[derive(Debug, Serialize)]
+pub(super) struct LeaseList {
+    leases: Vec<LeaseView>,
+}
+
+fn never_granted(lease: &LeaseName) -> ApiError {
+    ApiError::NotFound(format!("lease {lease} was never granted"))
+}
+
+pub(super) async fn get_lease(
+    State(state): State<ApiState>,
+    LeasePath(lease): LeasePath,
+) -> Result<Json<LeaseView>, ApiError> {
+    state.confirm_leadership().await?;
+    let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+    let record = record.ok_or_else(|| never_granted(&lease))?;
+    Ok(Json(LeaseView::new(&state, &lease, &record)))
+}
+
+pub(super) async fn list_leases(
+    State(state): State<ApiState>,
+) -> Result<Json<LeaseList>, ApiError> {
+    state.confirm_leadership().await?;
+    let leases = state.shared.read(|s| {
+        s.table
+            .leases
+            .iter()
+            .map(|(name, record)| LeaseView::new(&state, name, record))
+            .collect()
+    });
+    Ok(Json(LeaseList { leases }))
+}
+
+/// `GET /v1/leases/{name}/watch?index=&wait_ms=`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WatchQuery {
+    index: Option<u64>,
+    wait_ms: Option<u64>,
+}
+
+/// A blocking query: answers as soon as the lease's `modify_index` exceeds
+/// `index` (at once if it already does), or after `wait_ms` with the current
+/// state. Served from this node's applied state. The answer's
+/// `X-Palisade-Index` header is the `index` for the next call.
+pub(super) async fn watch(
+    State(state): State<ApiState>,
+    LeasePath(lease): LeasePath,
+    query: Result<Query<WatchQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let wait_ms = query.wait_ms.unwrap_or(30_000);
+    check_wait(wait_ms, &state.config)?;
+    let after = query.index.unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    let mut changes = state.shared.changes.subscribe();
+    loop {
+        let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+        let index = record.as_ref().map_or(0, |r| r.modify_index);
+        let timed_out = tokio::time::Instant::now() >= deadline;
+        if index > after || timed_out {
+            let record = record.ok_or_else(|| never_granted(&lease))?;
+            let mut response = Json(LeaseView::new(&state, &lease, &record)).into_response();
+            response
+                .headers_mut()
+                .insert(INDEX_HEADER, HeaderValue::from(index));
+            return Ok(response);
+        }
+        if tokio::time::timeout_at(deadline, changes.changed())
+            .await
+            .is_ok_and(|r| r.is_err())
+        {
+            return Err(ApiError::Internal("state machine stopped".into()));
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! [`ApiState`]: what every handler of the client API shares.
+
+use std::sync::{Arc, Mutex};
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+
+use crate::error::ApiError;
+use crate::lessor::Lessor;
+use crate::propose::Proposer;
+use crate::read_batcher::ReadBatcher;
+use crate::signing::Signer;
+use crate::state_machine::SharedState;
+use crate::{ElectionConfig, NodeId, Raft};
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// This node's Raft: metrics (who leads, the membership).
+    pub raft: Arc<Raft>,
+    /// Puts commands through the log (the same path the leader's duties use).
+    pub proposer: Proposer,
+    /// The applied lease table.
+    pub shared: SharedState,
+    /// Deadlines (meaningful on the leader only).
+    pub lessor: Arc<Lessor>,
+    /// This node's settings.
+    pub config: Arc<ElectionConfig>,
+    /// Forwards requests to the leader.
+    pub forwarder: reqwest::Client,
+    /// The signer built from the replicated key, once there is one.
+    pub signer: Arc<Mutex<Option<Signer>>>,
+    /// Shares quorum confirmations between concurrent renewals and reads.
+    pub reads: Arc<ReadBatcher>,
+}
+
+impl ApiState {
+    /// The signer of the replicated key; [`ApiError::NotReady`] before the
+    /// first leader has installed one.
+    pub(super) fn signer(&self) -> Result<Signer, ApiError> {
+        let mut cached = self
+            .signer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(signer) = cached.as_ref() {
+            return Ok(signer.clone());
+        }
+        let record = self
+            .shared
+            .read(|s| s.table.signing_key.clone())
+            .ok_or(ApiError::NotReady)?;
+        let signer = Signer::from_record(&record)
+            .ok_or_else(|| ApiError::Internal("the replicated signing key is malformed".into()))?;
+        *cached = Some(signer.clone());
+        Ok(signer)
+    }
+
+    /// `(leader id, its address)` as this node knows it.
+    pub(super) fn leader(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let leader = metrics.current_leader?;
+        let addr = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .find(|(id, _)| **id == leader)
+            .map(|(_, node)| node.addr.clone())?;
+        Some((leader, addr))
+    }
+
+    /// Whether this node is the leader, by its own metrics (a quorum
+    /// confirmation is separate: [`ApiState::confirm_leadership`]).
+    pub(super) fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics.state == ServerState::Leader && metrics.current_leader == Some(self.config.id)
+    }
+
+    /// Confirms with a quorum that this node still leads and that its state
+    /// machine has applied everything committed before now. Concurrent callers
+    /// share rounds ([`ReadBatcher`]).
+    pub(super) async fn confirm_leadership(&self) -> Result<(), ApiError> {
+        self.reads.confirm().await.map_err(ApiError::NoQuorum)
+    }
+}

@@ -1,0 +1,89 @@
+//! [`Proposer`]: the one way a command goes through the log, used by the
+//! client API and by the leader's own duties (expiry, key install).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+
+use crate::command::{Command, CommandResult};
+use crate::{NodeId, Raft};
+
+/// Why a proposal did not apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// No quorum, no leadership, or leadership moved: the caller may retry.
+    #[error("{0}")]
+    NoQuorum(String),
+    /// Raft failed in a way a retry will not fix (storage, shutdown).
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Proposes commands on this node's Raft and waits for them to apply.
+#[derive(Debug, Clone)]
+pub struct Proposer {
+    raft: Arc<Raft>,
+    /// This node, to tell "I am a leader not yet able to write" apart from
+    /// "another node leads".
+    me: NodeId,
+    /// How long a proposal may take before the caller gets
+    /// [`ProposeError::NoQuorum`].
+    timeout: Duration,
+}
+
+impl Proposer {
+    /// A proposer for `raft` (node `me`) whose proposals give up after
+    /// `timeout`.
+    pub fn new(raft: Arc<Raft>, me: NodeId, timeout: Duration) -> Self {
+        Self { raft, me, timeout }
+    }
+
+    /// Proposes `command` and waits for it to apply. A fresh leader may refuse
+    /// writes for a moment (`ForwardToLeader` without a leader, while its
+    /// leader lease is not yet established): that is retried until the
+    /// timeout.
+    ///
+    /// # Errors
+    /// [`ProposeError`]: not committed within the timeout, not the leader,
+    /// the entry was discarded by a leader change, or a fatal Raft error.
+    pub async fn propose(&self, command: Command) -> Result<CommandResult, ProposeError> {
+        const PAUSE: Duration = Duration::from_millis(10);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let attempt =
+                tokio::time::timeout_at(deadline, self.raft.client_write(command.clone())).await;
+            match attempt {
+                Err(_) => {
+                    return Err(ProposeError::NoQuorum(format!(
+                        "not committed within {} ms: no quorum",
+                        self.timeout.as_millis()
+                    )))
+                }
+                Ok(Ok(response)) => return Ok(response.data),
+                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))))
+                    if forward.leader_id.is_none() || forward.leader_id == Some(self.me) =>
+                {
+                    if tokio::time::Instant::now() + PAUSE >= deadline {
+                        return Err(ProposeError::NoQuorum(
+                            "this node cannot confirm its leadership".into(),
+                        ));
+                    }
+                    tokio::time::sleep(PAUSE).await;
+                }
+                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                    return Err(ProposeError::NoQuorum(format!(
+                        "leadership moved to node {:?}; retry there",
+                        forward.leader_id
+                    )))
+                }
+                Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
+                    return Err(ProposeError::NoQuorum(
+                        "leadership changed while proposing; retry".into(),
+                    ))
+                }
+                Ok(Err(err)) => return Err(ProposeError::Fatal(err.to_string())),
+            }
+        }
+    }
+}
