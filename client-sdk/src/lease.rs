@@ -8,19 +8,9 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::{status_error, Answer, Client, Grant};
+use crate::model::{encode_key, Grant, Object};
+use crate::transport::Transport;
 use crate::Error;
-
-/// A stored object read through a [`Lease`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Object {
-    /// The bytes.
-    pub value: Bytes,
-    /// The version (ETag).
-    pub version: String,
-    /// The token of the write that stored it.
-    pub token: u64,
-}
 
 /// A held lease. While [`Lease::is_held`] is true no other holder has been
 /// granted it (S3): the local deadline is the send time of the last
@@ -40,7 +30,7 @@ pub struct Lease {
 
 #[derive(Debug)]
 struct Shared {
-    client: Client,
+    transport: Arc<Transport>,
     lease: String,
     holder: String,
     token: u64,
@@ -91,13 +81,13 @@ impl Shared {
 }
 
 impl Lease {
-    pub(crate) fn start(client: Client, grant: Grant, sent: Instant) -> Self {
+    pub(crate) fn start(transport: Arc<Transport>, grant: Grant, sent: Instant) -> Self {
         let ttl = Duration::from_millis(grant.ttl_ms);
-        let ratio = client.config().drift_margin_ratio.clamp(0.0, 0.9);
+        let ratio = transport.config.drift_margin_ratio.clamp(0.0, 0.9);
         let margin = ttl.mul_f64(ratio).max(Duration::from_millis(1));
         let (lost, _) = watch::channel(false);
         let shared = Arc::new(Shared {
-            client,
+            transport,
             lease: grant.lease,
             holder: grant.holder,
             token: grant.token,
@@ -197,12 +187,12 @@ impl Lease {
     }
 
     /// Reads `key` through the gateway (reads are not fenced); the same as
-    /// [`Client::get_object`].
+    /// [`crate::Client::get_object`].
     ///
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn get(&self, key: &str) -> Result<Option<Object>, Error> {
-        self.shared.client.get_object(key).await
+        self.shared.transport.get_object(key).await
     }
 
     async fn gateway_write(
@@ -212,19 +202,14 @@ impl Lease {
         body: Option<Bytes>,
     ) -> Result<Value, Error> {
         let jwt = self.shared.held_jwt()?;
-        let client = &self.shared.client;
-        let url = format!("{}{path}", client.gateway()?);
-        let mut request = client.inner.http.request(method, &url).bearer_auth(jwt);
-        if let Some(body) = body {
-            request = request.body(body);
-        }
-        let response = request.send().await.map_err(|e| unavailable(&url, &e))?;
-        let status = response.status().as_u16();
-        let body = response.json().await.unwrap_or(Value::Null);
-        if status == 200 {
-            return Ok(body);
-        }
-        let error = status_error(&Answer { status, body });
+        let written = self
+            .shared
+            .transport
+            .gateway_write(&jwt, method, path, body)
+            .await;
+        let Err(error) = written else {
+            return written;
+        };
         if let Error::Fenced { token, fence } = &error {
             self.shared.mark_lost(format!(
                 "fenced at the gateway: token {token} is below fence {fence}"
@@ -245,7 +230,7 @@ impl Lease {
         // Drop sees the lease marked lost and does not release a second time.
         drop(self);
         let released = shared
-            .client
+            .transport
             .release_grant(
                 &shared.lease,
                 &shared.holder,
@@ -276,7 +261,7 @@ impl Drop for Lease {
         // now, makes the next acquire of this lease and holder wait for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
-            let gate = shared.client.release_gate(&shared.lease, &shared.holder);
+            let gate = shared.transport.release_gate(&shared.lease, &shared.holder);
             let taken = gate.clone().try_lock_owned().ok();
             runtime.spawn(async move {
                 let _guard = match taken {
@@ -284,7 +269,7 @@ impl Drop for Lease {
                     None => gate.lock_owned().await,
                 };
                 let _ = shared
-                    .client
+                    .transport
                     .release_grant(
                         &shared.lease,
                         &shared.holder,
@@ -302,7 +287,7 @@ impl Drop for Lease {
 async fn renew_loop(shared: Arc<Shared>) {
     let every = shared
         .ttl
-        .mul_f64(shared.client.config().renew_ratio.clamp(0.05, 0.9));
+        .mul_f64(shared.transport.config.renew_ratio.clamp(0.05, 0.9));
     let mut next = Instant::now() + every;
     loop {
         let deadline = shared.state().deadline;
@@ -325,7 +310,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         // wins the race, so loss is reported on time.
         let deadline = shared.state().deadline;
         let renewed = tokio::select! {
-            renewed = shared.client.renew_grant(&shared.lease, &shared.holder, shared.token) => renewed,
+            renewed = shared.transport.renew_grant(&shared.lease, &shared.holder, shared.token) => renewed,
             () = tokio::time::sleep_until(deadline) => {
                 shared.mark_lost("the safe deadline passed without a successful renewal".into());
                 return;
@@ -350,25 +335,4 @@ async fn renew_loop(shared: Arc<Shared>) {
             }
         }
     }
-}
-
-pub(crate) fn unavailable(url: &str, err: &reqwest::Error) -> Error {
-    Error::Unavailable {
-        attempts: 1,
-        elapsed: Duration::ZERO,
-        last: format!("{url}: {err}"),
-    }
-}
-
-/// Percent-encodes each segment of a key, keeping the `/` between them.
-pub fn encode_key(key: &str) -> String {
-    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
-    key.split('/')
-        .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
-        .collect::<Vec<_>>()
-        .join("/")
 }

@@ -12,13 +12,22 @@
 //! means "stop leading" ([`Error::LeaseLost`], [`Error::Fenced`]) and from
 //! [`Error::Held`].
 
+//!
+//! Inside: `client` and `lease` both build on `transport` (HTTP, the one
+//! retry loop, release gates) and `model` (the wire types); neither imports
+//! the other's internals, so the dependency runs one way:
+//! `elector → client → lease → transport → model`.
+
 mod client;
 mod elector;
 mod error;
 mod lease;
+mod model;
+mod transport;
 
-pub use client::{Client, ClientConfig, Grant, LeaseInfo};
+pub use client::{Client, ClientConfig};
 pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
-pub use lease::{encode_key, Lease, Object};
+pub use lease::Lease;
+pub use model::{encode_key, Grant, LeaseInfo, Object};
 pub use tokio_util::sync::CancellationToken;

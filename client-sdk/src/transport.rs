@@ -1,0 +1,277 @@
+//! [`Transport`]: what a [`crate::Client`] and its [`crate::Lease`]s share —
+//! the HTTP client, the one retry loop for election calls, the gateway calls,
+//! and the release gates. Both the client and the lease build on it; it
+//! knows neither.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::model::{encode_key, Grant, Object};
+use crate::{ClientConfig, Error};
+
+/// Held while a lease is being released in the background.
+pub(crate) type ReleaseGate = Arc<tokio::sync::Mutex<()>>;
+
+#[derive(Debug)]
+pub(crate) struct Transport {
+    pub(crate) config: ClientConfig,
+    http: reqwest::Client,
+    /// The endpoint that answered last; tried first next time.
+    preferred: AtomicUsize,
+    /// One gate per (lease, holder): held by a background release (a dropped
+    /// [`crate::Lease`]) until it is done; an acquire for the same pair waits
+    /// for it. Otherwise the acquire could be granted the very same token
+    /// again (acquire by the holder is idempotent) and the late release would
+    /// then free the new grant while its holder believes in it.
+    release_gates: std::sync::Mutex<HashMap<(String, String), ReleaseGate>>,
+}
+
+/// One HTTP answer: status and JSON body (Null when not JSON).
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    fn message(&self) -> String {
+        self.body["message"].as_str().unwrap_or("").to_owned()
+    }
+
+    /// The body as `T` if the status is 200; the mapped error otherwise.
+    pub(crate) fn parse<T: serde::de::DeserializeOwned>(self) -> Result<T, Error> {
+        if self.status == 200 {
+            return serde_json::from_value(self.body).map_err(|e| Error::Protocol {
+                status: 200,
+                message: e.to_string(),
+            });
+        }
+        Err(self.error())
+    }
+
+    /// Maps an error answer to an [`Error`].
+    pub(crate) fn error(&self) -> Error {
+        match (self.status, self.body["error"].as_str()) {
+            (409, Some("held")) => Error::Held {
+                holder: self.body["holder"].as_str().unwrap_or("").to_owned(),
+                token: self.body["token"].as_u64().unwrap_or(0),
+            },
+            (409, Some("lost")) => Error::LeaseLost(self.message()),
+            (409, Some("stale_token")) => Error::Fenced {
+                token: self.body["token"].as_u64().unwrap_or(0),
+                fence: self.body["fence"].as_u64().unwrap_or(0),
+            },
+            (404, _) => Error::NotFound(self.message()),
+            (400 | 403 | 413, _) => Error::BadRequest(self.message()),
+            (status, _) => Error::Protocol {
+                status,
+                message: self.message(),
+            },
+        }
+    }
+}
+
+/// A transport failure of one gateway request (not retried).
+fn unavailable(url: &str, err: &reqwest::Error) -> Error {
+    Error::Unavailable {
+        attempts: 1,
+        elapsed: Duration::ZERO,
+        last: format!("{url}: {err}"),
+    }
+}
+
+impl Transport {
+    pub(crate) fn new(config: ClientConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(Duration::from_millis(500)))
+            .build()
+            .unwrap_or_default();
+        Self {
+            config,
+            http,
+            preferred: AtomicUsize::new(0),
+            release_gates: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Sends one election request, retrying connection failures, timeouts
+    /// and 503s on the next endpoint with backoff and jitter, within the retry
+    /// budget. Every other answer (409 included) is returned as is. `extra`
+    /// lengthens each attempt's timeout for calls that wait on purpose (a
+    /// blocking acquire, a watch).
+    pub(crate) async fn election(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        extra: Duration,
+    ) -> Result<Answer, Error> {
+        let endpoints = &self.config.endpoints;
+        if endpoints.is_empty() {
+            return Err(Error::BadRequest("no election endpoints configured".into()));
+        }
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let index = self.preferred.load(Ordering::Relaxed) % endpoints.len();
+            let url = format!("{}{path}", endpoints[index].trim_end_matches('/'));
+            attempts += 1;
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .timeout(self.config.request_timeout + extra);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let failure = match request.send().await {
+                Ok(response) if response.status().as_u16() != 503 => {
+                    let status = response.status().as_u16();
+                    let body = response.json().await.unwrap_or(Value::Null);
+                    return Ok(Answer { status, body });
+                }
+                Ok(response) => {
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    format!("{url}: 503 {}", body["message"].as_str().unwrap_or(""))
+                }
+                Err(err) => format!("{url}: {err}"),
+            };
+            self.preferred.store(index + 1, Ordering::Relaxed);
+            let elapsed = started.elapsed();
+            if elapsed + backoff > self.config.retry_budget + extra {
+                return Err(Error::Unavailable {
+                    attempts,
+                    elapsed,
+                    last: failure,
+                });
+            }
+            let jitter =
+                Duration::from_millis(rand::random::<u64>() % (backoff.as_millis() as u64 + 1));
+            tokio::time::sleep(backoff / 2 + jitter / 2).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// One renew request.
+    pub(crate) async fn renew_grant(
+        &self,
+        lease: &str,
+        holder: &str,
+        token: u64,
+    ) -> Result<Grant, Error> {
+        let body = json!({ "holder": holder, "token": token });
+        let path = format!("/v1/leases/{lease}/renew");
+        self.election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .await?
+            .parse()
+    }
+
+    /// One release request, naming the grant's index when known.
+    pub(crate) async fn release_grant(
+        &self,
+        lease: &str,
+        holder: &str,
+        token: u64,
+        grant_index: Option<u64>,
+    ) -> Result<(), Error> {
+        let mut body = json!({ "holder": holder, "token": token });
+        if let Some(grant_index) = grant_index {
+            body["grant_index"] = json!(grant_index);
+        }
+        let path = format!("/v1/leases/{lease}/release");
+        let answer = self
+            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .await?;
+        match answer.status {
+            200 => Ok(()),
+            _ => Err(answer.error()),
+        }
+    }
+
+    /// The gateway URL, or an error if none is configured.
+    fn gateway(&self) -> Result<&str, Error> {
+        self.config
+            .gateway
+            .as_deref()
+            .map(|g| g.trim_end_matches('/'))
+            .ok_or_else(|| Error::BadRequest("no gateway configured".into()))
+    }
+
+    /// Reads `key` through the gateway.
+    pub(crate) async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
+        let url = format!("{}/v1/objects/{}", self.gateway()?, encode_key(key));
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| unavailable(&url, &e))?;
+        match response.status().as_u16() {
+            200 => {
+                let header = |name: &str| {
+                    response
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let version = header("etag");
+                let token = header("fencing-token").parse().unwrap_or(0);
+                let value = response.bytes().await.map_err(|e| unavailable(&url, &e))?;
+                Ok(Some(Object {
+                    value,
+                    version,
+                    token,
+                }))
+            }
+            404 => Ok(None),
+            status => {
+                let body = response.json().await.unwrap_or(Value::Null);
+                Err(Answer { status, body }.error())
+            }
+        }
+    }
+
+    /// One fenced gateway request stamped with `jwt`; the answer's JSON body
+    /// on 200, the mapped error otherwise.
+    pub(crate) async fn gateway_write(
+        &self,
+        jwt: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<Value, Error> {
+        let url = format!("{}{path}", self.gateway()?);
+        let mut request = self.http.request(method, &url).bearer_auth(jwt);
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let response = request.send().await.map_err(|e| unavailable(&url, &e))?;
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        if status == 200 {
+            return Ok(body);
+        }
+        Err(Answer { status, body }.error())
+    }
+
+    /// The release gate of `lease` and `holder` (see `release_gates`);
+    /// forgets gates nobody holds.
+    pub(crate) fn release_gate(&self, lease: &str, holder: &str) -> ReleaseGate {
+        let mut gates = self
+            .release_gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
+        gates
+            .entry((lease.to_owned(), holder.to_owned()))
+            .or_default()
+            .clone()
+    }
+}
