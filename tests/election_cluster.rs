@@ -7,7 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, post_json, post_json_once, send_retrying, Cluster};
+use support::{
+    acquire, http_client, post_json, post_json_once, send_retrying, test_secret, Cluster,
+};
 
 /// Clusters are heavy on a 2-core machine: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -22,7 +24,7 @@ async fn renew(
     post_json(
         client,
         &format!("{base}/v1/leases/{lease}/renew"),
-        json!({ "holder": holder, "token": token }),
+        json!({ "holder": holder, "token": token, "secret": test_secret(holder) }),
     )
     .await
 }
@@ -123,7 +125,7 @@ async fn full_restart_keeps_grants_and_tokens_continue_above() {
     let (status, release) = post_json(
         &client,
         &format!("{}/v1/leases/l0/release", cluster.url(leader)),
-        json!({ "holder": "h", "token": highest - 4 }),
+        json!({ "holder": "h", "token": highest - 4, "secret": test_secret("h") }),
     )
     .await;
     assert!(status == 200 || status == 409, "{release}");
@@ -293,8 +295,8 @@ async fn trial(
     };
     tokio::time::sleep_until((granted + offset).into()).await;
     let sent = Instant::now();
-    let (status, again) =
-        post_json_once(&client, &url, json!({"holder": "old", "ttl_ms": 500})).await;
+    let old = json!({"holder": "old", "ttl_ms": 500, "secret": test_secret("old")});
+    let (status, again) = post_json_once(&client, &url, old).await;
     let (new_status, new_grant, new_at) = waiter.await.expect("waiter");
     if status != 200 || new_status != 200 {
         return None;
@@ -358,7 +360,7 @@ async fn blocking_acquire_and_watch() {
     let (status, _) = post_json(
         &client,
         &format!("{base}/v1/leases/q/release"),
-        json!({ "holder": "first", "token": token }),
+        json!({ "holder": "first", "token": token, "secret": test_secret("first") }),
     )
     .await;
     assert_eq!(status, 200);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::lease::Lease;
-use crate::model::{Grant, LeaseInfo, Object};
+use crate::model::{Grant, GrantId, LeaseInfo, Object};
 use crate::transport::Transport;
 use crate::Error;
 
@@ -130,42 +130,65 @@ impl Client {
         wait: Option<Duration>,
     ) -> Result<Grant, Error> {
         palisade_names::LeaseName::new(lease).map_err(|e| Error::BadRequest(e.to_string()))?;
-        let mut body = json!({ "holder": holder, "ttl_ms": ttl.as_millis() as u64 });
+        // Our own secret, so that a retry of this acquire (its answer lost)
+        // is recognised as the same client and gets the same grant.
+        let secret = new_secret();
+        let mut body = json!({
+            "holder": holder,
+            "ttl_ms": ttl.as_millis() as u64,
+            "secret": secret.expose(),
+        });
         if let Some(wait) = wait {
             body["wait_ms"] = json!(wait.as_millis() as u64);
         }
         // The request may wait `wait` on purpose: it gets that much longer.
         let path = format!("/v1/leases/{lease}/acquire");
         let extra = wait.unwrap_or_default();
-        self.transport
+        let mut grant: Grant = self
+            .transport
             .election(reqwest::Method::POST, &path, Some(&body), extra)
             .await?
-            .parse()
+            .parse()?;
+        // A cluster that predates secrets answers none: keep ours anyway.
+        grant.secret.get_or_insert(secret);
+        Ok(grant)
     }
 
     /// Renews a grant once (see [`Lease`] for the automatic way).
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] if the grant is gone.
-    pub async fn renew_grant(&self, lease: &str, holder: &str, token: u64) -> Result<Grant, Error> {
-        self.transport.renew_grant(lease, holder, token).await
+    /// [`Error::LeaseLost`] if the grant is gone, revoked, or `id` does not
+    /// carry its secret.
+    pub async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
+        self.transport.renew_grant(id).await
     }
 
-    /// Releases a grant; pass the [`Grant::grant_index`] it came with so that
-    /// a late release can never free a newer grant of the same holder.
+    /// Releases a grant. `id` carries the secret and the grant index of the
+    /// acquire, so a late release can never free a newer grant.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] if it was not held with that token (and index).
-    pub async fn release_grant(
-        &self,
-        lease: &str,
-        holder: &str,
-        token: u64,
-        grant_index: Option<u64>,
-    ) -> Result<(), Error> {
-        self.transport
-            .release_grant(lease, holder, token, grant_index)
-            .await
+    /// [`Error::LeaseLost`] if `id` does not name the current grant.
+    pub async fn release_grant(&self, id: &GrantId) -> Result<(), Error> {
+        self.transport.release_grant(id).await
+    }
+
+    /// Revokes `lease`'s grant `token` without its secret (an operator's
+    /// call, like etcd's `LeaseRevoke`): renewals stop at once, and the lease
+    /// is free when the grant's current deadline passes, never earlier.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if `token` is not the current grant.
+    pub async fn revoke(&self, lease: &str, token: u64) -> Result<(), Error> {
+        let path = format!("/v1/leases/{lease}/revoke");
+        let body = json!({ "token": token });
+        let answer = self
+            .transport
+            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .await?;
+        match answer.status {
+            200 => Ok(()),
+            _ => Err(answer.error()),
+        }
     }
 
     /// The lease as the leader sees it.
@@ -230,4 +253,13 @@ impl Client {
             .election(reqwest::Method::GET, path, None, extra)
             .await
     }
+}
+
+/// A fresh grant secret: 256 bits from the OS RNG, as 64 hex digits.
+fn new_secret() -> palisade_names::GrantSecret {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    palisade_names::GrantSecret::new(&hex).unwrap_or_else(|_| unreachable!("64 hex digits"))
 }

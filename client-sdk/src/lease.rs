@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::model::{encode_key, Grant, Object};
+use crate::model::{encode_key, Grant, GrantId, Object};
 use crate::transport::Transport;
 use crate::Error;
 
@@ -31,11 +31,8 @@ pub struct Lease {
 #[derive(Debug)]
 struct Shared {
     transport: Arc<Transport>,
-    lease: String,
-    holder: String,
-    token: u64,
-    /// The acquire this handle came from (see [`Grant::grant_index`]).
-    grant_index: Option<u64>,
+    /// The grant this handle holds, with its secret and the acquire's index.
+    id: GrantId,
     ttl: Duration,
     margin: Duration,
     state: Mutex<State>,
@@ -60,7 +57,7 @@ impl Shared {
     fn mark_lost(&self, reason: String) {
         let mut state = self.state();
         if state.lost_reason.is_none() {
-            tracing::warn!(lease = %self.lease, token = self.token, %reason, "lease lost");
+            tracing::warn!(lease = %self.id.lease, token = self.id.token, %reason, "lease lost");
             state.lost_reason = Some(reason);
         }
         drop(state);
@@ -86,16 +83,14 @@ impl Lease {
         let ratio = transport.config.drift_margin_ratio.clamp(0.0, 0.9);
         let margin = ttl.mul_f64(ratio).max(Duration::from_millis(1));
         let (lost, _) = watch::channel(false);
+        let jwt = grant.jwt.clone();
         let shared = Arc::new(Shared {
             transport,
-            lease: grant.lease,
-            holder: grant.holder,
-            token: grant.token,
-            grant_index: grant.grant_index,
+            id: grant.id(),
             ttl,
             margin,
             state: Mutex::new(State {
-                jwt: grant.jwt,
+                jwt,
                 deadline: sent + ttl - margin,
                 lost_reason: None,
             }),
@@ -107,17 +102,23 @@ impl Lease {
 
     /// The lease name.
     pub fn name(&self) -> &str {
-        &self.shared.lease
+        &self.shared.id.lease
     }
 
     /// The holder this lease was granted to.
     pub fn holder(&self) -> &str {
-        &self.shared.holder
+        &self.shared.id.holder
     }
 
     /// The fencing token of this grant.
     pub fn token(&self) -> u64 {
-        self.shared.token
+        self.shared.id.token
+    }
+
+    /// What names this grant, with its secret: hand it to another process
+    /// that must renew or release it (it is as powerful as this handle).
+    pub fn id(&self) -> GrantId {
+        self.shared.id.clone()
     }
 
     /// The current lease JWT, while held.
@@ -179,7 +180,7 @@ impl Lease {
         let answer = self
             .gateway_write(
                 reqwest::Method::POST,
-                &format!("/v1/fences/{}", self.shared.lease),
+                &format!("/v1/fences/{}", self.shared.id.lease),
                 None,
             )
             .await?;
@@ -229,15 +230,7 @@ impl Lease {
         let shared = self.shared.clone();
         // Drop sees the lease marked lost and does not release a second time.
         drop(self);
-        let released = shared
-            .transport
-            .release_grant(
-                &shared.lease,
-                &shared.holder,
-                shared.token,
-                shared.grant_index,
-            )
-            .await;
+        let released = shared.transport.release_grant(&shared.id).await;
         match released {
             Err(Error::LeaseLost(_)) if !was_held => Ok(()),
             other => other,
@@ -261,22 +254,16 @@ impl Drop for Lease {
         // now, makes the next acquire of this lease and holder wait for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
-            let gate = shared.transport.release_gate(&shared.lease, &shared.holder);
+            let gate = shared
+                .transport
+                .release_gate(&shared.id.lease, &shared.id.holder);
             let taken = gate.clone().try_lock_owned().ok();
             runtime.spawn(async move {
                 let _guard = match taken {
                     Some(guard) => guard,
                     None => gate.lock_owned().await,
                 };
-                let _ = shared
-                    .transport
-                    .release_grant(
-                        &shared.lease,
-                        &shared.holder,
-                        shared.token,
-                        shared.grant_index,
-                    )
-                    .await;
+                let _ = shared.transport.release_grant(&shared.id).await;
             });
         }
     }
@@ -310,7 +297,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         // wins the race, so loss is reported on time.
         let deadline = shared.state().deadline;
         let renewed = tokio::select! {
-            renewed = shared.transport.renew_grant(&shared.lease, &shared.holder, shared.token) => renewed,
+            renewed = shared.transport.renew_grant(&shared.id) => renewed,
             () = tokio::time::sleep_until(deadline) => {
                 shared.mark_lost("the safe deadline passed without a successful renewal".into());
                 return;
@@ -330,7 +317,7 @@ async fn renew_loop(shared: Arc<Shared>) {
                 return;
             }
             Err(err) => {
-                tracing::debug!(lease = %shared.lease, %err, "renewal failed; retrying");
+                tracing::debug!(lease = %shared.id.lease, %err, "renewal failed; retrying");
                 next = Instant::now() + Duration::from_millis(50);
             }
         }

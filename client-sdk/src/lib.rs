@@ -29,5 +29,6 @@ pub use client::{Client, ClientConfig};
 pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
 pub use lease::Lease;
-pub use model::{encode_key, Grant, LeaseInfo, Object};
+pub use model::{encode_key, Grant, GrantId, LeaseInfo, Object};
+pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;

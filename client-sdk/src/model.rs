@@ -1,6 +1,7 @@
 //! What the cluster and the gateway answer, as the SDK hands it out.
 
 use bytes::Bytes;
+use palisade_names::GrantSecret;
 use serde::{Deserialize, Serialize};
 
 /// A lease as the cluster reports it.
@@ -38,6 +39,43 @@ pub struct Grant {
     /// index frees nothing. `None` from clusters that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_index: Option<u64>,
+    /// The grant's secret: renew, release and a repeated acquire present it.
+    /// Only the acquire answers it (`None` in a renewal's answer, and from
+    /// clusters that predate secrets). `Debug` does not show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<GrantSecret>,
+}
+
+impl Grant {
+    /// What names this grant in renew and release.
+    pub fn id(&self) -> GrantId {
+        GrantId {
+            lease: self.lease.clone(),
+            holder: self.holder.clone(),
+            token: self.token,
+            grant_index: self.grant_index,
+            secret: self.secret.clone(),
+        }
+    }
+}
+
+/// Names one grant, with the secret that opens it: what
+/// [`crate::Client::renew_grant`] and [`crate::Client::release_grant`] need.
+/// Whoever has it can renew and release the grant; keep it like a password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantId {
+    /// The lease name.
+    pub lease: String,
+    /// The holder.
+    pub holder: String,
+    /// The fencing token.
+    pub token: u64,
+    /// The acquire the holder's handle came from (see [`Grant::grant_index`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_index: Option<u64>,
+    /// The grant's secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<GrantSecret>,
 }
 
 /// A stored object read through the gateway.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::model::{encode_key, Grant, Object};
+use crate::model::{encode_key, Grant, GrantId, Object};
 use crate::{ClientConfig, Error};
 
 /// Held while a lease is being released in the background.
@@ -158,32 +158,18 @@ impl Transport {
     }
 
     /// One renew request.
-    pub(crate) async fn renew_grant(
-        &self,
-        lease: &str,
-        holder: &str,
-        token: u64,
-    ) -> Result<Grant, Error> {
-        let body = json!({ "holder": holder, "token": token });
-        let path = format!("/v1/leases/{lease}/renew");
+    pub(crate) async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
+        let body = grant_body(id, false);
+        let path = format!("/v1/leases/{}/renew", id.lease);
         self.election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
             .await?
             .parse()
     }
 
     /// One release request, naming the grant's index when known.
-    pub(crate) async fn release_grant(
-        &self,
-        lease: &str,
-        holder: &str,
-        token: u64,
-        grant_index: Option<u64>,
-    ) -> Result<(), Error> {
-        let mut body = json!({ "holder": holder, "token": token });
-        if let Some(grant_index) = grant_index {
-            body["grant_index"] = json!(grant_index);
-        }
-        let path = format!("/v1/leases/{lease}/release");
+    pub(crate) async fn release_grant(&self, id: &GrantId) -> Result<(), Error> {
+        let body = grant_body(id, true);
+        let path = format!("/v1/leases/{}/release", id.lease);
         let answer = self
             .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
             .await?;
@@ -274,4 +260,16 @@ impl Transport {
             .or_default()
             .clone()
     }
+}
+
+/// The body of a renew (`with_index` false) or release naming `id`.
+fn grant_body(id: &GrantId, with_index: bool) -> Value {
+    let mut body = json!({ "holder": id.holder, "token": id.token });
+    if let Some(secret) = &id.secret {
+        body["secret"] = json!(secret.expose());
+    }
+    if let (true, Some(grant_index)) = (with_index, id.grant_index) {
+        body["grant_index"] = json!(grant_index);
+    }
+    body
 }

@@ -5,8 +5,10 @@
 //! deterministically. Commands carry everything apply needs: no clock, no
 //! randomness, no node-local state.
 
-use palisade_names::{FencingToken, LeaseName};
+use palisade_names::{FencingToken, GrantSecret, LeaseName};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// A change proposed to the lease table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +21,11 @@ pub enum Command {
         holder: String,
         /// How long the grant lasts without renewal.
         ttl_ms: u64,
+        /// The hash of the grant's secret: a new grant keeps it, and a
+        /// repeated acquire must carry the same one (`None` only in entries
+        /// written before grants had secrets).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<SecretHash>,
     },
     /// Free `lease` if `holder` holds it with `token`.
     Release {
@@ -33,6 +40,9 @@ pub enum Command {
         /// nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         grant_index: Option<u64>,
+        /// The hash of the secret the releasing client presented.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<SecretHash>,
     },
     /// Free `lease` if its current grant is still `token`. Proposed only by the
     /// Raft leader, when its deadline for that grant has passed.
@@ -40,6 +50,15 @@ pub enum Command {
         /// The lease name.
         lease: LeaseName,
         /// The grant that expired; a newer grant is left alone.
+        token: FencingToken,
+    },
+    /// Stop renewals of `lease`'s grant `token`: the holder learns it on its
+    /// next renewal, and the grant expires at its current deadline, so no
+    /// holder is cut short while its SDK still believes it holds (S3).
+    Revoke {
+        /// The lease name.
+        lease: LeaseName,
+        /// The grant to revoke; a newer grant is left alone.
         token: FencingToken,
     },
     /// Install the cluster's signing key, if it has none yet. Proposed by the
@@ -50,6 +69,63 @@ pub enum Command {
         /// The Ed25519 secret key (32 bytes).
         secret: KeySecret,
     },
+}
+
+/// The SHA-256 of a [`GrantSecret`]: what the log, the table and snapshots
+/// keep instead of the secret, so none of them can be used to take a grant
+/// over. Serialized as hex.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SecretHash([u8; 32]);
+
+impl SecretHash {
+    /// The hash of `secret`.
+    pub fn of(secret: &GrantSecret) -> Self {
+        Self(Sha256::digest(secret.expose().as_bytes()).into())
+    }
+
+    /// Whether `presented` is the secret of this hash; `false` for `None`.
+    /// Compared in constant time.
+    pub fn matches(&self, presented: Option<&SecretHash>) -> bool {
+        presented.is_some_and(|other| bool::from(self.0.ct_eq(&other.0)))
+    }
+}
+
+impl PartialEq for SecretHash {
+    fn eq(&self, other: &Self) -> bool {
+        self.matches(Some(other))
+    }
+}
+
+impl Eq for SecretHash {}
+
+impl std::fmt::Debug for SecretHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretHash(..)")
+    }
+}
+
+impl TryFrom<String> for SecretHash {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let bad = || format!("secret hash {text:?} is not 64 hex digits");
+        if text.len() != 64 {
+            return Err(bad());
+        }
+        let mut bytes = [0u8; 32];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+                .map_err(|_| bad())?;
+        }
+        Ok(Self(bytes))
+    }
+}
+
+impl From<SecretHash> for String {
+    fn from(hash: SecretHash) -> String {
+        hash.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 /// Secret key bytes. Serialized as they are (the log must not change), never
@@ -87,6 +163,8 @@ pub enum CommandResult {
     },
     /// The lease was released or expired.
     Freed,
+    /// The grant will not be renewed again.
+    Revoked,
     /// The requester does not hold the lease with that token (any more).
     Lost,
     /// Nothing to answer (blank or membership entries, key installs).
@@ -100,6 +178,7 @@ impl std::fmt::Display for Command {
                 lease,
                 holder,
                 ttl_ms,
+                ..
             } => {
                 write!(f, "acquire {lease} for {holder} ({ttl_ms} ms)")
             }
@@ -112,6 +191,7 @@ impl std::fmt::Display for Command {
                 write!(f, "release {lease} by {holder} (token {token})")
             }
             Command::Expire { lease, token } => write!(f, "expire {lease} (token {token})"),
+            Command::Revoke { lease, token } => write!(f, "revoke {lease} (token {token})"),
             // Never print the secret.
             Command::InstallKey { kid, .. } => write!(f, "install signing key {kid}"),
         }
@@ -147,6 +227,22 @@ mod tests {
             serde_json::to_string(&result).expect("encode"),
             r#"{"Granted":{"token":7,"ttl_ms":1500,"new_grant":true,"grant_index":7}}"#
         );
+    }
+
+    #[test]
+    fn secret_hashes_round_trip_and_match_only_their_secret() {
+        let secret = GrantSecret::new(&"s".repeat(40)).expect("secret");
+        let other = GrantSecret::new(&"t".repeat(40)).expect("secret");
+        let hash = SecretHash::of(&secret);
+        let text = String::from(hash);
+        assert_eq!(text.len(), 64);
+        assert!(!text.contains("ssss"));
+        let back = SecretHash::try_from(text).expect("hex");
+        assert!(back.matches(Some(&hash)));
+        assert!(!back.matches(Some(&SecretHash::of(&other))));
+        assert!(!back.matches(None));
+        assert!(SecretHash::try_from("zz".repeat(32)).is_err());
+        assert!(SecretHash::try_from("é".repeat(32)).is_err());
     }
 
     #[test]

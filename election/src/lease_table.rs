@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, CommandResult};
+use crate::command::{Command, CommandResult, SecretHash};
 
 /// One lease as every node knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +27,29 @@ pub struct LeaseRecord {
     /// acquire keeps the token, so the token alone cannot tell them apart.
     #[serde(default)]
     pub grant_index: u64,
+    /// The hash of the current grant's secret; renew, release and a repeated
+    /// acquire must present the secret. `None` for a grant made before
+    /// grants had secrets (then the holder name and token suffice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretHash>,
+    /// The current grant was revoked: it is never extended again and expires
+    /// at the leader's deadline.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revoked: bool,
+}
+
+impl LeaseRecord {
+    /// Whether `presented` (a hash of what the client sent) opens the current
+    /// grant. A grant without a secret (made before secrets) opens to anyone
+    /// naming its holder and token.
+    pub fn opens(&self, presented: Option<&SecretHash>) -> bool {
+        self.secret.is_none_or(|secret| secret.matches(presented))
+    }
+
+    /// Whether `holder`, presenting `secret`, may extend the current grant.
+    fn extensible_by(&self, holder: &str, secret: Option<&SecretHash>) -> bool {
+        self.holder.as_deref() == Some(holder) && self.opens(secret) && !self.revoked
+    }
 }
 
 /// The cluster's signing key, as replicated.
@@ -64,6 +87,7 @@ impl LeaseTable {
                 lease,
                 holder,
                 ttl_ms,
+                secret,
             } => {
                 let record = self
                     .leases
@@ -75,14 +99,18 @@ impl LeaseTable {
                         transitions: 0,
                         modify_index: index,
                         grant_index: index,
+                        secret: None,
+                        revoked: false,
                     });
                 match &record.holder {
-                    Some(current) if current == holder => {
-                        record.ttl_ms = *ttl_ms;
+                    // The same client again (a retry, or a holder asking to
+                    // hold on): the same grant, never a shorter ttl.
+                    Some(_) if record.extensible_by(holder, secret.as_ref()) => {
+                        record.ttl_ms = record.ttl_ms.max(*ttl_ms);
                         record.grant_index = index;
                         CommandResult::Granted {
                             token: record.token,
-                            ttl_ms: *ttl_ms,
+                            ttl_ms: record.ttl_ms,
                             new_grant: false,
                             grant_index: index,
                         }
@@ -98,6 +126,8 @@ impl LeaseTable {
                         record.transitions += 1;
                         record.modify_index = index;
                         record.grant_index = index;
+                        record.secret = *secret;
+                        record.revoked = false;
                         CommandResult::Granted {
                             token: FencingToken(index),
                             ttl_ms: *ttl_ms,
@@ -112,10 +142,12 @@ impl LeaseTable {
                 holder,
                 token,
                 grant_index,
+                secret,
             } => match self.leases.get_mut(lease) {
                 Some(record)
                     if record.holder.as_deref() == Some(holder.as_str())
                         && record.token == *token
+                        && record.opens(secret.as_ref())
                         && grant_index.is_none_or(|g| g >= record.grant_index) =>
                 {
                     record.holder = None;
@@ -131,6 +163,14 @@ impl LeaseTable {
                     record.transitions += 1;
                     record.modify_index = index;
                     CommandResult::Freed
+                }
+                _ => CommandResult::Lost,
+            },
+            Command::Revoke { lease, token } => match self.leases.get_mut(lease) {
+                Some(record) if record.holder.is_some() && record.token == *token => {
+                    record.revoked = true;
+                    record.modify_index = index;
+                    CommandResult::Revoked
                 }
                 _ => CommandResult::Lost,
             },
@@ -164,6 +204,7 @@ mod tests {
             lease: name(lease),
             holder: holder.into(),
             ttl_ms: 1000,
+            secret: None,
         }
     }
 
@@ -200,6 +241,7 @@ mod tests {
             holder: holder.into(),
             token: FencingToken(token),
             grant_index: None,
+            secret: None,
         };
         assert_eq!(table.apply(8, &release("y", 5)), CommandResult::Lost);
         assert_eq!(table.apply(9, &release("x", 4)), CommandResult::Lost);
@@ -228,6 +270,7 @@ mod tests {
             holder: "x".into(),
             token: FencingToken(5),
             grant_index,
+            secret: None,
         };
         assert_eq!(table.apply(9, &release(Some(5))), CommandResult::Lost);
         assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
@@ -240,8 +283,95 @@ mod tests {
             holder: "x".into(),
             token: FencingToken(11),
             grant_index: None,
+            secret: None,
         };
         assert_eq!(table.apply(13, &release11), CommandResult::Freed);
+    }
+
+    #[test]
+    fn only_the_secret_opens_a_grant_and_a_repeat_never_shortens_it() {
+        let secret = |c: &str| {
+            Some(SecretHash::of(
+                &palisade_names::GrantSecret::new(&c.repeat(32)).expect("secret"),
+            ))
+        };
+        let acquire = |holder: &str, ttl_ms, s| Command::Acquire {
+            lease: name("a"),
+            holder: holder.into(),
+            ttl_ms,
+            secret: s,
+        };
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire("x", 60_000, secret("k")));
+        // Everything GET shows (holder, token) and the grant index, without
+        // the secret: no repeat, no release, no shorter ttl.
+        for thief in [None, secret("j")] {
+            assert_eq!(
+                table.apply(6, &acquire("x", 1000, thief)),
+                CommandResult::Held {
+                    holder: "x".into(),
+                    token: FencingToken(5)
+                }
+            );
+            let release = Command::Release {
+                lease: name("a"),
+                holder: "x".into(),
+                token: FencingToken(5),
+                grant_index: Some(5),
+                secret: thief,
+            };
+            assert_eq!(table.apply(7, &release), CommandResult::Lost);
+        }
+        assert_eq!(table.leases["a"].ttl_ms, 60_000);
+        assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
+        // The holder itself, with a shorter ttl: the same grant, the longer ttl.
+        assert_eq!(
+            table.apply(8, &acquire("x", 1000, secret("k"))),
+            CommandResult::Granted {
+                token: FencingToken(5),
+                ttl_ms: 60_000,
+                new_grant: false,
+                grant_index: 8
+            }
+        );
+        let release = Command::Release {
+            lease: name("a"),
+            holder: "x".into(),
+            token: FencingToken(5),
+            grant_index: Some(8),
+            secret: secret("k"),
+        };
+        assert_eq!(table.apply(9, &release), CommandResult::Freed);
+    }
+
+    #[test]
+    fn a_revoked_grant_is_held_until_it_expires_and_never_extended() {
+        let mut table = LeaseTable::default();
+        table.apply(3, &acquire("a", "x"));
+        let revoke = |token| Command::Revoke {
+            lease: name("a"),
+            token: FencingToken(token),
+        };
+        assert_eq!(table.apply(4, &revoke(2)), CommandResult::Lost);
+        assert_eq!(table.apply(5, &revoke(3)), CommandResult::Revoked);
+        assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
+        assert!(matches!(
+            table.apply(6, &acquire("a", "x")),
+            CommandResult::Held { .. }
+        ));
+        let expire = Command::Expire {
+            lease: name("a"),
+            token: FencingToken(3),
+        };
+        assert_eq!(table.apply(7, &expire), CommandResult::Freed);
+        assert!(matches!(
+            table.apply(8, &acquire("a", "x")),
+            CommandResult::Granted {
+                new_grant: true,
+                ..
+            }
+        ));
+        assert!(!table.leases["a"].revoked, "a new grant starts unrevoked");
     }
 
     #[test]
@@ -299,6 +429,7 @@ mod tests {
                     holder: h.into(),
                     token: FencingToken(t),
                     grant_index: g,
+                    secret: None,
                 }
             ),
             (lease, 0u64..40).prop_map(|(l, t)| Command::Expire {

@@ -216,6 +216,7 @@ mod tests {
                 lease: name(lease),
                 holder: holder.into(),
                 ttl_ms,
+                secret: None,
             },
         );
         table

@@ -15,6 +15,11 @@ pub enum NameError {
     InvalidToken(u64),
 }
 
+/// A grant secret that is too short, too long or not URL-safe text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("secret must be {MIN_SECRET_LEN}..={MAX_SECRET_LEN} characters of A-Z a-z 0-9 - _")]
+pub struct InvalidSecret;
+
 /// The longest lease name, in bytes (from the contract: `[A-Za-z0-9._-]{1,128}`).
 pub const MAX_LEASE_NAME_LEN: usize = 128;
 /// The longest object key, in bytes, lease segment included.
@@ -213,6 +218,62 @@ impl fmt::Display for FencingToken {
     }
 }
 
+/// The shortest grant secret: 32 characters are at least 128 bits whether
+/// they are hex or base64url.
+pub const MIN_SECRET_LEN: usize = 32;
+/// The longest grant secret.
+pub const MAX_SECRET_LEN: usize = 128;
+
+/// The secret of one grant: only the client that acquired it knows it, and
+/// renew, release and a repeated acquire must present it. The cluster keeps
+/// only a hash. `Debug` never shows it; `Display` does not exist — use
+/// [`GrantSecret::expose`] where the text must leave the process (the wire).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GrantSecret(String);
+
+impl GrantSecret {
+    /// Checks `secret`: [`MIN_SECRET_LEN`]..=[`MAX_SECRET_LEN`] characters of
+    /// `[A-Za-z0-9_-]` (hex or base64url).
+    ///
+    /// # Errors
+    /// [`InvalidSecret`].
+    pub fn new(secret: &str) -> Result<Self, InvalidSecret> {
+        let url_safe = secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !url_safe || secret.len() < MIN_SECRET_LEN || secret.len() > MAX_SECRET_LEN {
+            return Err(InvalidSecret);
+        }
+        Ok(Self(secret.to_owned()))
+    }
+
+    /// The secret text, for the request that must carry it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for GrantSecret {
+    type Error = InvalidSecret;
+
+    fn try_from(secret: String) -> Result<Self, InvalidSecret> {
+        Self::new(&secret)
+    }
+}
+
+impl From<GrantSecret> for String {
+    fn from(secret: GrantSecret) -> String {
+        secret.0
+    }
+}
+
+impl fmt::Debug for GrantSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GrantSecret(<redacted>)")
+    }
+}
+
 /// The claims of a lease JWT (the contract's token format). The cluster signs
 /// them with EdDSA; gateways verify them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -237,6 +298,24 @@ pub const ISSUER: &str = "palisade";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_long_url_safe_and_never_debug_printed() {
+        let good = "0123456789abcdef0123456789abcdef";
+        let secret = GrantSecret::new(good).expect("32 hex characters");
+        assert!(!format!("{secret:?}").contains("0123"));
+        assert_eq!(secret.expose(), good);
+        for bad in [
+            &good[1..],
+            "0123456789abcdef0123456789abcde=",
+            &"a".repeat(129),
+            "",
+        ] {
+            assert!(GrantSecret::new(bad).is_err(), "{bad:?}");
+        }
+        let parsed: Result<GrantSecret, _> = serde_json::from_str("\"short\"");
+        assert!(parsed.is_err());
+    }
 
     #[test]
     fn lease_names_follow_the_contract() {

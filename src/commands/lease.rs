@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use palisade_client::{Client, ClientConfig, Error};
+use palisade_client::{Client, ClientConfig, Error, GrantId, GrantSecret};
 
 /// Where the election cluster (and gateway) are.
 #[derive(Debug, Args)]
@@ -54,21 +54,24 @@ pub enum LeaseCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// Renew a grant once.
+    /// Renew a grant once (with the secret `lease acquire` printed).
     Renew {
-        lease: String,
-        #[arg(long)]
-        holder: String,
-        #[arg(long)]
-        token: u64,
+        #[command(flatten)]
+        grant: GrantArgs,
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// Release a grant.
+    /// Release a grant (with the secret `lease acquire` printed).
     Release {
+        #[command(flatten)]
+        grant: GrantArgs,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Revoke a grant without its secret (an operator's call): renewals stop
+    /// at once and the lease is free once its current deadline passes.
+    Revoke {
         lease: String,
-        #[arg(long)]
-        holder: String,
         #[arg(long)]
         token: u64,
         #[command(flatten)]
@@ -91,6 +94,38 @@ pub enum LeaseCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+}
+
+/// Names one grant: what `lease acquire` printed.
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    lease: String,
+    #[arg(long)]
+    holder: String,
+    #[arg(long)]
+    token: u64,
+    /// The grant's secret (`lease acquire` prints it; env PALISADE_SECRET).
+    #[arg(long, env = "PALISADE_SECRET", hide_env_values = true, value_parser = parse_secret)]
+    secret: GrantSecret,
+    /// The acquire's grant index (release only; as printed by acquire).
+    #[arg(long)]
+    grant_index: Option<u64>,
+}
+
+fn parse_secret(text: &str) -> Result<GrantSecret, String> {
+    GrantSecret::new(text).map_err(|e| e.to_string())
+}
+
+impl GrantArgs {
+    fn id(&self) -> GrantId {
+        GrantId {
+            lease: self.lease.clone(),
+            holder: self.holder.clone(),
+            token: self.token,
+            grant_index: self.grant_index,
+            secret: Some(self.secret.clone()),
+        }
+    }
 }
 
 fn fail(err: &Error) -> ExitCode {
@@ -126,10 +161,18 @@ fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
 /// Prints a grant: readable (`verb` says what happened) or as JSON.
 fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str) {
     let value = serde_json::to_value(grant).unwrap_or_default();
-    let readable = format!(
+    let mut readable = format!(
         "{verb} {} for {} with token {}\njwt: {}",
         grant.lease, grant.holder, grant.token, grant.jwt
     );
+    if let Some(secret) = &grant.secret {
+        // What `lease renew` and `lease release` need.
+        readable.push_str(&format!(
+            "\nsecret: {}\ngrant_index: {}",
+            secret.expose(),
+            grant.grant_index.unwrap_or_default()
+        ));
+    }
     print(json, &value, readable);
 }
 
@@ -190,32 +233,19 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        LeaseCommand::Renew {
-            lease,
-            holder,
-            token,
-            endpoints,
-        } => Ok(
-            match endpoints.client().renew_grant(&lease, &holder, token).await {
+        LeaseCommand::Renew { grant, endpoints } => {
+            Ok(match endpoints.client().renew_grant(&grant.id()).await {
                 Ok(grant) => {
                     print_grant(endpoints.json, &grant, "renewed");
                     ExitCode::SUCCESS
                 }
                 Err(err) => fail(&err),
-            },
-        ),
-        LeaseCommand::Release {
-            lease,
-            holder,
-            token,
-            endpoints,
-        } => Ok(
-            match endpoints
-                .client()
-                .release_grant(&lease, &holder, token, None)
-                .await
-            {
+            })
+        }
+        LeaseCommand::Release { grant, endpoints } => {
+            Ok(match endpoints.client().release_grant(&grant.id()).await {
                 Ok(()) => {
+                    let (lease, token) = (&grant.lease, grant.token);
                     print(
                         endpoints.json,
                         &serde_json::json!({ "lease": lease, "released": true, "token": token }),
@@ -224,8 +254,23 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 }
                 Err(err) => fail(&err),
-            },
-        ),
+            })
+        }
+        LeaseCommand::Revoke {
+            lease,
+            token,
+            endpoints,
+        } => Ok(match endpoints.client().revoke(&lease, token).await {
+            Ok(()) => {
+                print(
+                    endpoints.json,
+                    &serde_json::json!({ "lease": lease, "revoked": true, "token": token }),
+                    format!("revoked {lease} (token {token}); it ends at its deadline"),
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        }),
         LeaseCommand::Get { lease, endpoints } => Ok(match endpoints.client().get(&lease).await {
             Ok(info) => {
                 print(endpoints.json, &info_json(&info), describe(&info));

@@ -74,7 +74,7 @@ A=$(retry 50 "$bin" lease acquire stale --holder A --ttl-ms 1500 --election "$E"
 JWT_A=$(echo "$A" | json '["jwt"]'); TOKEN_A=$(echo "$A" | json '["token"]')
 retry 50 "$bin" object put stale/x --value fromA --jwt "$JWT_A" --gateway "$G" >/dev/null || fail "A's first write"
 B=$("$bin" lease acquire stale --holder B --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
-JWT_B=$(echo "$B" | json '["jwt"]'); TOKEN_B=$(echo "$B" | json '["token"]')
+JWT_B=$(echo "$B" | json '["jwt"]'); TOKEN_B=$(echo "$B" | json '["token"]'); SECRET_B=$(echo "$B" | json '["secret"]')
 [ "$TOKEN_B" -gt "$TOKEN_A" ] || fail "token $TOKEN_B is not above $TOKEN_A"
 "$bin" fence bump stale --jwt "$JWT_B" --gateway "$G" >/dev/null
 "$bin" object put stale/x --value fromB --jwt "$JWT_B" --gateway "$G" >/dev/null
@@ -86,7 +86,7 @@ ok "A (token $TOKEN_A) refused after B (token $TOKEN_B) fenced: $late"
 step "2. kill the Raft leader's container"
 old=$(leader)
 docker kill "$(compose ps -q "election$old")" >/dev/null
-retry 50 "$bin" lease renew stale --holder B --token "$TOKEN_B" --election "$E" >/dev/null || fail "renew after leader kill"
+retry 50 "$bin" lease renew stale --holder B --token "$TOKEN_B" --secret "$SECRET_B" --election "$E" >/dev/null || fail "renew after leader kill"
 new=$(retry 50 leader)
 [ -n "$new" ] && [ "$new" != "$old" ] || fail "no new leader (old $old, new $new)"
 held=$("$bin" lease get stale --election "$E" --json)

@@ -318,8 +318,16 @@ pub async fn send_retrying(build: impl Fn() -> reqwest::RequestBuilder) -> reqwe
     build().send().await.expect("request")
 }
 
+/// The grant secret tests use for `holder`: chosen by the client, as the SDK
+/// does, so a retried acquire gets the same grant; one per holder, so tests
+/// that acquire again as the same holder keep their old meaning.
+pub fn test_secret(holder: &str) -> String {
+    let hex: String = holder.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{hex:0>32}")
+}
+
 /// Acquires until granted or refused for good, retrying 503s (no leader yet)
-/// for a bounded time.
+/// for a bounded time. The grant's secret is [`test_secret`] of `holder`.
 pub async fn acquire(
     client: &reqwest::Client,
     base: &str,
@@ -328,7 +336,11 @@ pub async fn acquire(
     ttl_ms: u64,
 ) -> (u16, serde_json::Value) {
     let url = format!("{base}/v1/leases/{lease}/acquire");
-    let body = serde_json::json!({ "holder": holder, "ttl_ms": ttl_ms });
+    let body = serde_json::json!({
+        "holder": holder,
+        "ttl_ms": ttl_ms,
+        "secret": test_secret(holder),
+    });
     for _ in 0..100 {
         let (status, answer) = post_json(client, &url, body.clone()).await;
         if status != 503 {

@@ -10,12 +10,15 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use palisade_names::{FencingToken, LeaseName};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use palisade_names::{FencingToken, GrantSecret, LeaseName};
+use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{check_holder, check_wait, Checked, LeaseCall};
 use super::state::ApiState;
-use crate::command::{Command, CommandResult};
+use crate::command::{Command, CommandResult, SecretHash};
 use crate::error::ApiError;
 use crate::lessor::RenewRefused;
 use crate::ElectionConfig;
@@ -27,6 +30,9 @@ pub(super) struct AcquireRequest {
     holder: String,
     ttl_ms: u64,
     wait_ms: Option<u64>,
+    /// The grant's secret, chosen by the client (so that a retried acquire
+    /// is recognised as the same client); the node makes one when absent.
+    secret: Option<GrantSecret>,
 }
 
 impl Checked for AcquireRequest {
@@ -55,6 +61,14 @@ pub(super) struct HolderToken {
     /// only; see `LeaseRecord::grant_index`).
     #[serde(default)]
     grant_index: Option<u64>,
+    /// The secret the acquire answered (required for grants that have one).
+    secret: Option<GrantSecret>,
+}
+
+impl HolderToken {
+    fn secret_hash(&self) -> Option<SecretHash> {
+        self.secret.as_ref().map(SecretHash::of)
+    }
 }
 
 impl Checked for HolderToken {
@@ -76,6 +90,18 @@ pub(super) struct Grant {
     kid: String,
     /// The log index of the acquire this grant answers (release names it).
     grant_index: u64,
+    /// The grant's secret: only in the answer to the acquire, never in a
+    /// renewal, a read or an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret: Option<GrantSecret>,
+}
+
+/// A fresh grant secret: 256 bits from the OS RNG, base64url.
+fn generate_secret() -> Result<GrantSecret, ApiError> {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    GrantSecret::new(&URL_SAFE_NO_PAD.encode(bytes))
+        .map_err(|e| ApiError::Internal(format!("generated secret refused: {e}")))
 }
 
 /// What release answers.
@@ -86,7 +112,8 @@ pub(super) struct Released {
     token: FencingToken,
 }
 
-/// Signs `lease`'s grant for `holder` and builds the answer.
+/// Signs `lease`'s grant for `holder` and builds the answer (with `secret`
+/// for an acquire).
 fn grant(
     state: &ApiState,
     lease: LeaseName,
@@ -94,6 +121,7 @@ fn grant(
     token: FencingToken,
     ttl_ms: u64,
     grant_index: u64,
+    secret: Option<GrantSecret>,
 ) -> Result<Json<Grant>, ApiError> {
     let signer = state.signer()?;
     let jwt = signer
@@ -107,6 +135,7 @@ fn grant(
         jwt,
         kid: signer.kid().to_owned(),
         grant_index,
+        secret,
     }))
 }
 
@@ -130,12 +159,18 @@ pub(super) async fn acquire(
 ) -> Result<Json<Grant>, ApiError> {
     // Refuse before proposing anything when the cluster cannot sign yet.
     state.signer()?;
+    let secret = match body.secret {
+        Some(secret) => secret,
+        None => generate_secret()?,
+    };
+    let hash = SecretHash::of(&secret);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(body.wait_ms.unwrap_or(0));
     loop {
         let command = Command::Acquire {
             lease: lease.clone(),
             holder: body.holder.clone(),
             ttl_ms: body.ttl_ms,
+            secret: Some(hash),
         };
         match state.proposer.propose(command).await? {
             CommandResult::Granted {
@@ -147,7 +182,16 @@ pub(super) async fn acquire(
                 state
                     .lessor
                     .granted(&lease, token, Duration::from_millis(ttl_ms));
-                return grant(&state, lease, body.holder, token, ttl_ms, grant_index);
+                let secret = Some(secret);
+                return grant(
+                    &state,
+                    lease,
+                    body.holder,
+                    token,
+                    ttl_ms,
+                    grant_index,
+                    secret,
+                );
             }
             // The holder asked again for the grant it has: that extends it
             // like a renewal, and like a renewal it must not revive a grant
@@ -157,13 +201,17 @@ pub(super) async fn acquire(
             // it held a lease that was freed and granted to another 15 ms
             // later).
             CommandResult::Granted { token, .. } => {
-                match extend(&state, &lease, &body.holder, token) {
+                match extend(&state, &lease, &body.holder, token, Some(&hash)) {
                     Extended::Yes {
                         ttl_ms,
                         grant_index,
-                    } => return grant(&state, lease, body.holder, token, ttl_ms, grant_index),
+                    } => {
+                        let secret = Some(secret);
+                        let holder = body.holder;
+                        return grant(&state, lease, holder, token, ttl_ms, grant_index, secret);
+                    }
                     Extended::No(RenewRefused::NotLeader) => return Err(stopped_leading()),
-                    Extended::NotHeld | Extended::No(RenewRefused::Expired) => {
+                    Extended::NotHeld | Extended::Revoked | Extended::No(RenewRefused::Expired) => {
                         // Wait for the Expire to free the lease, then ask
                         // for a fresh grant (with a new token).
                         let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
@@ -212,12 +260,24 @@ pub(super) async fn renew(
 ) -> Result<Json<Grant>, ApiError> {
     // A renewal writes nothing, but only a confirmed leader may answer it.
     state.confirm_leadership().await?;
-    match extend(&state, &lease, &body.holder, body.token) {
+    let presented = body.secret_hash();
+    match extend(&state, &lease, &body.holder, body.token, presented.as_ref()) {
         Extended::Yes {
             ttl_ms,
             grant_index,
-        } => grant(&state, lease, body.holder, body.token, ttl_ms, grant_index),
+        } => grant(
+            &state,
+            lease,
+            body.holder,
+            body.token,
+            ttl_ms,
+            grant_index,
+            None,
+        ),
         Extended::NotHeld => Err(not_held(&body, &lease)),
+        Extended::Revoked => Err(ApiError::Lost(format!(
+            "the grant of {lease} was revoked; it ends at its deadline"
+        ))),
         Extended::No(RenewRefused::Expired) => Err(ApiError::Lost(format!(
             "the lease {lease} expired before this renewal"
         ))),
@@ -227,21 +287,37 @@ pub(super) async fn renew(
 
 /// How [`extend`] went.
 enum Extended {
-    Yes { ttl_ms: u64, grant_index: u64 },
+    Yes {
+        ttl_ms: u64,
+        grant_index: u64,
+    },
     NotHeld,
+    /// The grant was revoked: it runs out at its deadline.
+    Revoked,
     No(RenewRefused),
 }
 
 /// Extends `holder`'s grant `token` of `lease` by its ttl (a renewal, or a
-/// repeated acquire). The table check and the lessor's decision happen in
+/// repeated acquire), if `presented` opens it. The table check and the lessor's decision happen in
 /// one step under the applied state's read lock, so no `Expire` can apply
 /// in between: otherwise the lessor, which stops tracking a grant once the
 /// table shows it freed, would start that freed grant afresh and the holder
 /// would be told it holds a lease another may be granted next (found by a
 /// targeted test under CPU load).
-fn extend(state: &ApiState, lease: &LeaseName, holder: &str, token: FencingToken) -> Extended {
+fn extend(
+    state: &ApiState,
+    lease: &LeaseName,
+    holder: &str,
+    token: FencingToken,
+    presented: Option<&SecretHash>,
+) -> Extended {
     state.shared.read(|s| match s.table.leases.get(lease) {
-        Some(r) if r.holder.as_deref() == Some(holder) && r.token == token => {
+        Some(r)
+            if r.holder.as_deref() == Some(holder) && r.token == token && r.opens(presented) =>
+        {
+            if r.revoked {
+                return Extended::Revoked;
+            }
             let ttl = Duration::from_millis(r.ttl_ms);
             match state.lessor.renew(lease, token, ttl) {
                 Ok(()) => Extended::Yes {
@@ -264,6 +340,7 @@ pub(super) async fn release(
         holder: body.holder.clone(),
         token: body.token,
         grant_index: body.grant_index,
+        secret: body.secret_hash(),
     };
     match state.proposer.propose(command).await? {
         CommandResult::Freed => Ok(Json(Released {
@@ -273,5 +350,56 @@ pub(super) async fn release(
         })),
         CommandResult::Lost => Err(not_held(&body, &lease)),
         other => Err(ApiError::Internal(format!("release answered {other:?}"))),
+    }
+}
+
+/// `POST /v1/leases/{name}/revoke`: names the grant by its token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RevokeRequest {
+    token: FencingToken,
+}
+
+impl Checked for RevokeRequest {
+    fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
+
+/// What revoke answers.
+#[derive(Debug, Serialize)]
+pub(super) struct Revoked {
+    lease: LeaseName,
+    revoked: bool,
+    token: FencingToken,
+    /// When the grant runs out, as the leader sees it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_in_ms: Option<u64>,
+}
+
+/// An operator's way to end a grant without its secret (etcd's
+/// `LeaseRevoke`): renewals stop at once, and the lease is free once the
+/// grant's current deadline passes — never earlier, so a holder that still
+/// believes it holds is never overlapped (S3).
+pub(super) async fn revoke(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<RevokeRequest>,
+) -> Result<Json<Revoked>, ApiError> {
+    let command = Command::Revoke {
+        lease: lease.clone(),
+        token: body.token,
+    };
+    match state.proposer.propose(command).await? {
+        CommandResult::Revoked => Ok(Json(Revoked {
+            expires_in_ms: state.lessor.remaining_ms(&lease, body.token),
+            lease,
+            revoked: true,
+            token: body.token,
+        })),
+        CommandResult::Lost => Err(ApiError::Lost(format!(
+            "{lease} is not held with token {}",
+            body.token
+        ))),
+        other => Err(ApiError::Internal(format!("revoke answered {other:?}"))),
     }
 }

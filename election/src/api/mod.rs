@@ -35,6 +35,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/leases/{name}/acquire", post(leases::acquire))
         .route("/v1/leases/{name}/renew", post(leases::renew))
         .route("/v1/leases/{name}/release", post(leases::release))
+        .route("/v1/leases/{name}/revoke", post(leases::revoke))
         .route("/v1/leases/{name}", get(reads::get_lease))
         .route("/v1/leases", get(reads::list_leases))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -33,6 +33,9 @@ pub(super) struct LeaseView {
     /// lease whose deadline it tracks.
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_in_ms: Option<u64>,
+    /// The current grant was revoked and ends at its deadline.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    revoked: bool,
 }
 
 impl LeaseView {
@@ -49,6 +52,7 @@ impl LeaseView {
             transitions: record.transitions,
             modify_index: record.modify_index,
             expires_in_ms,
+            revoked: record.revoked,
         }
     }
 }

@@ -114,14 +114,19 @@ async fn acquire_renew_release_answer_with_the_documented_bodies() {
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(error_code(&body), "lost");
+    let secret = grant["secret"]
+        .as_str()
+        .expect("an acquire answers the secret");
+    assert!(secret.len() >= 32);
     let (status, renewed) = node
         .post(
             "/v1/leases/jobs/renew",
-            json!({"holder": "a", "token": token}),
+            json!({"holder": "a", "token": token, "secret": secret}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{renewed}");
     assert_eq!(renewed["token"], token);
+    assert!(renewed.get("secret").is_none(), "only the acquire shows it");
 
     let (status, body) = node
         .post(
@@ -134,7 +139,7 @@ async fn acquire_renew_release_answer_with_the_documented_bodies() {
     let (status, body) = node
         .post(
             "/v1/leases/jobs/release",
-            json!({"holder": "a", "token": token, "grant_index": token}),
+            json!({"holder": "a", "token": token, "grant_index": token, "secret": secret}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -145,12 +150,137 @@ async fn acquire_renew_release_answer_with_the_documented_bodies() {
 
     let (status, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
     assert_eq!(status, StatusCode::OK);
+    assert!(!lease.to_string().contains(secret));
     assert_eq!(lease["holder"], Value::Null);
     assert_eq!(lease["token"], token);
     assert_eq!(lease["transitions"], 2);
     let (status, list) = node.call(Method::GET, "/v1/leases", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list["leases"].as_array().map(Vec::len), Some(1));
+}
+
+/// Everything a read shows (holder, token, grant index) does not let a third
+/// party renew, release, re-acquire or shorten another client's grant; the
+/// answer is the same as for a lease that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_lease_data_cannot_take_a_grant_over() {
+    let node = node().await;
+    let (status, grant) = node
+        .post(
+            "/v1/leases/jobs/acquire",
+            json!({"holder": "a", "ttl_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let token = grant["token"].clone();
+    let secret = grant["secret"].as_str().expect("secret").to_owned();
+    let (_, shown) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+    assert_eq!(shown["holder"], "a");
+    let wrong = "w".repeat(43);
+    for presented in [None, Some(wrong.as_str())] {
+        let mut named = json!({"holder": "a", "token": token, "grant_index": token});
+        if let Some(presented) = presented {
+            named["secret"] = json!(presented);
+        }
+        let mut again = json!({"holder": "a", "ttl_ms": 1000});
+        if let Some(presented) = presented {
+            again["secret"] = json!(presented);
+        }
+        let (status, body) = node.post("/v1/leases/jobs/acquire", again).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(error_code(&body), "held");
+        assert!(body.get("jwt").is_none());
+        let (status, renewed) = node.post("/v1/leases/jobs/renew", named.clone()).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{renewed}");
+        let (status, released) = node.post("/v1/leases/jobs/release", named.clone()).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{released}");
+        // The same answer as for a lease nobody ever held.
+        let (status, absent) = node.post("/v1/leases/nobody/renew", named).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(error_code(&absent), error_code(&renewed));
+    }
+    let (_, after) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+    assert_eq!(after["holder"], "a");
+    assert_eq!(after["ttl_ms"], 60_000, "the ttl was not shortened");
+    assert_eq!(after["transitions"], 1);
+    let (status, _) = node
+        .post(
+            "/v1/leases/jobs/renew",
+            json!({"holder": "a", "token": token, "secret": secret}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "the holder still holds it");
+    // A client that chose its own secret gets the same grant back on retry.
+    let mine = "m".repeat(40);
+    let (status, first) = node
+        .post(
+            "/v1/leases/own/acquire",
+            json!({"holder": "b", "ttl_ms": 5000, "secret": mine}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, retry) = node
+        .post(
+            "/v1/leases/own/acquire",
+            json!({"holder": "b", "ttl_ms": 5000, "secret": mine}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retry}");
+    assert_eq!(retry["token"], first["token"]);
+    let (status, short) = node
+        .post(
+            "/v1/leases/own/acquire",
+            json!({"holder": "b", "ttl_ms": 5000, "secret": "short"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{short}");
+}
+
+/// Revoke stops renewals at once but frees the lease only at the grant's
+/// deadline, so the holder is never overlapped while its SDK believes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_grant_is_not_renewed_and_ends_at_its_deadline() {
+    let node = node().await;
+    let (_, grant) = node
+        .post(
+            "/v1/leases/r/acquire",
+            json!({"holder": "a", "ttl_ms": 1000}),
+        )
+        .await;
+    let (token, secret) = (grant["token"].clone(), grant["secret"].clone());
+    let (status, body) = node
+        .post(
+            "/v1/leases/r/revoke",
+            json!({"token": token.as_u64().map(|t| t + 1)}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "another grant: {body}");
+    let revoked_at = tokio::time::Instant::now();
+    let (status, body) = node
+        .post("/v1/leases/r/revoke", json!({"token": token}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revoked"], true);
+    let renew = json!({"holder": "a", "token": token, "secret": secret});
+    let (status, body) = node.post("/v1/leases/r/renew", renew).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(error_code(&body), "lost");
+    let (_, shown) = node.call(Method::GET, "/v1/leases/r", None).await;
+    assert_eq!(shown["holder"], "a", "still held until its deadline");
+    assert_eq!(shown["revoked"], true);
+    let (status, next) = node
+        .post(
+            "/v1/leases/r/acquire",
+            json!({"holder": "b", "ttl_ms": 1000, "wait_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert!(next["token"].as_u64() > token.as_u64());
+    assert!(
+        revoked_at.elapsed() >= Duration::from_millis(900),
+        "freed before the deadline: {:?}",
+        revoked_at.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
