@@ -1,0 +1,177 @@
+//! The server loop over real sockets: mutual TLS accepted and refused, the
+//! connection cap, the slow-header timeout, the drain.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use palisade_serve::certs::{init, node_name, Layout};
+use palisade_serve::{serve, tls, PeerCertificate, ServeConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn who(certificate: Option<Extension<PeerCertificate>>) -> &'static str {
+    if certificate.is_some() {
+        "verified"
+    } else {
+        "anonymous"
+    }
+}
+
+fn app() -> Router {
+    Router::new().route("/", get(who)).route(
+        "/slow",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "done"
+        }),
+    )
+}
+
+/// Starts the server; returns its address and a sender that stops it.
+async fn start(config: ServeConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        serve(listener, app(), config, shutdown).await.expect("serve");
+    });
+    (addr, stop, task)
+}
+
+fn layout() -> Layout {
+    Layout {
+        nodes: 2,
+        dns: vec![],
+        ips: vec![],
+    }
+}
+
+fn client(dir: &Path, identity: Option<&str>, addr: SocketAddr) -> reqwest::Client {
+    let cert = identity.map(|name| (dir.join(format!("{name}.pem")), dir.join(format!("{name}-key.pem"))));
+    let config = tls::client_config(
+        &dir.join("ca.pem"),
+        cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+    )
+    .expect("client config");
+    reqwest::Client::builder()
+        .use_preconfigured_tls(config)
+        .resolve(&node_name(1), addr)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
+}
+
+#[tokio::test]
+async fn mutual_tls_admits_only_certificates_of_the_cluster_ca() {
+    let ours = tempfile::tempdir().expect("dir");
+    let theirs = tempfile::tempdir().expect("dir");
+    init(ours.path(), &layout()).expect("certs");
+    init(theirs.path(), &layout()).expect("other CA");
+    let server = tls::server_config(
+        &ours.path().join("node-1.pem"),
+        &ours.path().join("node-1-key.pem"),
+        Some(&ours.path().join("ca.pem")),
+    )
+    .expect("server config");
+    let (addr, stop, task) = start(ServeConfig::new("test").with_tls(server)).await;
+    let url = format!("https://{}:{}/", node_name(1), addr.port());
+
+    let answer = client(ours.path(), Some("node-2"), addr).get(&url).send().await;
+    let body = answer.expect("a member's certificate is admitted").text().await.expect("body");
+    assert_eq!(body, "verified");
+
+    let anonymous = client(ours.path(), None, addr).get(&url).send().await;
+    assert!(anonymous.is_err(), "no client certificate: {anonymous:?}");
+    // A certificate from another CA, trusting our CA for the server side.
+    let foreign = tls::client_config(
+        &ours.path().join("ca.pem"),
+        Some((&theirs.path().join("node-2.pem"), &theirs.path().join("node-2-key.pem"))),
+    )
+    .expect("config");
+    let foreign = reqwest::Client::builder()
+        .use_preconfigured_tls(foreign)
+        .resolve(&node_name(1), addr)
+        .build()
+        .expect("client");
+    assert!(foreign.get(&url).send().await.is_err(), "foreign CA admitted");
+    // Plain HTTP to a TLS port gets nothing.
+    let plain = reqwest::get(format!("http://{addr}/")).await;
+    assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
+
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+#[tokio::test]
+async fn keys_are_written_for_the_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let certs = dir.path().join("certs");
+    for path in init(&certs, &layout()).expect("certs") {
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.ends_with("-key.pem") {
+            assert_eq!(mode, 0o600, "{name}");
+        } else {
+            assert_eq!(mode & 0o022, 0, "{name} writable by others");
+        }
+    }
+    let mode = std::fs::metadata(&certs).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_and_others_still_served() {
+    let mut config = ServeConfig::new("test");
+    config.max_connections = 2;
+    let (addr, stop, task) = start(config).await;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        idle.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The third is accepted and closed at once.
+    let mut third = TcpStream::connect(addr).await.expect("connect");
+    let _ = third.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(2), third.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "over the cap: {read:?}");
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = reqwest::get(format!("http://{addr}/")).await.expect("served again");
+    assert_eq!(answer.text().await.expect("body"), "anonymous");
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+#[tokio::test]
+async fn a_client_trickling_headers_is_cut_off() {
+    let mut config = ServeConfig::new("test");
+    config.header_timeout = Duration::from_millis(300);
+    let (addr, stop, task) = start(config).await;
+    let mut slow = TcpStream::connect(addr).await.expect("connect");
+    slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.expect("write");
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), slow.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the connection was not closed");
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_request_in_flight_finish() {
+    let (addr, stop, task) = start(ServeConfig::new("test")).await;
+    let request = tokio::spawn(reqwest::get(format!("http://{addr}/slow")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = stop.send(());
+    let answer = request.await.expect("join").expect("answered");
+    assert_eq!(answer.text().await.expect("body"), "done");
+    task.await.expect("stopped");
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
+}
