@@ -8,13 +8,32 @@ use std::time::Duration;
 
 use crate::NodeId;
 
+/// The files of a node's peer identity: the cluster CA, and this node's
+/// certificate (naming it `node-<id>.palisade`) and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTls {
+    /// The cluster CA every peer certificate must chain to.
+    pub ca: PathBuf,
+    /// This node's certificate.
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+}
+
 /// How an election node runs.
 #[derive(Debug, Clone)]
 pub struct ElectionConfig {
     /// This node's id; must be a key of `peers`.
     pub id: NodeId,
-    /// Where the HTTP server (client API and Raft RPC) listens.
+    /// Where the client API listens. Raft RPC never arrives here.
     pub listen: SocketAddr,
+    /// Where peers' Raft RPC and forwarded client requests arrive. `None`:
+    /// this node's own entry in `peers` (its port on all interfaces when
+    /// the entry names a host rather than an IP).
+    pub peer_listen: Option<SocketAddr>,
+    /// Mutual TLS between peers; `None` runs peer traffic in plaintext
+    /// (only with the explicit `--insecure-peers`).
+    pub peer_tls: Option<PeerTls>,
     /// The local address that Raft RPC and forwarded requests leave from;
     /// `None` lets the kernel choose. On a multi-homed host this pins peer
     /// traffic to one interface (the fault suite gives each node its own
@@ -56,6 +75,8 @@ impl ElectionConfig {
         Self {
             id,
             listen,
+            peer_listen: None,
+            peer_tls: None,
             source_ip: None,
             data_dir,
             peers,
@@ -77,6 +98,18 @@ impl ElectionConfig {
             return Err(format!(
                 "--peers must include this node's own id {}",
                 self.id
+            ));
+        }
+        let peer = self.peer_listen_addr()?;
+        if peer.port() == self.listen.port()
+            && peer.port() != 0
+            && (peer.ip() == self.listen.ip()
+                || peer.ip().is_unspecified()
+                || self.listen.ip().is_unspecified())
+        {
+            return Err(format!(
+                "peer traffic ({peer}) must not share the client port ({}): give --peers the peer ports",
+                self.listen
             ));
         }
         let (min, max) = self.election_timeout;
@@ -101,6 +134,26 @@ impl ElectionConfig {
     /// The address peers dial for this node.
     pub fn advertised(&self) -> &str {
         self.peers.get(&self.id).map_or("", String::as_str)
+    }
+
+    /// Where the peer listener binds: `peer_listen`, or the port of this
+    /// node's `peers` entry (on its IP, or on all interfaces for a host name).
+    ///
+    /// # Errors
+    /// A sentence when neither gives an address.
+    pub fn peer_listen_addr(&self) -> Result<SocketAddr, String> {
+        if let Some(addr) = self.peer_listen {
+            return Ok(addr);
+        }
+        let own = self.advertised();
+        if let Ok(addr) = own.parse::<SocketAddr>() {
+            return Ok(addr);
+        }
+        let port = own
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .ok_or_else(|| format!("this node's --peers entry {own:?} has no port"))?;
+        Ok(SocketAddr::from(([0, 0, 0, 0], port)))
     }
 }
 
@@ -150,11 +203,17 @@ mod tests {
         let peers = parse_peers("1=127.0.0.1:7001").expect("ok");
         let config = ElectionConfig::new(
             1,
-            "127.0.0.1:7001".parse().expect("addr"),
+            "127.0.0.1:7101".parse().expect("addr"),
             "/tmp".into(),
             peers,
         );
         config.validate().expect("defaults are valid");
+        let mut shared_port = config.clone();
+        shared_port.peer_listen = Some(config.listen);
+        assert!(shared_port
+            .validate()
+            .expect_err("port")
+            .contains("client port"));
         let mut bad = config.clone();
         bad.ttl_range.0 = bad.election_timeout.1;
         assert!(bad.validate().expect_err("ttl").contains("ttl"));

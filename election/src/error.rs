@@ -15,6 +15,10 @@ pub enum ApiError {
     /// 404: never granted, or no such route.
     #[error("{0}")]
     NotFound(String),
+    /// 403 `forbidden`: the caller is authenticated but may not do this
+    /// (a peer that is not a member, or speaks for another node).
+    #[error("{0}")]
+    Forbidden(String),
     /// 405.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -45,6 +49,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),

@@ -24,7 +24,7 @@ pub mod network;
 pub mod node;
 pub mod propose;
 pub mod read_batcher;
-mod serve;
+
 pub mod signing;
 pub mod state_machine;
 

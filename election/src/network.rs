@@ -1,19 +1,29 @@
-//! Raft RPC over HTTP: the client openraft calls ([`HttpNetwork`]) and the
-//! server routes that answer it ([`raft_routes`]).
+//! Peer traffic, on its own listener and never on the client port: the
+//! client side openraft calls ([`PeerDialer`], which also forwards client
+//! requests to the leader) and the server side that answers it
+//! ([`peer_router`]: Raft RPC and forwarded requests, behind a gate that
+//! admits only current members whose certificate names them).
 //!
 //! Every RPC carries openraft's deadline as the request timeout, so a hung
 //! peer costs one timeout and never stalls the Raft core (openraft #1810).
 //! Connections are pooled per peer by one shared HTTP client. Bodies are JSON.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io::Cursor;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::extract::State;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::async_runtime::WatchReceiver;
 use openraft::error::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -23,41 +33,141 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
+use openraft::vote::RaftLeaderId;
 use openraft::{BasicNode, OptionalSend, Snapshot};
+use palisade_serve::certs::node_name;
+use palisade_serve::tls::certificate_names;
+use palisade_serve::PeerCertificate;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::config::PeerTls;
+use crate::error::ApiError;
 use crate::{NodeId, Raft, TypeConfig};
 
-/// Creates one [`PeerClient`] per peer; they share a connection pool.
+/// Dials peers: one connection pool for Raft RPC and forwarded client
+/// requests. With mutual TLS a peer is addressed by its certificate name
+/// (`node-<id>.palisade`), which a resolver maps to the address the
+/// membership gives it; so the server certificate must name the very node
+/// the membership says is there. Every request says which node sends it
+/// ([`FROM_HEADER`]), and the receiver checks that against the client
+/// certificate.
 #[derive(Debug, Clone)]
-pub struct HttpNetwork {
+pub struct PeerDialer {
     client: reqwest::Client,
+    me: NodeId,
+    tls: bool,
+    /// Node id -> `host:port`, as the membership names it.
+    book: Arc<RwLock<HashMap<NodeId, String>>>,
 }
 
-impl HttpNetwork {
-    /// A network whose connections time out after `connect_timeout` and
-    /// leave from `source_ip` (kernel's choice when `None`).
-    pub fn new(connect_timeout: Duration, source_ip: Option<std::net::IpAddr>) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .local_address(source_ip)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
-        Self { client }
+/// The header naming the sending node on every peer request.
+pub const FROM_HEADER: &str = "x-palisade-from";
+
+/// Maps `node-<id>.palisade` to the address the membership gives node `id`.
+#[derive(Debug, Clone)]
+struct PeerResolver {
+    book: Arc<RwLock<HashMap<NodeId, String>>>,
+}
+
+impl reqwest::dns::Resolve for PeerResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let book = self.book.clone();
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            let id = node_id_of_name(&name).ok_or_else(|| format!("{name} is not a peer name"))?;
+            let addr = book
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| format!("node {id} has no known address"))?;
+            let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(addr).await?.collect();
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
     }
 }
 
-impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
+/// `node-7.palisade` -> 7.
+fn node_id_of_name(name: &str) -> Option<NodeId> {
+    name.strip_prefix("node-")?
+        .strip_suffix(".palisade")?
+        .parse()
+        .ok()
+}
+
+impl PeerDialer {
+    /// A dialer for node `me`: connections time out after `connect_timeout`,
+    /// leave from `source_ip` (kernel's choice when `None`), and use mutual
+    /// TLS with `tls` (plaintext when `None`).
+    ///
+    /// # Errors
+    /// The TLS files could not be loaded.
+    pub fn new(
+        me: NodeId,
+        connect_timeout: Duration,
+        source_ip: Option<std::net::IpAddr>,
+        tls: Option<&PeerTls>,
+    ) -> Result<Self, String> {
+        let book = Arc::new(RwLock::new(HashMap::new()));
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .local_address(source_ip)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true);
+        if let Some(tls) = tls {
+            let config = palisade_serve::tls::client_config(&tls.ca, Some((&tls.cert, &tls.key)))
+                .map_err(|e| e.to_string())?;
+            builder = builder
+                .use_preconfigured_tls(config)
+                .https_only(true)
+                .dns_resolver(Arc::new(PeerResolver { book: book.clone() }));
+        }
+        let client = builder.build().map_err(|e| e.to_string())?;
+        Ok(Self {
+            client,
+            me,
+            tls: tls.is_some(),
+            book,
+        })
+    }
+
+    /// The URL of `path` at node `target`, whose peer address is `addr`.
+    fn url(&self, target: NodeId, addr: &str, path: &str) -> String {
+        if !self.tls {
+            return format!("http://{addr}{path}");
+        }
+        self.book
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(target, addr.to_owned());
+        let port = addr.rsplit_once(':').map_or("", |(_, port)| port);
+        format!("https://{}:{port}{path}", node_name(target))
+    }
+
+    /// A request to `path` at node `target` (peer address `addr`), marked as
+    /// coming from this node.
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        target: NodeId,
+        addr: &str,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, self.url(target, addr, path))
+            .header(FROM_HEADER, self.me.to_string())
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerDialer {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerClient {
             target,
-            base: format!("http://{}/raft", node.addr),
-            client: self.client.clone(),
+            addr: node.addr.clone(),
+            dialer: self.clone(),
         }
     }
 }
@@ -66,8 +176,8 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 #[derive(Debug)]
 pub struct PeerClient {
     target: NodeId,
-    base: String,
-    client: reqwest::Client,
+    addr: String,
+    dialer: PeerDialer,
 }
 
 impl PeerClient {
@@ -81,10 +191,14 @@ impl PeerClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let url = format!("{}/{path}", self.base);
         let response = self
-            .client
-            .post(&url)
+            .dialer
+            .request(
+                reqwest::Method::POST,
+                self.target,
+                &self.addr,
+                &format!("/raft/{path}"),
+            )
             .json(request)
             .timeout(timeout)
             .send()
@@ -163,8 +277,103 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     }
 }
 
+/// Which node sent a peer request, once [`authenticate`] has checked it.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerId(pub NodeId);
+
+/// What the peer listener's gate needs.
+#[derive(Debug, Clone)]
+struct PeerGate {
+    raft: Arc<Raft>,
+    /// Whether a client certificate must name the sender (mutual TLS).
+    tls: bool,
+    /// Refusals already logged, one line per (node, reason).
+    logged: Arc<Mutex<HashSet<String>>>,
+}
+
+impl PeerGate {
+    fn refuse(&self, reason: String) -> Response {
+        let mut logged = self
+            .logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.len() > 1024 {
+            logged.clear();
+        }
+        if logged.insert(reason.clone()) {
+            tracing::warn!(%reason, "peer request refused (logged once per peer and reason)");
+        }
+        ApiError::Forbidden(reason).into_response()
+    }
+
+    fn is_member(&self, id: NodeId) -> bool {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .nodes()
+            .any(|(member, _)| *member == id)
+    }
+}
+
+/// Admits a peer request only from a current member (voter or learner)
+/// whose certificate (with TLS) names the node it claims to be.
+async fn authenticate(State(gate): State<PeerGate>, mut request: Request, next: Next) -> Response {
+    let from = request
+        .headers()
+        .get(FROM_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<NodeId>().ok());
+    let Some(from) = from else {
+        return gate.refuse(format!("a peer request without {FROM_HEADER}"));
+    };
+    if gate.tls {
+        let named = request
+            .extensions()
+            .get::<PeerCertificate>()
+            .is_some_and(|cert| certificate_names(&cert.0, &node_name(from)));
+        if !named {
+            return gate.refuse(format!("the client certificate does not name node {from}"));
+        }
+    }
+    if !gate.is_member(from) {
+        return gate.refuse(format!("node {from} is not a member"));
+    }
+    request.extensions_mut().insert(PeerId(from));
+    next.run(request).await
+}
+
+/// What peers call on the peer listener: Raft RPC under `/raft/` and client
+/// requests forwarded to the leader under `/forward/` (the client API), all
+/// behind [`authenticate`].
+pub fn peer_router(raft: Arc<Raft>, api: Router, tls: bool) -> Router {
+    let gate = PeerGate {
+        raft: raft.clone(),
+        tls,
+        logged: Arc::default(),
+    };
+    raft_routes(raft)
+        .nest("/forward", api)
+        .layer(axum::middleware::from_fn_with_state(gate, authenticate))
+}
+
+/// Refuses an RPC whose vote names another node than the one that sent it:
+/// a member may speak only for itself.
+fn speaks_for_itself(from: PeerId, vote: &VoteOf<TypeConfig>) -> Result<(), ApiError> {
+    let claimed = *vote.leader_id().node_id();
+    if claimed == from.0 {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "node {} sent an RPC in the name of node {claimed}",
+            from.0
+        )))
+    }
+}
+
 /// The routes peers call: `/raft/{append,vote,pre-vote,snapshot,transfer-leader}`.
-pub fn raft_routes(raft: Arc<Raft>) -> Router {
+fn raft_routes(raft: Arc<Raft>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -174,55 +383,65 @@ pub fn raft_routes(raft: Arc<Raft>) -> Router {
         .with_state(raft)
 }
 
-type RpcResult<T> = Json<Result<T, RaftError<TypeConfig>>>;
+type RpcResult<T> = Result<Json<Result<T, RaftError<TypeConfig>>>, ApiError>;
 
 async fn append(
     State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
     Json(request): Json<AppendEntriesRequest<TypeConfig>>,
 ) -> RpcResult<AppendEntriesResponse<TypeConfig>> {
-    Json(raft.append_entries(request).await)
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.append_entries(request).await))
 }
 
 async fn vote(
     State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
     Json(request): Json<VoteRequest<TypeConfig>>,
 ) -> RpcResult<VoteResponse<TypeConfig>> {
-    Json(raft.vote(request).await)
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.vote(request).await))
 }
 
 async fn pre_vote(
     State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
     Json(request): Json<VoteRequest<TypeConfig>>,
 ) -> RpcResult<VoteResponse<TypeConfig>> {
-    Json(raft.pre_vote(request).await)
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.pre_vote(request).await))
 }
 
 async fn snapshot(
     State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
     Json((vote, meta, data)): Json<(
         VoteOf<TypeConfig>,
         openraft::alias::SnapshotMetaOf<TypeConfig>,
         Vec<u8>,
     )>,
 ) -> RpcResult<SnapshotResponse<TypeConfig>> {
+    speaks_for_itself(from, &vote)?;
     let snapshot = Snapshot {
         meta,
         snapshot: Cursor::new(data),
     };
-    Json(
+    Ok(Json(
         raft.install_full_snapshot(vote, snapshot)
             .await
             .map_err(RaftError::Fatal),
-    )
+    ))
 }
 
 async fn transfer_leader(
     State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
     Json(request): Json<TransferLeaderRequest<TypeConfig>>,
 ) -> RpcResult<TransferLeaderResponse<TypeConfig>> {
-    Json(
+    speaks_for_itself(from, request.from_leader())?;
+    Ok(Json(
         raft.handle_transfer_leader(request)
             .await
             .map_err(RaftError::Fatal),
-    )
+    ))
 }

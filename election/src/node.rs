@@ -12,7 +12,7 @@ use crate::api::{self, ApiState};
 use crate::command::{Command, KeySecret};
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
-use crate::network::{raft_routes, HttpNetwork};
+use crate::network::{peer_router, PeerDialer};
 use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
 use crate::signing::generate_key;
@@ -28,9 +28,14 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 pub struct ElectionNode {
     /// The node's API state (Raft, table, lessor).
     pub state: ApiState,
-    /// The bound address.
+    /// The client API's bound address.
     pub local_addr: std::net::SocketAddr,
+    /// The peer listener's bound address.
+    pub peer_addr: std::net::SocketAddr,
     listener: TcpListener,
+    peer_listener: TcpListener,
+    /// The peer listener's TLS (mutual); `None` with `--insecure-peers`.
+    peer_tls: Option<Arc<palisade_serve::rustls::ServerConfig>>,
     /// Background duties, stopped when the node is dropped.
     duties: Duties,
 }
@@ -62,6 +67,14 @@ impl ElectionNode {
     pub async fn start(config: ElectionConfig) -> std::io::Result<Self> {
         config.validate().map_err(io_err)?;
         std::fs::create_dir_all(&config.data_dir)?;
+        // The log and snapshots hold the cluster's signing key: the data dir
+        // is its owner's alone (the binary also sets umask 077, so the files
+        // sled creates inside are 0600).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))?;
+        }
         let db = sled::Config::new()
             .path(config.data_dir.join("raft"))
             .cache_capacity(64 * 1024 * 1024)
@@ -84,7 +97,29 @@ impl ElectionNode {
         }
         .validate()
         .map_err(io_err)?;
-        let network = HttpNetwork::new(Duration::from_millis(200), config.source_ip);
+        let dialer = PeerDialer::new(
+            config.id,
+            Duration::from_millis(200),
+            config.source_ip,
+            config.peer_tls.as_ref(),
+        )
+        .map_err(io_err)?;
+        // Refuse to start with TLS material that does not load, before
+        // anything is bound.
+        let peer_tls = match &config.peer_tls {
+            Some(tls) => Some(
+                palisade_serve::tls::server_config(&tls.cert, &tls.key, Some(&tls.ca))
+                    .map_err(io_err)?,
+            ),
+            None => {
+                tracing::warn!(
+                    "PEER TRAFFIC IS NOT AUTHENTICATED OR ENCRYPTED (--insecure-peers): \
+                     anyone who can reach the peer port can take this cluster over"
+                );
+                None
+            }
+        };
+        let network = dialer.clone();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -112,6 +147,8 @@ impl ElectionNode {
 
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
+        let peer_listener = TcpListener::bind(config.peer_listen_addr().map_err(io_err)?).await?;
+        let peer_addr = peer_listener.local_addr()?;
         let lessor = Arc::new(Lessor::default());
         let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
         let config = Arc::new(config);
@@ -122,11 +159,7 @@ impl ElectionNode {
             shared: shared.clone(),
             lessor: lessor.clone(),
             config: config.clone(),
-            forwarder: reqwest::Client::builder()
-                .connect_timeout(Duration::from_millis(300))
-                .local_address(config.source_ip)
-                .build()
-                .unwrap_or_default(),
+            forwarder: dialer,
             signer: Arc::new(Mutex::new(None)),
             reads,
         };
@@ -138,28 +171,48 @@ impl ElectionNode {
         Ok(Self {
             state,
             local_addr,
+            peer_addr,
             listener,
+            peer_listener,
+            peer_tls,
             duties,
         })
     }
 
-    /// Serves the client API and Raft RPC until `shutdown`, drains requests
-    /// in flight for at most [`DRAIN`], then stops Raft.
+    /// Serves the client API and the peer listener until `shutdown`, drains
+    /// requests in flight for at most [`DRAIN`], then stops Raft.
     ///
     /// # Errors
-    /// The listener's error.
+    /// A listener's error.
     pub async fn serve(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = api::router(self.state.clone()).merge(raft_routes(self.state.raft.clone()));
+        let api = api::router(self.state.clone());
         let raft = self.state.raft.clone();
-        let served = crate::serve::serve(self.listener, app, shutdown, DRAIN).await;
+        let peers = peer_router(raft.clone(), api.clone(), self.peer_tls.is_some());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|&s| s).await;
+        };
+        let mut client_config = palisade_serve::ServeConfig::new("client API");
+        client_config.drain = DRAIN;
+        let mut peer_config = palisade_serve::ServeConfig::new("peer RPC");
+        peer_config.drain = DRAIN;
+        peer_config.tls = self.peer_tls.clone();
+        let client =
+            palisade_serve::serve(self.listener, api, client_config, signal(stopped.clone()));
+        let peer = palisade_serve::serve(self.peer_listener, peers, peer_config, signal(stopped));
+        let trigger = async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        };
+        let (served, peer_served, ()) = tokio::join!(client, peer, trigger);
         drop(self.duties);
         if let Err(err) = raft.shutdown().await {
             tracing::warn!(%err, "raft did not shut down cleanly");
         }
-        served
+        served.and(peer_served)
     }
 }
 

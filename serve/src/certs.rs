@@ -88,10 +88,19 @@ impl Authority {
     ///
     /// # Errors
     /// [`CertError::Generate`].
-    pub fn issue(&self, common_name: &str, dns: &[String], ips: &[IpAddr]) -> Result<Issued, CertError> {
+    pub fn issue(
+        &self,
+        common_name: &str,
+        dns: &[String],
+        ips: &[IpAddr],
+    ) -> Result<Issued, CertError> {
         let mut params = CertificateParams::new(dns.to_vec())?;
-        params.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,

@@ -18,6 +18,8 @@
 pub mod certs;
 pub mod tls;
 
+pub use rustls;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -89,7 +91,10 @@ impl LoggedOnce {
     const LIMIT: usize = 4096;
 
     fn first_time(&self, ip: IpAddr) -> bool {
-        let mut seen = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if seen.len() >= Self::LIMIT {
             seen.clear();
         }

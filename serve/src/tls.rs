@@ -110,7 +110,10 @@ pub fn server_config(
 ///
 /// # Errors
 /// [`TlsError`] naming the file or the mismatch.
-pub fn client_config(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientConfig, TlsError> {
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, TlsError> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -121,4 +124,15 @@ pub fn client_config(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<Clie
             .map_err(|e| TlsError::Config(format!("{}: {e}", cert.display()))),
         None => Ok(builder.with_no_client_auth()),
     }
+}
+
+/// Whether a certificate (already verified against the CA by the handshake)
+/// is valid for the DNS name `name`: how a peer's claimed identity is
+/// checked against its client certificate.
+pub fn certificate_names(certificate: &CertificateDer<'_>, name: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(name) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(certificate)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
 }

@@ -31,7 +31,13 @@ fn app() -> Router {
 }
 
 /// Starts the server; returns its address and a sender that stops it.
-async fn start(config: ServeConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+async fn start(
+    config: ServeConfig,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -39,7 +45,9 @@ async fn start(config: ServeConfig) -> (SocketAddr, tokio::sync::oneshot::Sender
         let shutdown = async move {
             let _ = stopped.await;
         };
-        serve(listener, app(), config, shutdown).await.expect("serve");
+        serve(listener, app(), config, shutdown)
+            .await
+            .expect("serve");
     });
     (addr, stop, task)
 }
@@ -53,7 +61,12 @@ fn layout() -> Layout {
 }
 
 fn client(dir: &Path, identity: Option<&str>, addr: SocketAddr) -> reqwest::Client {
-    let cert = identity.map(|name| (dir.join(format!("{name}.pem")), dir.join(format!("{name}-key.pem"))));
+    let cert = identity.map(|name| {
+        (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}-key.pem")),
+        )
+    });
     let config = tls::client_config(
         &dir.join("ca.pem"),
         cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
@@ -82,8 +95,15 @@ async fn mutual_tls_admits_only_certificates_of_the_cluster_ca() {
     let (addr, stop, task) = start(ServeConfig::new("test").with_tls(server)).await;
     let url = format!("https://{}:{}/", node_name(1), addr.port());
 
-    let answer = client(ours.path(), Some("node-2"), addr).get(&url).send().await;
-    let body = answer.expect("a member's certificate is admitted").text().await.expect("body");
+    let answer = client(ours.path(), Some("node-2"), addr)
+        .get(&url)
+        .send()
+        .await;
+    let body = answer
+        .expect("a member's certificate is admitted")
+        .text()
+        .await
+        .expect("body");
     assert_eq!(body, "verified");
 
     let anonymous = client(ours.path(), None, addr).get(&url).send().await;
@@ -91,7 +111,10 @@ async fn mutual_tls_admits_only_certificates_of_the_cluster_ca() {
     // A certificate from another CA, trusting our CA for the server side.
     let foreign = tls::client_config(
         &ours.path().join("ca.pem"),
-        Some((&theirs.path().join("node-2.pem"), &theirs.path().join("node-2-key.pem"))),
+        Some((
+            &theirs.path().join("node-2.pem"),
+            &theirs.path().join("node-2-key.pem"),
+        )),
     )
     .expect("config");
     let foreign = reqwest::Client::builder()
@@ -99,7 +122,10 @@ async fn mutual_tls_admits_only_certificates_of_the_cluster_ca() {
         .resolve(&node_name(1), addr)
         .build()
         .expect("client");
-    assert!(foreign.get(&url).send().await.is_err(), "foreign CA admitted");
+    assert!(
+        foreign.get(&url).send().await.is_err(),
+        "foreign CA admitted"
+    );
     // Plain HTTP to a TLS port gets nothing.
     let plain = reqwest::get(format!("http://{addr}/")).await;
     assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
@@ -115,14 +141,21 @@ async fn keys_are_written_for_the_owner_only() {
     let certs = dir.path().join("certs");
     for path in init(&certs, &layout()).expect("certs") {
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if name.ends_with("-key.pem") {
             assert_eq!(mode, 0o600, "{name}");
         } else {
             assert_eq!(mode & 0o022, 0, "{name} writable by others");
         }
     }
-    let mode = std::fs::metadata(&certs).expect("meta").permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&certs)
+        .expect("meta")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o700);
 }
 
@@ -141,10 +174,15 @@ async fn connections_over_the_cap_are_closed_and_others_still_served() {
     let _ = third.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
     let mut buf = [0u8; 64];
     let read = tokio::time::timeout(Duration::from_secs(2), third.read(&mut buf)).await;
-    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "over the cap: {read:?}");
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "over the cap: {read:?}"
+    );
     drop(idle);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let answer = reqwest::get(format!("http://{addr}/")).await.expect("served again");
+    let answer = reqwest::get(format!("http://{addr}/"))
+        .await
+        .expect("served again");
     assert_eq!(answer.text().await.expect("body"), "anonymous");
     let _ = stop.send(());
     task.await.expect("stopped");
@@ -156,7 +194,9 @@ async fn a_client_trickling_headers_is_cut_off() {
     config.header_timeout = Duration::from_millis(300);
     let (addr, stop, task) = start(config).await;
     let mut slow = TcpStream::connect(addr).await.expect("connect");
-    slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.expect("write");
+    slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("write");
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(3), slow.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "the connection was not closed");

@@ -17,6 +17,9 @@ pub struct DevArgs {
     /// First election port; nodes use it and the next two.
     #[arg(long, default_value_t = 7001)]
     election_port: u16,
+    /// First peer port (Raft RPC, mutual TLS); default: election port + 100.
+    #[arg(long)]
+    peer_port: Option<u16>,
     /// The gateway's port.
     #[arg(long, default_value_t = 8080)]
     gateway_port: u16,
@@ -58,10 +61,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)?;
     let exe = std::env::current_exe()?;
     let ports: Vec<u16> = (0..3).map(|i| args.election_port + i).collect();
-    let peers = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| format!("{}=127.0.0.1:{port}", i + 1))
+    let first_peer_port = args
+        .peer_port
+        .unwrap_or_else(|| args.election_port.saturating_add(100));
+    let peers = (0..3)
+        .map(|i| format!("{}=127.0.0.1:{}", i + 1, first_peer_port + i))
         .collect::<Vec<_>>()
         .join(",");
     let election_urls: Vec<String> = ports
@@ -69,6 +73,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         .map(|p| format!("http://127.0.0.1:{p}"))
         .collect();
     let gateway_url = format!("http://127.0.0.1:{}", args.gateway_port);
+
+    // Peers authenticate each other with mutual TLS: the certificates live
+    // with the data (made once; a reused --data-dir keeps them).
+    let certs = root.join("certs");
+    if !certs.join("ca.pem").exists() {
+        palisade_serve::certs::init(
+            &certs,
+            &palisade_serve::certs::Layout {
+                nodes: 3,
+                dns: vec!["localhost".into()],
+                ips: vec![std::net::Ipv4Addr::LOCALHOST.into()],
+            },
+        )?;
+    }
 
     let mut children = Children(Vec::new());
     let spawn = |name: &str, command_args: Vec<String>| -> anyhow::Result<Child> {
@@ -98,6 +116,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                 root.join(format!("election-{id}")).display().to_string(),
                 "--peers".into(),
                 peers.clone(),
+                "--certs".into(),
+                certs.display().to_string(),
             ],
         )?);
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use palisade_election::config::parse_peers;
+use palisade_election::config::{parse_peers, PeerTls};
 use palisade_election::{ElectionConfig, ElectionNode};
 
 #[derive(Debug, Args)]
@@ -14,9 +14,30 @@ pub struct ElectionArgs {
     /// This node's id (a key of --peers).
     #[arg(long)]
     id: u64,
-    /// Address to listen on (client API and Raft RPC).
+    /// Address of the client API. Raft RPC never arrives here.
     #[arg(long)]
     listen: SocketAddr,
+    /// Address of the peer listener (Raft RPC and requests forwarded to the
+    /// leader). Default: this node's entry in --peers.
+    #[arg(long)]
+    peer_listen: Option<SocketAddr>,
+    /// A directory made by `palisade certs init`: uses ca.pem,
+    /// node-<id>.pem and node-<id>-key.pem for mutual TLS between peers.
+    #[arg(long, env = "PALISADE_CERTS", conflicts_with_all = ["peer_ca", "insecure_peers"])]
+    certs: Option<PathBuf>,
+    /// The cluster CA (PEM) that every peer certificate must chain to.
+    #[arg(long, requires_all = ["peer_cert", "peer_key"], conflicts_with = "insecure_peers")]
+    peer_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), naming it node-<id>.palisade.
+    #[arg(long, requires = "peer_ca")]
+    peer_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, requires = "peer_ca")]
+    peer_key: Option<PathBuf>,
+    /// Run peer traffic in plaintext, unauthenticated: anyone who can reach
+    /// the peer port can take the cluster over. For experiments only.
+    #[arg(long)]
+    insecure_peers: bool,
     /// Local IP that connections to peers leave from (default: the
     /// kernel's choice).
     #[arg(long)]
@@ -24,7 +45,7 @@ pub struct ElectionArgs {
     /// Directory for the log, vote and snapshots (created if missing).
     #[arg(long)]
     data_dir: PathBuf,
-    /// The whole initial membership: ID=HOST:PORT,...
+    /// The whole initial membership, as peer addresses: ID=HOST:PORT,...
     #[arg(long, value_parser = parse_peers)]
     peers: std::collections::BTreeMap<u64, String>,
     /// Leader heartbeat, in ms.
@@ -60,6 +81,27 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
 pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
     config.source_ip = args.source_ip;
+    config.peer_listen = args.peer_listen;
+    config.peer_tls = match (&args.certs, &args.peer_ca, args.insecure_peers) {
+        (Some(dir), _, _) => Some(PeerTls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("node-{}.pem", args.id)),
+            key: dir.join(format!("node-{}-key.pem", args.id)),
+        }),
+        (None, Some(ca), _) => Some(PeerTls {
+            ca: ca.clone(),
+            cert: args.peer_cert.clone().unwrap_or_default(),
+            key: args.peer_key.clone().unwrap_or_default(),
+        }),
+        (None, None, true) => None,
+        (None, None, false) => {
+            eprintln!(
+                "error: peer traffic needs --certs DIR (from `palisade certs init`) or \
+                 --peer-ca/--peer-cert/--peer-key; --insecure-peers runs it in plaintext"
+            );
+            return Ok(ExitCode::from(2));
+        }
+    };
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
     config.election_timeout = (
         Duration::from_millis(args.election_timeout_ms.0),
@@ -74,13 +116,16 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
     }
+    // The data dir holds the signing key (in the log and snapshots): every
+    // file and directory this process creates is its owner's alone.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let id = config.id;
     let node = ElectionNode::start(config).await?;
     println!(
-        "palisade election node {id} listening on http://{}",
-        node.local_addr
+        "palisade election node {id} (peers on {}) listening on http://{}",
+        node.peer_addr, node.local_addr
     );
-    tracing::info!(id, addr = %node.local_addr, "election node started");
+    tracing::info!(id, addr = %node.local_addr, peer_addr = %node.peer_addr, "election node started");
     node.serve(super::shutdown_signal()).await?;
     tracing::info!(id, "election node stopped");
     Ok(ExitCode::SUCCESS)

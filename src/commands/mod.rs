@@ -3,6 +3,7 @@
 mod bench;
 mod bench_election;
 mod bench_etcd;
+mod certs;
 mod dev;
 mod election;
 mod fence;
@@ -30,6 +31,9 @@ pub struct Cli {
 enum Command {
     /// Run a local cluster (3 election nodes and a gateway) until Ctrl-C.
     Dev(dev::DevArgs),
+    /// Make the certificates a cluster needs (mutual TLS between peers).
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
     /// Run one node of the election cluster.
     Election(election::ElectionArgs),
     /// Run the storage gateway.
@@ -72,6 +76,7 @@ pub fn init_tracing() {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Dev(args) => dev::run(args).await,
+        Command::Certs(command) => certs::run(command),
         Command::Election(args) => election::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
         Command::Lease(command) => lease::run(command).await,

@@ -144,10 +144,26 @@ impl Default for NodeSetup {
     }
 }
 
-/// A three-node election cluster of real processes on loopback.
+/// Runs `palisade certs init` into `dir`: certificates for nodes 1..=4 (a
+/// [`Cluster`] runs 1..=3; node 4's is for tests of a non-member).
+pub fn make_certs(dir: &Path) {
+    let status = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["certs", "init", "--nodes", "4", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("palisade certs init");
+    assert!(status.success(), "palisade certs init failed");
+}
+
+/// A three-node election cluster of real processes on loopback, with mutual
+/// TLS between peers (certificates in `dir/certs`).
 pub struct Cluster {
     pub dir: std::path::PathBuf,
+    /// Client API ports.
     pub ports: Vec<u16>,
+    /// Peer listener ports.
+    pub peer_ports: Vec<u16>,
     pub setups: Vec<NodeSetup>,
     pub nodes: Vec<Option<Process>>,
 }
@@ -159,10 +175,13 @@ impl Cluster {
 
     /// Starts three nodes, node `i + 1` as `setups[i]` says.
     pub fn start_with(dir: &Path, setups: Vec<NodeSetup>) -> Self {
-        let ports = free_ports(3);
+        let mut ports = free_ports(6);
+        let peer_ports = ports.split_off(3);
+        make_certs(&dir.join("certs"));
         let mut cluster = Self {
             dir: dir.to_owned(),
             ports,
+            peer_ports,
             setups,
             nodes: vec![None, None, None],
         };
@@ -177,9 +196,15 @@ impl Cluster {
         format!("{}:{}", self.setups[index].host, self.ports[index])
     }
 
+    /// Where node `id`'s peers reach it.
+    pub fn peer_addr(&self, id: u64) -> String {
+        let index = (id - 1) as usize;
+        format!("{}:{}", self.setups[index].host, self.peer_ports[index])
+    }
+
     fn peers(&self) -> String {
         (1..=3)
-            .map(|id| format!("{id}={}", self.addr(id)))
+            .map(|id| format!("{id}={}", self.peer_addr(id)))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -202,6 +227,8 @@ impl Cluster {
                 data.to_str().expect("utf8"),
                 "--peers",
                 &self.peers(),
+                "--certs",
+                self.dir.join("certs").to_str().expect("utf8"),
             ],
             &setup.env,
         );

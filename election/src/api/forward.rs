@@ -47,7 +47,7 @@ pub(super) async fn leader_only(
         ))
         .into_response();
     }
-    match forward(&state, request, &addr, hops + 1).await {
+    match forward(&state, request, leader, &addr, hops + 1).await {
         Ok(mut response) => {
             response
                 .headers_mut()
@@ -58,9 +58,11 @@ pub(super) async fn leader_only(
     }
 }
 
+/// Sends `request` to the leader's peer listener (`/forward/...`).
 async fn forward(
     state: &ApiState,
     request: Request,
+    leader: crate::NodeId,
     addr: &str,
     hops: u32,
 ) -> Result<Response, ApiError> {
@@ -76,7 +78,12 @@ async fn forward(
         .min(state.config.max_wait);
     let mut outgoing = state
         .forwarder
-        .request(parts.method.clone(), format!("http://{addr}{path}"))
+        .request(
+            parts.method.clone(),
+            leader,
+            addr,
+            &format!("/forward{path}"),
+        )
         .header(HOPS_HEADER, hops.to_string())
         .timeout(state.config.quorum_timeout + wait)
         .body(body);

@@ -26,8 +26,8 @@ pub struct ApiState {
     pub lessor: Arc<Lessor>,
     /// This node's settings.
     pub config: Arc<ElectionConfig>,
-    /// Forwards requests to the leader.
-    pub forwarder: reqwest::Client,
+    /// Forwards requests to the leader, over the peer channel.
+    pub forwarder: crate::network::PeerDialer,
     /// The signer built from the replicated key, once there is one.
     pub signer: Arc<Mutex<Option<Signer>>>,
     /// Shares quorum confirmations between concurrent renewals and reads.

@@ -24,7 +24,8 @@ async fn node() -> Node {
     let dir = tempfile::tempdir().expect("temp dir");
     let peers = BTreeMap::from([(1, "127.0.0.1:9".to_owned())]);
     let listen = "127.0.0.1:0".parse().expect("addr");
-    let config = ElectionConfig::new(1, listen, dir.path().to_owned(), peers);
+    let mut config = ElectionConfig::new(1, listen, dir.path().to_owned(), peers);
+    config.peer_listen = Some("127.0.0.1:0".parse().expect("addr"));
     let node = ElectionNode::start(config).await.expect("start");
     let state = node.state.clone();
     for _ in 0..500 {
