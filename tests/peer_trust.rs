@@ -110,15 +110,40 @@ async fn observe(client: &reqwest::Client, cluster: &Cluster) -> Value {
     })
 }
 
+/// Clusters are heavy on a 2-core machine: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Observes until three observations in a row agree (every node sees the
+/// same leader and term, the lease is readable): the baseline.
+async fn settled(client: &reqwest::Client, cluster: &Cluster) -> Value {
+    let mut last = Value::Null;
+    let mut same = 0;
+    for _ in 0..100 {
+        let now = observe(client, cluster).await;
+        let agreed = now["nodes"].as_array().is_some_and(|n| {
+            n.iter()
+                .all(|v| v[0] == n[0][0] && v[1] == n[0][1] && !v[0].is_null())
+        });
+        same = if agreed && now == last { same + 1 } else { 0 };
+        if same == 2 {
+            return now;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the cluster did not settle: {last}");
+}
+
 #[tokio::test]
 async fn forged_raft_traffic_is_refused_and_changes_nothing() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
     let leader = cluster.leader(&client).await;
     let (status, grant) = acquire(&client, &cluster.url(leader), "kept", "owner", 3_600_000).await;
     assert_eq!(status, 200, "{grant}");
-    let before = observe(&client, &cluster).await;
+    let before = settled(&client, &cluster).await;
 
     // 1. The client port knows no Raft route.
     for id in 1..=3 {
@@ -224,4 +249,38 @@ async fn forged_raft_traffic_is_refused_and_changes_nothing() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = observe(&client, &cluster).await;
     assert_eq!(before, after, "a forged RPC changed the cluster");
+}
+
+/// The signing key lives in the log and snapshots: no file or directory of a
+/// node's data dir may be readable by group or others.
+#[tokio::test]
+async fn data_dirs_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let (status, _) = acquire(&client, &cluster.url(leader), "k", "h", 5000).await;
+    assert_eq!(status, 200);
+    let mut checked = 0;
+    let mut pending = vec![dir.path().join("node1"), dir.path().join("certs")];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::metadata(&path).expect("metadata");
+        let mode = meta.permissions().mode() & 0o777;
+        let secret = path.extension().is_none_or(|e| e != "pem")
+            || path.to_string_lossy().ends_with("-key.pem");
+        if secret {
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+        }
+        checked += 1;
+        if meta.is_dir() {
+            pending.extend(
+                std::fs::read_dir(&path)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        }
+    }
+    assert!(checked > 5, "only {checked} paths seen");
 }
