@@ -18,7 +18,7 @@ use http::request::Parts;
 use jsonwebtoken::{Algorithm, Validation};
 use palisade_store::FencingToken;
 
-use crate::keys::KeySource;
+use crate::keys::{KeyLookup, KeySource};
 use crate::{ApiError, AppState};
 
 pub use palisade_store::names::LeaseClaims;
@@ -39,8 +39,9 @@ pub struct Verifier {
     validation: Validation,
     /// Seconds of clock skew tolerated on `exp`.
     leeway_secs: u64,
-    /// JWT text -> claims, for tokens already verified.
-    verified: Mutex<HashMap<String, LeaseClaims>>,
+    /// JWT text -> (claims, `kid`), for tokens already verified. A hit counts
+    /// only while its key is still trusted (a retired key's tokens stop).
+    verified: Mutex<HashMap<String, (LeaseClaims, Option<String>)>>,
 }
 
 /// Entries in the verified-token cache before it is cleared.
@@ -92,14 +93,20 @@ impl Verifier {
                 header.alg
             )));
         }
-        let key = self
-            .keys
-            .key_for(header.kid.as_deref())
-            .await
-            .ok_or_else(|| match &header.kid {
-                Some(kid) => ApiError::Unauthorized(format!("unknown signing key {kid:?}")),
-                None => ApiError::Unauthorized("token has no kid".into()),
-            })?;
+        let key = match self.keys.key_for(header.kid.as_deref()).await {
+            KeyLookup::Found(key) => key,
+            KeyLookup::Unknown => {
+                return Err(match &header.kid {
+                    Some(kid) => ApiError::Unauthorized(format!("unknown signing key {kid:?}")),
+                    None => ApiError::Unauthorized("token has no kid".into()),
+                })
+            }
+            KeyLookup::Unreachable(detail) => {
+                return Err(ApiError::Unavailable(format!(
+                    "cannot learn the signing key of this token: {detail}"
+                )))
+            }
+        };
         let data = jsonwebtoken::decode::<LeaseClaims>(jwt, &key, &self.validation).map_err(
             |e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
@@ -116,13 +123,14 @@ impl Verifier {
             if cache.len() >= VERIFIED_CACHE_CAPACITY {
                 cache.clear();
             }
-            cache.insert(jwt.to_owned(), lease_token.claims.clone());
+            cache.insert(jwt.to_owned(), (lease_token.claims.clone(), header.kid));
         }
         Ok(lease_token)
     }
 
     fn cached(&self, jwt: &str) -> Option<LeaseClaims> {
-        self.verified.lock().ok()?.get(jwt).cloned()
+        let (claims, kid) = self.verified.lock().ok()?.get(jwt).cloned()?;
+        self.keys.trusts(kid.as_deref()).then_some(claims)
     }
 }
 

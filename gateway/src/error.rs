@@ -111,6 +111,14 @@ impl IntoResponse for ApiError {
             }
             _ => json!({ "error": code, "message": self.to_string() }),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Worth retrying: the store or the election cluster may be back.
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }

@@ -2,17 +2,28 @@
 //!
 //! Either one PEM file (offline; `kid` is not consulted) or the cluster's
 //! `/v1/jwks`, cached, refreshed in the background, and refetched on demand
-//! when a token names an unknown `kid` — at most once per `min_refetch`, so a
-//! flood of made-up `kid`s cannot turn into a flood of requests.
+//! when a token names an unknown `kid`.
+//!
+//! An unknown `kid` is never refused on the strength of a stale cache: the
+//! request waits (at most `wait`) for a fetch that *started after* it
+//! arrived, so a token from a key the cluster installed or rotated a moment
+//! ago verifies. Concurrent requests share one fetch, and fetches start at
+//! most once per `min_refetch`, so a flood of made-up `kid`s costs the
+//! cluster a bounded trickle of requests. Only when a fresh JWKS lacks the
+//! `kid` is the token refused (401); when no node answered, the gateway says
+//! 503 and the client retries.
+//!
+//! Each successful fetch replaces the key set: a key the cluster retired
+//! (after every token it signed expired) stops being trusted.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::DecodingKey;
-use tokio::sync::Mutex;
+use tokio::sync::watch;
 
 /// The public keys tokens may be signed with.
 #[derive(Debug)]
@@ -43,13 +54,44 @@ impl KeySource {
         }
     }
 
-    /// The key for `kid`, fetching the JWKS again if it is unknown.
-    pub async fn key_for(&self, kid: Option<&str>) -> Option<DecodingKey> {
-        match self {
-            KeySource::Pem(key) => Some(key.clone()),
-            KeySource::Jwks(cache) => cache.key_for(kid?).await,
+    /// Whether a token signed under `kid` is still trusted without a fetch
+    /// (its key is in the cached set; always, for a PEM key).
+    pub fn trusts(&self, kid: Option<&str>) -> bool {
+        match (self, kid) {
+            (KeySource::Pem(_), _) => true,
+            (KeySource::Jwks(cache), Some(kid)) => cache.cached(kid).is_some(),
+            (KeySource::Jwks(_), None) => false,
         }
     }
+
+    /// The key for `kid`, fetching the JWKS again if it is unknown.
+    pub async fn key_for(&self, kid: Option<&str>) -> KeyLookup {
+        match (self, kid) {
+            (KeySource::Pem(key), _) => KeyLookup::Found(key.clone()),
+            (KeySource::Jwks(cache), Some(kid)) => cache.key_for(kid).await,
+            (KeySource::Jwks(_), None) => KeyLookup::Unknown,
+        }
+    }
+}
+
+/// What looking a key up found.
+#[derive(Debug, Clone)]
+pub enum KeyLookup {
+    /// The key.
+    Found(DecodingKey),
+    /// A fresh JWKS does not hold it (or the token names no `kid`).
+    Unknown,
+    /// No election node answered in time; the key may exist.
+    Unreachable(String),
+}
+
+/// The fetch rounds: numbered, one at a time; a caller waits for a round
+/// numbered above the last one started when it asked.
+#[derive(Debug, Default)]
+struct Rounds {
+    started: u64,
+    running: bool,
+    last_start: Option<Instant>,
 }
 
 /// The JWKS of the election cluster, cached.
@@ -59,26 +101,33 @@ pub struct JwksCache {
     endpoints: Vec<String>,
     client: reqwest::Client,
     keys: RwLock<HashMap<String, DecodingKey>>,
-    /// When the last fetch was attempted; serializes fetches, too.
-    last_fetch: Mutex<Option<Instant>>,
-    /// The least time between two fetches triggered by unknown `kid`s.
+    rounds: Mutex<Rounds>,
+    /// The number and outcome of the last finished round.
+    finished: watch::Sender<(u64, Result<usize, String>)>,
+    /// The least time between the starts of two fetches.
     min_refetch: Duration,
+    /// The longest a request waits for a fresh fetch.
+    wait: Duration,
 }
 
 impl JwksCache {
     /// A cache with no keys yet; call [`JwksCache::refresh`] or let
-    /// [`JwksCache::key_for`] fetch on demand.
-    pub fn new(endpoints: Vec<String>, min_refetch: Duration) -> Self {
+    /// [`JwksCache::key_for`] fetch on demand. Fetches start at most once
+    /// per `min_refetch`; a request waits at most `wait` for one.
+    pub fn new(endpoints: Vec<String>, min_refetch: Duration, wait: Duration) -> Self {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_millis(500))
             .build()
             .unwrap_or_default();
         Self {
             endpoints,
             client,
             keys: RwLock::new(HashMap::new()),
-            last_fetch: Mutex::new(None),
+            rounds: Mutex::default(),
+            finished: watch::channel((0, Ok(0))).0,
             min_refetch,
+            wait,
         }
     }
 
@@ -96,34 +145,81 @@ impl JwksCache {
         self.keys.read().ok()?.get(kid).cloned()
     }
 
-    async fn key_for(&self, kid: &str) -> Option<DecodingKey> {
+    async fn key_for(self: &Arc<Self>, kid: &str) -> KeyLookup {
         if let Some(key) = self.cached(kid) {
-            return Some(key);
+            return KeyLookup::Found(key);
         }
-        self.refresh_if_due().await;
-        self.cached(kid)
-    }
-
-    /// Fetches unless a fetch happened less than `min_refetch` ago.
-    async fn refresh_if_due(&self) {
-        let mut last = self.last_fetch.lock().await;
-        if last.is_some_and(|at| at.elapsed() < self.min_refetch) {
-            return;
-        }
-        *last = Some(Instant::now());
-        if let Err(err) = self.fetch().await {
-            tracing::warn!(%err, "cannot refresh the JWKS");
+        let outcome = match tokio::time::timeout(self.wait, self.fresh_round()).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!(
+                "no JWKS fetch finished within {} ms",
+                self.wait.as_millis()
+            )),
+        };
+        match (self.cached(kid), outcome) {
+            (Some(key), _) => KeyLookup::Found(key),
+            (None, Ok(_)) => KeyLookup::Unknown,
+            (None, Err(err)) => KeyLookup::Unreachable(err),
         }
     }
 
-    /// Fetches now (still serialized with other fetches).
+    /// Waits for a fetch that starts after this call, starting one if none
+    /// runs; its outcome.
+    async fn fresh_round(self: &Arc<Self>) -> Result<usize, String> {
+        let needed = self.lock_rounds().started + 1;
+        let mut finished = self.finished.subscribe();
+        loop {
+            self.start_round();
+            let (number, outcome) = finished.borrow_and_update().clone();
+            if number >= needed {
+                return outcome;
+            }
+            if finished.changed().await.is_err() {
+                return Err("the JWKS cache was dropped".into());
+            }
+        }
+    }
+
+    fn lock_rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
+        self.rounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts a fetch round in the background unless one runs. The task
+    /// outlives a caller that stops waiting, so a round always finishes.
+    fn start_round(self: &Arc<Self>) {
+        let (number, delay) = {
+            let mut rounds = self.lock_rounds();
+            if rounds.running {
+                return;
+            }
+            rounds.running = true;
+            rounds.started += 1;
+            let delay = rounds.last_start.map_or(Duration::ZERO, |at| {
+                self.min_refetch.saturating_sub(at.elapsed())
+            });
+            (rounds.started, delay)
+        };
+        let cache = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            cache.lock_rounds().last_start = Some(Instant::now());
+            let outcome = cache.fetch().await;
+            if let Err(err) = &outcome {
+                tracing::warn!(%err, "cannot fetch the JWKS");
+            }
+            cache.lock_rounds().running = false;
+            let _previous = cache.finished.send_replace((number, outcome));
+        });
+    }
+
+    /// Fetches now, as a round of its own (waiting for one that runs).
     ///
     /// # Errors
     /// A description of why no endpoint gave a usable JWKS.
-    pub async fn refresh(&self) -> Result<usize, String> {
-        let mut last = self.last_fetch.lock().await;
-        *last = Some(Instant::now());
-        self.fetch().await
+    pub async fn refresh(self: &Arc<Self>) -> Result<usize, String> {
+        self.fresh_round().await
     }
 
     async fn fetch(&self) -> Result<usize, String> {
@@ -139,12 +235,15 @@ impl JwksCache {
             };
             match set {
                 Ok(set) => {
-                    let keys = usable_keys(&set);
+                    let keys: HashMap<_, _> = usable_keys(&set).into_iter().collect();
                     let count = keys.len();
-                    if let Ok(mut cached) = self.keys.write() {
-                        // Keys are only added: a token signed by a retired key
-                        // stays verifiable until the gateway restarts.
-                        cached.extend(keys);
+                    // The published set replaces the cached one, so a
+                    // retired key stops being trusted; an empty set (a
+                    // cluster that has no key yet) changes nothing.
+                    if count > 0 {
+                        if let Ok(mut cached) = self.keys.write() {
+                            *cached = keys;
+                        }
                     }
                     tracing::debug!(%url, count, "fetched JWKS");
                     return Ok(count);

@@ -535,11 +535,13 @@ async fn a_body_sent_too_slowly_times_out_and_writes_nothing() {
     server.abort();
 }
 
-/// Keys from a JWKS endpoint: a known `kid` verifies, an unknown one is 401
-/// and triggers at most one refetch per interval, a key published later is
-/// picked up on demand.
+/// Keys from a JWKS endpoint: a known `kid` verifies; an unknown one waits
+/// for a fetch that started after it arrived (so a key published a moment ago
+/// is found at once), concurrent unknown kids share fetches, a kid a fresh
+/// JWKS lacks is 401, an unreachable cluster is 503, and a key the cluster no
+/// longer publishes stops being trusted.
 #[tokio::test]
-async fn jwks_keys_are_fetched_by_kid_and_refetches_are_rate_limited() {
+async fn jwks_keys_are_fetched_fresh_for_unknown_kids_and_retired_keys_are_dropped() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     let key = SigningKey::from_bytes(&[7u8; 32]);
@@ -570,9 +572,10 @@ async fn jwks_keys_are_fetched_by_kid_and_refetches_are_rate_limited() {
 
     let cache = Arc::new(palisade_gateway::JwksCache::new(
         vec!["http://127.0.0.1:1".into(), url],
-        Duration::from_millis(500),
+        Duration::from_millis(100),
+        Duration::from_secs(2),
     ));
-    let verifier = Verifier::new(KeySource::Jwks(cache), 0);
+    let verifier = Arc::new(Verifier::new(KeySource::Jwks(cache), 0));
     let der = key.to_pkcs8_der().expect("der");
     let signing = EncodingKey::from_ed_der(der.as_bytes());
     let sign = |kid: &str| {
@@ -581,29 +584,56 @@ async fn jwks_keys_are_fetched_by_kid_and_refetches_are_rate_limited() {
         jsonwebtoken::encode(&header, &claims("jobs", 4), &signing).expect("sign")
     };
 
-    let verified = verifier.verify(&sign("k1")).await.expect("known kid");
+    let k1 = sign("k1");
+    let verified = verifier.verify(&k1).await.expect("known kid");
     assert_eq!(verified.token.0, 4);
     assert_eq!(fetches.load(Ordering::SeqCst), 1, "first use fetches");
 
-    for _ in 0..20 {
-        let refused = verifier.verify(&sign("k2")).await;
-        assert!(matches!(
-            refused,
-            Err(palisade_gateway::ApiError::Unauthorized(_))
-        ));
+    // 20 requests with a made-up kid at once share one or two fetches.
+    let k2 = sign("k2");
+    let attempts: Vec<_> = (0..20)
+        .map(|_| {
+            let (verifier, k2) = (verifier.clone(), k2.clone());
+            tokio::spawn(async move { verifier.verify(&k2).await })
+        })
+        .collect();
+    for attempt in attempts {
+        let refused = attempt.await.expect("join");
+        assert!(
+            matches!(refused, Err(palisade_gateway::ApiError::Unauthorized(_))),
+            "{refused:?}"
+        );
     }
-    assert_eq!(
-        fetches.load(Ordering::SeqCst),
-        1,
-        "unknown kids inside the interval do not refetch"
-    );
+    let after_flood = fetches.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&after_flood), "{after_flood} fetches");
 
+    // Published now, used at once: found by the fetch the request waits for.
     published.lock().expect("lock").push("k2".into());
-    tokio::time::sleep(Duration::from_millis(600)).await;
     verifier
-        .verify(&sign("k2"))
+        .verify(&k2)
         .await
-        .expect("k2 is found by a refetch");
-    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        .expect("a fresh key is found at once");
+
+    // k1 retired: after the next fetch its tokens, cached ones included, fail.
+    published.lock().expect("lock").retain(|kid| kid != "k1");
+    let _ = verifier.verify(&sign("k3")).await;
+    let refused = verifier.verify(&k1).await;
+    assert!(
+        matches!(refused, Err(palisade_gateway::ApiError::Unauthorized(_))),
+        "a retired key is still trusted: {refused:?}"
+    );
     jwks_server.abort();
+
+    // No node answers: 503, not 401.
+    let dead = Arc::new(palisade_gateway::JwksCache::new(
+        vec!["http://127.0.0.1:1".into()],
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    ));
+    let verifier = Verifier::new(KeySource::Jwks(dead), 0);
+    let unreachable = verifier.verify(&sign("k1")).await;
+    assert!(
+        matches!(unreachable, Err(palisade_gateway::ApiError::Unavailable(_))),
+        "{unreachable:?}"
+    );
 }

@@ -35,9 +35,14 @@ pub struct GatewayArgs {
     /// Seconds of clock skew tolerated on a token's `exp`.
     #[arg(long, default_value_t = 1)]
     exp_leeway_secs: u64,
-    /// Least time between two JWKS fetches caused by unknown key ids, in ms.
-    #[arg(long, default_value_t = 1000)]
+    /// Least time between the starts of two JWKS fetches caused by unknown
+    /// key ids, in ms.
+    #[arg(long, default_value_t = 100)]
     jwks_refetch_ms: u64,
+    /// How long a write with an unknown key id waits for a fresh JWKS before
+    /// a 503, in ms.
+    #[arg(long, default_value_t = 1000)]
+    jwks_wait_ms: u64,
     /// On shutdown, in-flight requests get this long to finish, in ms.
     #[arg(long, default_value_t = 10_000)]
     drain_timeout_ms: u64,
@@ -66,8 +71,9 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             let cache = Arc::new(JwksCache::new(
                 args.election.clone(),
                 Duration::from_millis(args.jwks_refetch_ms),
+                Duration::from_millis(args.jwks_wait_ms),
             ));
-            refresher = Some(cache.spawn_refresher(Duration::from_secs(300)));
+            refresher = Some(cache.spawn_refresher(Duration::from_secs(60)));
             KeySource::Jwks(cache)
         }
     };
