@@ -227,6 +227,28 @@ impl Client {
         self.get_json(&path, wait).await?.parse()
     }
 
+    /// Rotates the cluster's signing key; returns the new key's id.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`].
+    pub async fn rotate_key(&self) -> Result<String, Error> {
+        #[derive(serde::Deserialize)]
+        struct Rotated {
+            kid: String,
+        }
+        let rotated: Rotated = self
+            .transport
+            .election(
+                reqwest::Method::POST,
+                "/v1/cluster/rotate-key",
+                Some(&json!({})),
+                Duration::ZERO,
+            )
+            .await?
+            .parse()?;
+        Ok(rotated.kid)
+    }
+
     /// `/v1/cluster` of the first node that answers.
     ///
     /// # Errors

@@ -61,6 +61,21 @@ pub enum Command {
         /// The grant to revoke; a newer grant is left alone.
         token: FencingToken,
     },
+    /// Make a new key the one that signs; the current one keeps being
+    /// published (tokens it signed stay valid) until a `RetireKey`.
+    RotateKey {
+        /// The new key's id.
+        kid: String,
+        /// The new Ed25519 secret key (32 bytes).
+        secret: KeySecret,
+    },
+    /// Stop publishing a key that no longer signs. Proposed by the leader
+    /// once every token the key signed has expired (the longest ttl after
+    /// the rotation, on the leader's clock).
+    RetireKey {
+        /// The retired key's id.
+        kid: String,
+    },
     /// Install the cluster's signing key, if it has none yet. Proposed by the
     /// first leader; the key travels in the log so every node can sign.
     InstallKey {
@@ -194,6 +209,8 @@ impl std::fmt::Display for Command {
             Command::Revoke { lease, token } => write!(f, "revoke {lease} (token {token})"),
             // Never print the secret.
             Command::InstallKey { kid, .. } => write!(f, "install signing key {kid}"),
+            Command::RotateKey { kid, .. } => write!(f, "rotate to signing key {kid}"),
+            Command::RetireKey { kid } => write!(f, "retire signing key {kid}"),
         }
     }
 }

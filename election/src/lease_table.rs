@@ -74,8 +74,22 @@ impl std::fmt::Debug for SigningKeyRecord {
 pub struct LeaseTable {
     /// Leases ever granted, by name.
     pub leases: BTreeMap<LeaseName, LeaseRecord>,
-    /// The signing key, once installed.
+    /// The key that signs new tokens, once installed.
     pub signing_key: Option<SigningKeyRecord>,
+    /// Keys rotated out: still published (tokens they signed verify) until
+    /// retired. Oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_keys: Vec<SigningKeyRecord>,
+}
+
+impl LeaseTable {
+    /// Every key the cluster publishes: the signing one first, then the
+    /// rotated-out ones not yet retired.
+    pub fn published_keys(&self) -> impl Iterator<Item = &SigningKeyRecord> {
+        self.signing_key
+            .iter()
+            .chain(self.previous_keys.iter().rev())
+    }
 }
 
 impl LeaseTable {
@@ -174,6 +188,23 @@ impl LeaseTable {
                 }
                 _ => CommandResult::Lost,
             },
+            Command::RotateKey { kid, secret } => {
+                let known = self.published_keys().any(|k| k.kid == *kid);
+                if !known {
+                    let new = SigningKeyRecord {
+                        kid: kid.clone(),
+                        secret: secret.0.clone(),
+                    };
+                    if let Some(old) = self.signing_key.replace(new) {
+                        self.previous_keys.push(old);
+                    }
+                }
+                CommandResult::None
+            }
+            Command::RetireKey { kid } => {
+                self.previous_keys.retain(|k| k.kid != *kid);
+                CommandResult::None
+            }
             Command::InstallKey { kid, secret } => {
                 if self.signing_key.is_none() {
                     self.signing_key = Some(SigningKeyRecord {
@@ -401,6 +432,39 @@ mod tests {
         let older = r#"{"leases":{"jobs":{"holder":null,"token":7,"ttl_ms":1500,"transitions":2,"modify_index":8}},"signing_key":null}"#;
         let table: LeaseTable = serde_json::from_str(older).expect("older snapshot");
         assert_eq!(table.leases["jobs"].grant_index, 0);
+    }
+
+    #[test]
+    fn a_rotated_key_is_published_until_retired_and_the_current_one_never_is() {
+        let mut table = LeaseTable::default();
+        let secret = crate::command::KeySecret(vec![1; 32]);
+        table.apply(
+            1,
+            &Command::InstallKey {
+                kid: "k1".into(),
+                secret: secret.clone(),
+            },
+        );
+        let rotate = |kid: &str| Command::RotateKey {
+            kid: kid.into(),
+            secret: secret.clone(),
+        };
+        table.apply(2, &rotate("k2"));
+        table.apply(3, &rotate("k3"));
+        table.apply(4, &rotate("k3"));
+        let kids = |t: &LeaseTable| {
+            t.published_keys()
+                .map(|k| k.kid.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kids(&table), ["k3", "k2", "k1"]);
+        table.apply(5, &Command::RetireKey { kid: "k1".into() });
+        table.apply(6, &Command::RetireKey { kid: "k3".into() });
+        assert_eq!(
+            kids(&table),
+            ["k3", "k2"],
+            "the signing key is never retired"
+        );
     }
 
     #[test]

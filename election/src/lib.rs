@@ -24,6 +24,7 @@ pub mod network;
 pub mod node;
 pub mod propose;
 pub mod read_batcher;
+pub mod retirement;
 
 pub mod signing;
 pub mod state_machine;

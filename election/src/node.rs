@@ -15,6 +15,7 @@ use crate::log_store::SledLogStore;
 use crate::network::{peer_router, PeerDialer};
 use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
+use crate::retirement::KeyRetirer;
 use crate::signing::generate_key;
 use crate::state_machine::{SharedState, StateMachine};
 use crate::{ElectionConfig, Raft};
@@ -164,7 +165,14 @@ impl ElectionNode {
             reads,
         };
         let duties = Duties(vec![
-            tokio::spawn(leader_duties(raft.clone(), proposer, shared, lessor)),
+            tokio::spawn(leader_duties(
+                raft.clone(),
+                proposer,
+                shared,
+                lessor,
+                // The longest ttl, plus the second JWT `exp` rounds up to.
+                KeyRetirer::new(config.ttl_range.1 + Duration::from_secs(2)),
+            )),
             tokio::spawn(report_waiting(raft, config)),
             read_rounds,
         ]);
@@ -224,7 +232,9 @@ async fn leader_duties(
     proposer: Proposer,
     shared: SharedState,
     lessor: Arc<Lessor>,
+    mut retirer: KeyRetirer,
 ) {
+    let retirer_failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Set while an InstallKey proposal is in flight; cleared when it ends, so
@@ -253,8 +263,36 @@ async fn leader_duties(
             );
             lessor.promote(metrics.current_term);
         }
-        let (expired, has_key) =
-            shared.read(|s| (lessor.reconcile(&s.table), s.table.signing_key.is_some()));
+        let (expired, has_key, retiring) = shared.read(|s| {
+            let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
+            (
+                lessor.reconcile(&s.table),
+                s.table.signing_key.is_some(),
+                retirer.due(metrics.current_term, previous),
+            )
+        });
+        for kid in std::mem::take(
+            &mut *retirer_failures
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            retirer.failed(&kid);
+        }
+        for kid in retiring {
+            let (proposer, failures) = (proposer.clone(), retirer_failures.clone());
+            tokio::spawn(async move {
+                match proposer
+                    .propose(Command::RetireKey { kid: kid.clone() })
+                    .await
+                {
+                    Ok(_) => tracing::info!(%kid, "retired a rotated-out signing key"),
+                    Err(_) => failures
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(kid),
+                }
+            });
+        }
         for (lease, token) in expired {
             let (proposer, lessor) = (proposer.clone(), lessor.clone());
             tokio::spawn(async move {

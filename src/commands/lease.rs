@@ -319,7 +319,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `palisade cluster status`.
+/// `palisade cluster status|rotate-key`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Leader, term, members and indexes, as one node sees them.
@@ -327,10 +327,31 @@ pub enum ClusterCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+    /// Sign new tokens with a new key; the old one stays published until
+    /// every token it signed has expired, then the leader retires it.
+    RotateKey {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
 }
 
 pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
-    let ClusterCommand::Status { endpoints } = command;
+    let endpoints = match command {
+        ClusterCommand::Status { endpoints } => endpoints,
+        ClusterCommand::RotateKey { endpoints } => {
+            return Ok(match endpoints.client().rotate_key().await {
+                Ok(kid) => {
+                    print(
+                        endpoints.json,
+                        &serde_json::json!({ "kid": kid }),
+                        format!("new signing key {kid}"),
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
+    };
     Ok(match endpoints.client().cluster().await {
         Ok(status) => {
             let readable = format!(

@@ -7,6 +7,9 @@ use openraft::async_runtime::WatchReceiver;
 use serde_json::{json, Value};
 
 use super::state::ApiState;
+use crate::command::{Command, KeySecret};
+use crate::error::ApiError;
+use crate::signing::{generate_key, Signer};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
@@ -31,11 +34,31 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     }))
 }
 
-/// `GET /v1/jwks`: the public signing keys (none before the first leader
-/// installed one).
+/// `GET /v1/jwks`: the public keys — the signing one first, then rotated-out
+/// ones until they are retired (none before the first leader installed one).
 pub(super) async fn jwks(State(state): State<ApiState>) -> Json<Value> {
-    let keys: Vec<Value> = state.signer().map(|s| vec![s.jwk()]).unwrap_or_default();
+    let keys: Vec<Value> = state.shared.read(|s| {
+        s.table
+            .published_keys()
+            .filter_map(Signer::from_record)
+            .map(|signer| signer.jwk())
+            .collect()
+    });
     Json(json!({ "keys": keys }))
+}
+
+/// `POST /v1/cluster/rotate-key`: a new signing key through the log. New
+/// grants and renewals are signed with it at once; the old key stays in the
+/// JWKS until every token it signed has expired, then the leader retires it.
+pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+    let (kid, secret) = generate_key();
+    let command = Command::RotateKey {
+        kid: kid.clone(),
+        secret: KeySecret(secret),
+    };
+    state.proposer.propose(command).await?;
+    tracing::info!(%kid, "rotated the cluster signing key");
+    Ok(Json(json!({ "kid": kid })))
 }
 
 /// `GET /healthz`: the process answers.

@@ -38,6 +38,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/leases/{name}/revoke", post(leases::revoke))
         .route("/v1/leases/{name}", get(reads::get_lease))
         .route("/v1/leases", get(reads::list_leases))
+        .route("/v1/cluster/rotate-key", post(cluster::rotate_key))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             forward::leader_only,

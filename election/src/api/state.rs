@@ -35,14 +35,18 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    /// The signer of the replicated key; [`ApiError::NotReady`] before the
-    /// first leader has installed one.
+    /// The signer of the replicated signing key (it follows rotations);
+    /// [`ApiError::NotReady`] before the first leader has installed one.
     pub(super) fn signer(&self) -> Result<Signer, ApiError> {
+        let current = self
+            .shared
+            .read(|s| s.table.signing_key.as_ref().map(|k| k.kid.clone()))
+            .ok_or(ApiError::NotReady)?;
         let mut cached = self
             .signer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(signer) = cached.as_ref() {
+        if let Some(signer) = cached.as_ref().filter(|s| s.kid() == current) {
             return Ok(signer.clone());
         }
         let record = self

@@ -426,3 +426,35 @@ async fn reads_from_any_node_show_the_cluster_and_its_key() {
     assert_eq!(seen["holder"], "a");
     assert_eq!(seen["modify_index"], grant["token"]);
 }
+
+/// A rotation signs new grants with the new key at once and keeps the old
+/// one published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_signs_with_the_new_key_and_keeps_the_old_one_published() {
+    let node = node().await;
+    let (_, before) = node
+        .post(
+            "/v1/leases/r/acquire",
+            json!({"holder": "a", "ttl_ms": 5000}),
+        )
+        .await;
+    let (status, rotated) = node.post("/v1/cluster/rotate-key", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    assert_ne!(rotated["kid"], before["kid"]);
+    let (_, jwks) = node.call(Method::GET, "/v1/jwks", None).await;
+    let kids: Vec<&Value> = jwks["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|k| &k["kid"])
+        .collect();
+    assert_eq!(
+        kids,
+        [&rotated["kid"], &before["kid"]],
+        "new first, old kept"
+    );
+    let renew = json!({"holder": "a", "token": before["token"], "secret": before["secret"]});
+    let (status, renewed) = node.post("/v1/leases/r/renew", renew).await;
+    assert_eq!(status, StatusCode::OK, "{renewed}");
+    assert_eq!(renewed["kid"], rotated["kid"], "renewals use the new key");
+}
