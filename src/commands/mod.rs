@@ -1,8 +1,5 @@
 //! The command-line interface: one module per command group.
 
-mod bench;
-mod bench_election;
-mod bench_etcd;
 mod certs;
 mod dev;
 mod election;
@@ -57,9 +54,6 @@ enum Command {
     /// A demo leader that writes a sequence through the gateway while it
     /// holds a lease (for fault tests and demos).
     Worker(worker::WorkerArgs),
-    /// Measure throughput and latency (release builds only mean anything).
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
@@ -84,7 +78,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cluster(command) => lease::cluster(command).await,
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,
-        Command::Bench(command) => bench::run(command).await,
         Command::Health(args) => health::run(args).await,
         Command::Worker(args) => worker::run(args).await,
     }
