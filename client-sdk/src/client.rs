@@ -249,6 +249,43 @@ impl Client {
         Ok(rotated.kid)
     }
 
+    /// Adds node `id` (peer address `addr`) to the cluster: as a learner
+    /// until it has caught up, then as a voter. Waits up to a minute.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] with 409 if `id` is already a voter or a change
+    /// is in progress; [`Error::Unavailable`].
+    pub async fn add_member(&self, id: u64, addr: &str) -> Result<Value, Error> {
+        let body = json!({ "id": id, "addr": addr });
+        self.transport
+            .election(
+                reqwest::Method::POST,
+                "/v1/cluster/members",
+                Some(&body),
+                Duration::from_secs(60),
+            )
+            .await?
+            .parse()
+    }
+
+    /// Removes node `id` from the cluster (never the last voter).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if it is not a member; [`Error::Protocol`] 409
+    /// for the last voter; [`Error::Unavailable`].
+    pub async fn remove_member(&self, id: u64) -> Result<Value, Error> {
+        let path = format!("/v1/cluster/members/{id}");
+        self.transport
+            .election(
+                reqwest::Method::DELETE,
+                &path,
+                None,
+                Duration::from_secs(10),
+            )
+            .await?
+            .parse()
+    }
+
     /// `/v1/cluster` of the first node that answers.
     ///
     /// # Errors

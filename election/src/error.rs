@@ -30,6 +30,10 @@ pub enum ApiError {
         /// Its token.
         token: FencingToken,
     },
+    /// 409 `conflict`: the cluster's state does not allow this change (a
+    /// membership change in progress, the last voter).
+    #[error("{0}")]
+    Conflict(String),
     /// 409 `lost`: the requester does not hold the lease with that token.
     #[error("{0}")]
     Lost(String),
@@ -53,6 +57,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

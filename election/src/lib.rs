@@ -17,6 +17,7 @@ pub mod api;
 pub mod command;
 pub mod config;
 pub mod error;
+pub mod incarnation;
 pub mod lease_table;
 pub mod lessor;
 pub mod log_store;

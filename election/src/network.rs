@@ -43,6 +43,7 @@ use serde::Serialize;
 
 use crate::config::PeerTls;
 use crate::error::ApiError;
+use crate::incarnation::{Incarnations, INCARNATION_HEADER};
 use crate::{NodeId, Raft, TypeConfig};
 
 /// Dials peers: one connection pool for Raft RPC and forwarded client
@@ -57,6 +58,10 @@ pub struct PeerDialer {
     client: reqwest::Client,
     me: NodeId,
     tls: bool,
+    /// This node's incarnation (sent) and its peers' (checked on answers).
+    incarnations: Arc<Incarnations>,
+    /// Answers already logged as coming from a node that lost its data.
+    logged: Arc<Mutex<HashSet<NodeId>>>,
     /// Node id -> `host:port`, as the membership names it.
     book: Arc<RwLock<HashMap<NodeId, String>>>,
 }
@@ -105,6 +110,7 @@ impl PeerDialer {
     /// The TLS files could not be loaded.
     pub fn new(
         me: NodeId,
+        incarnations: Arc<Incarnations>,
         connect_timeout: Duration,
         source_ip: Option<std::net::IpAddr>,
         tls: Option<&PeerTls>,
@@ -128,6 +134,8 @@ impl PeerDialer {
             client,
             me,
             tls: tls.is_some(),
+            incarnations,
+            logged: Arc::default(),
             book,
         })
     }
@@ -157,6 +165,30 @@ impl PeerDialer {
         self.client
             .request(method, self.url(target, addr, path))
             .header(FROM_HEADER, self.me.to_string())
+            .header(INCARNATION_HEADER, self.incarnations.mine())
+    }
+
+    /// Whether an answer from `target` comes from the incarnation this node
+    /// knows (its first answer teaches it). An answer from a node that lost
+    /// its data — a vote, an ack — must not count.
+    fn answer_is_trusted(
+        &self,
+        target: NodeId,
+        response: &reqwest::Response,
+    ) -> Result<(), String> {
+        let seen = response
+            .headers()
+            .get(INCARNATION_HEADER)
+            .and_then(|v| v.to_str().ok());
+        self.incarnations.check(target, seen).inspect_err(|reason| {
+            let mut logged = self
+                .logged
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if logged.insert(target) {
+                tracing::warn!(target, %reason, "discarding answers from a peer (logged once)");
+            }
+        })
     }
 }
 
@@ -216,6 +248,9 @@ impl PeerClient {
                 self.target,
                 response.status()
             ))));
+        }
+        if let Err(reason) = self.dialer.answer_is_trusted(self.target, &response) {
+            return Err(RPCError::Unreachable(Unreachable::from_string(reason)));
         }
         let result: Result<Resp, RaftError<TypeConfig>> = response
             .json()
@@ -285,6 +320,7 @@ pub struct PeerId(pub NodeId);
 #[derive(Debug, Clone)]
 struct PeerGate {
     raft: Arc<Raft>,
+    incarnations: Arc<Incarnations>,
     /// Whether a client certificate must name the sender (mutual TLS).
     tls: bool,
     /// Refusals already logged, one line per (node, reason).
@@ -318,7 +354,9 @@ impl PeerGate {
 }
 
 /// Admits a peer request only from a current member (voter or learner)
-/// whose certificate (with TLS) names the node it claims to be.
+/// whose certificate (with TLS) names the node it claims to be, and that is
+/// the incarnation first seen for it (it has not lost its data); answers
+/// carry this node's incarnation.
 async fn authenticate(State(gate): State<PeerGate>, mut request: Request, next: Next) -> Response {
     let from = request
         .headers()
@@ -340,16 +378,33 @@ async fn authenticate(State(gate): State<PeerGate>, mut request: Request, next: 
     if !gate.is_member(from) {
         return gate.refuse(format!("node {from} is not a member"));
     }
+    let incarnation = request
+        .headers()
+        .get(INCARNATION_HEADER)
+        .and_then(|v| v.to_str().ok());
+    if let Err(reason) = gate.incarnations.check(from, incarnation) {
+        return gate.refuse(reason);
+    }
     request.extensions_mut().insert(PeerId(from));
-    next.run(request).await
+    let mut response = next.run(request).await;
+    if let Ok(mine) = http::HeaderValue::from_str(gate.incarnations.mine()) {
+        response.headers_mut().insert(INCARNATION_HEADER, mine);
+    }
+    response
 }
 
 /// What peers call on the peer listener: Raft RPC under `/raft/` and client
 /// requests forwarded to the leader under `/forward/` (the client API), all
 /// behind [`authenticate`].
-pub fn peer_router(raft: Arc<Raft>, api: Router, tls: bool) -> Router {
+pub fn peer_router(
+    raft: Arc<Raft>,
+    incarnations: Arc<Incarnations>,
+    api: Router,
+    tls: bool,
+) -> Router {
     let gate = PeerGate {
         raft: raft.clone(),
+        incarnations,
         tls,
         logged: Arc::default(),
     };

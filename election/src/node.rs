@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, ApiState};
 use crate::command::{Command, KeySecret};
+use crate::incarnation::Incarnations;
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
 use crate::network::{peer_router, PeerDialer};
@@ -82,6 +83,7 @@ impl ElectionNode {
             .flush_every_ms(Some(1000))
             .open()
             .map_err(io_err)?;
+        let incarnations = Arc::new(Incarnations::open(&db)?);
         let log_store = SledLogStore::open(&db)?;
         let state_machine = StateMachine::open(&db)?;
         let shared = state_machine.shared();
@@ -100,6 +102,7 @@ impl ElectionNode {
         .map_err(io_err)?;
         let dialer = PeerDialer::new(
             config.id,
+            incarnations.clone(),
             Duration::from_millis(200),
             config.source_ip,
             config.peer_tls.as_ref(),
@@ -161,6 +164,7 @@ impl ElectionNode {
             lessor: lessor.clone(),
             config: config.clone(),
             forwarder: dialer,
+            incarnations: incarnations.clone(),
             signer: Arc::new(Mutex::new(None)),
             reads,
         };
@@ -173,7 +177,8 @@ impl ElectionNode {
                 // The longest ttl, plus the second JWT `exp` rounds up to.
                 KeyRetirer::new(config.ttl_range.1 + Duration::from_secs(2)),
             )),
-            tokio::spawn(report_waiting(raft, config)),
+            tokio::spawn(report_waiting(raft.clone(), config)),
+            tokio::spawn(forget_removed_nodes(raft, incarnations.clone())),
             read_rounds,
         ]);
         Ok(Self {
@@ -198,7 +203,12 @@ impl ElectionNode {
     ) -> std::io::Result<()> {
         let api = api::router(self.state.clone());
         let raft = self.state.raft.clone();
-        let peers = peer_router(raft.clone(), api.clone(), self.peer_tls.is_some());
+        let peers = peer_router(
+            raft.clone(),
+            self.state.incarnations.clone(),
+            api.clone(),
+            self.peer_tls.is_some(),
+        );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopped.wait_for(|&s| s).await;
@@ -339,6 +349,27 @@ async fn report_waiting(raft: Arc<Raft>, config: Arc<ElectionConfig>) {
                 .map(|(id, addr)| format!("{id}={addr}"))
                 .collect();
             tracing::warn!(term = metrics.current_term, waiting_for = ?others, "no leader yet: waiting for a quorum of peers");
+        }
+    }
+}
+
+/// Forgets the incarnations of nodes that left the membership, so a node
+/// removed and added back (with a fresh data dir) is learned afresh.
+async fn forget_removed_nodes(raft: Arc<Raft>, incarnations: Arc<Incarnations>) {
+    let mut membership = raft.metrics();
+    loop {
+        let members: Vec<crate::NodeId> = membership
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        if !members.is_empty() {
+            incarnations.forget_all_but(&members);
+        }
+        if membership.changed().await.is_err() {
+            return;
         }
     }
 }

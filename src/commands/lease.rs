@@ -319,7 +319,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `palisade cluster status|rotate-key`.
+/// `palisade cluster status|rotate-key|add|remove`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Leader, term, members and indexes, as one node sees them.
@@ -333,11 +333,49 @@ pub enum ClusterCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+    /// Add node ID (peer address PEER_ADDR) as a learner, and make it a
+    /// voter once it has caught up. Start the node first (same --peers, its
+    /// certificate, an empty data dir).
+    Add {
+        id: u64,
+        peer_addr: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Remove node ID from the membership (never the last voter).
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
 }
 
 pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
     let endpoints = match command {
         ClusterCommand::Status { endpoints } => endpoints,
+        ClusterCommand::Add {
+            id,
+            peer_addr,
+            endpoints,
+        } => {
+            return Ok(match endpoints.client().add_member(id, &peer_addr).await {
+                Ok(answer) => {
+                    let readable = format!("node {id} ({peer_addr}) is a voter");
+                    print(endpoints.json, &answer, readable);
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
+        ClusterCommand::Remove { id, endpoints } => {
+            return Ok(match endpoints.client().remove_member(id).await {
+                Ok(answer) => {
+                    print(endpoints.json, &answer, format!("node {id} removed"));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
         ClusterCommand::RotateKey { endpoints } => {
             return Ok(match endpoints.client().rotate_key().await {
                 Ok(kid) => {

@@ -1,15 +1,23 @@
 //! What any node answers from its own state: the cluster view, the JWKS and
 //! the health check.
 
-use axum::extract::State;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
 use axum::Json;
 use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::extract::{Checked, CheckedJson};
 use super::state::ApiState;
 use crate::command::{Command, KeySecret};
 use crate::error::ApiError;
 use crate::signing::{generate_key, Signer};
+use crate::{ElectionConfig, NodeId, TypeConfig};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
@@ -64,4 +72,124 @@ pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Val
 /// `GET /healthz`: the process answers.
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// `POST /v1/cluster/members`: a node to add.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AddMember {
+    id: NodeId,
+    /// Its peer address, `host:port`.
+    addr: String,
+}
+
+impl Checked for AddMember {
+    fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
+        if self.id == 0 {
+            return Err(ApiError::BadRequest("node ids start at 1".into()));
+        }
+        crate::config::parse_peers(&format!("{}={}", self.id, self.addr))
+            .map(|_| ())
+            .map_err(ApiError::BadRequest)
+    }
+}
+
+/// How long adding a node may wait for it to catch up as a learner.
+const CATCH_UP: Duration = Duration::from_secs(60);
+
+/// Maps a failed membership change to an answer.
+fn membership_error(err: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError {
+    match err {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+            ApiError::NoQuorum("leadership moved during the change; retry".into())
+        }
+        RaftError::APIError(err) => ApiError::Conflict(err.to_string()),
+        RaftError::Fatal(err) => ApiError::Internal(err.to_string()),
+    }
+}
+
+fn voters(state: &ApiState) -> Vec<NodeId> {
+    state
+        .raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect()
+}
+
+/// Adds a node: first as a learner that catches up (by snapshot and log),
+/// then as a voter. A node that lost its data joins this way under its old
+/// id after `remove`: its new incarnation is learned afresh.
+pub(super) async fn add_member(
+    State(state): State<ApiState>,
+    CheckedJson(body): CheckedJson<AddMember>,
+) -> Result<Json<Value>, ApiError> {
+    if voters(&state).contains(&body.id) {
+        return Err(ApiError::Conflict(format!(
+            "node {} is already a voter; remove it first to replace it",
+            body.id
+        )));
+    }
+    let node = BasicNode {
+        addr: body.addr.clone(),
+    };
+    let added = tokio::time::timeout(CATCH_UP, state.raft.add_learner(body.id, node, true)).await;
+    match added {
+        Err(_) => {
+            return Err(ApiError::NoQuorum(format!(
+                "node {} is a learner but did not catch up within {} s; call again to promote it",
+                body.id,
+                CATCH_UP.as_secs()
+            )))
+        }
+        Ok(result) => {
+            result.map_err(membership_error)?;
+        }
+    }
+    let voter = BTreeSet::from([body.id]);
+    state
+        .raft
+        .change_membership(ChangeMembers::AddVoterIds(voter), false)
+        .await
+        .map_err(membership_error)?;
+    tracing::info!(id = body.id, addr = %body.addr, "added a voter");
+    Ok(Json(
+        json!({ "id": body.id, "addr": body.addr, "voter": true }),
+    ))
+}
+
+/// `DELETE /v1/cluster/members/{id}`: removes a node from the membership
+/// (a voter or a learner). The last voter is never removed.
+pub(super) async fn remove_member(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id: NodeId = id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("{id:?} is not a node id")))?;
+    let metrics = state.raft.metrics().borrow_watched().clone();
+    let membership = metrics.membership_config.membership();
+    if !membership.nodes().any(|(member, _)| *member == id) {
+        return Err(ApiError::NotFound(format!("node {id} is not a member")));
+    }
+    let voters: Vec<NodeId> = membership.voter_ids().collect();
+    let change = if voters.contains(&id) {
+        if voters.len() == 1 {
+            return Err(ApiError::Conflict(format!(
+                "node {id} is the last voter; the cluster would have none"
+            )));
+        }
+        ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+    };
+    state
+        .raft
+        .change_membership(change, false)
+        .await
+        .map_err(membership_error)?;
+    tracing::info!(id, "removed a member");
+    Ok(Json(json!({ "id": id, "removed": true })))
 }

@@ -63,6 +63,21 @@ impl<T: DeserializeOwned + Checked> FromRequest<ApiState> for LeaseCall<T> {
     }
 }
 
+/// A checked JSON body, for calls that name no lease.
+#[derive(Debug)]
+pub(super) struct CheckedJson<T>(pub T);
+
+impl<T: DeserializeOwned + Checked> FromRequest<ApiState> for CheckedJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let body: T = json_body(&parts.headers, body).await?;
+        body.check(&state.config)?;
+        Ok(Self(body))
+    }
+}
+
 /// Reads a whole body, at most [`MAX_BODY_BYTES`].
 pub(super) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY_BYTES)

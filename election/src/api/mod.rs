@@ -19,7 +19,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 
 pub use extract::{MAX_BODY_BYTES, MAX_HOLDER_LEN};
@@ -39,6 +39,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/leases/{name}", get(reads::get_lease))
         .route("/v1/leases", get(reads::list_leases))
         .route("/v1/cluster/rotate-key", post(cluster::rotate_key))
+        .route("/v1/cluster/members", post(cluster::add_member))
+        .route("/v1/cluster/members/{id}", delete(cluster::remove_member))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             forward::leader_only,

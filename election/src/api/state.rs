@@ -32,6 +32,8 @@ pub struct ApiState {
     pub signer: Arc<Mutex<Option<Signer>>>,
     /// Shares quorum confirmations between concurrent renewals and reads.
     pub reads: Arc<ReadBatcher>,
+    /// Peers' incarnations (membership changes forget removed nodes').
+    pub incarnations: Arc<crate::incarnation::Incarnations>,
 }
 
 impl ApiState {
