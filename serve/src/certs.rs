@@ -15,6 +15,9 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 
+/// The common name of the cluster CA.
+const CA_NAME: &str = "palisade cluster CA";
+
 /// The DNS name a node's certificate carries and its peers verify.
 pub fn node_name(id: u64) -> String {
     format!("node-{id}.palisade")
@@ -68,14 +71,51 @@ impl Authority {
     /// # Errors
     /// [`CertError::Generate`].
     pub fn new(name: &str) -> Result<Self, CertError> {
+        Self::with_key(name, KeyPair::generate()?)
+    }
+
+    /// The CA `init` wrote into `dir`, from its key (`ca-key.pem`): the
+    /// certificates it issues chain to the `ca.pem` there (same name, same
+    /// key).
+    ///
+    /// # Errors
+    /// [`CertError`] if the key cannot be read or parsed.
+    pub fn load(dir: &Path) -> Result<Self, CertError> {
+        let path = dir.join("ca-key.pem");
+        let pem =
+            std::fs::read_to_string(&path).map_err(|source| CertError::Write { path, source })?;
+        Self::with_key(CA_NAME, KeyPair::from_pem(&pem)?)
+    }
+
+    fn with_key(name: &str, key: KeyPair) -> Result<Self, CertError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
-        let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
         Ok(Self { cert, key })
+    }
+
+    /// Issues node `id`'s certificate (see [`node_name`]) with the extra
+    /// names of `layout`, and writes it into `dir`.
+    ///
+    /// # Errors
+    /// [`CertError`].
+    pub fn write_node(
+        &self,
+        dir: &Path,
+        id: u64,
+        layout: &Layout,
+    ) -> Result<Vec<PathBuf>, CertError> {
+        let mut dns = vec![node_name(id)];
+        dns.extend(layout.dns.iter().cloned());
+        let issued = self.issue(&node_name(id), &dns, &layout.ips)?;
+        let cert = dir.join(format!("node-{id}.pem"));
+        let key = dir.join(format!("node-{id}-key.pem"));
+        write_file(&cert, &issued.cert_pem, false)?;
+        write_file(&key, &issued.key_pem, true)?;
+        Ok(vec![cert, key])
     }
 
     /// The CA certificate, PEM.
@@ -167,30 +207,27 @@ pub fn init(dir: &Path, layout: &Layout) -> Result<Vec<PathBuf>, CertError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
     }
-    let authority = Authority::new("palisade cluster CA")?;
-    let mut written = Vec::new();
-    let mut put = |name: &str, contents: &str, secret: bool| -> Result<(), CertError> {
-        let path = dir.join(name);
-        write_file(&path, contents, secret)?;
-        written.push(path);
-        Ok(())
-    };
-    put("ca.pem", &authority.cert_pem(), false)?;
-    put("ca-key.pem", &authority.key.serialize_pem(), true)?;
-    for id in 1..=layout.nodes {
-        let mut dns = vec![node_name(id)];
-        dns.extend(layout.dns.iter().cloned());
-        let issued = authority.issue(&node_name(id), &dns, &layout.ips)?;
-        put(&format!("node-{id}.pem"), &issued.cert_pem, false)?;
-        put(&format!("node-{id}-key.pem"), &issued.key_pem, true)?;
-    }
+    let authority = Authority::new(CA_NAME)?;
     let mut dns = vec!["gateway.palisade".to_owned()];
     dns.extend(layout.dns.iter().cloned());
     let gateway = authority.issue("gateway.palisade", &dns, &layout.ips)?;
-    put("gateway.pem", &gateway.cert_pem, false)?;
-    put("gateway-key.pem", &gateway.key_pem, true)?;
     let client = authority.issue("client.palisade", &["client.palisade".to_owned()], &[])?;
-    put("client.pem", &client.cert_pem, false)?;
-    put("client-key.pem", &client.key_pem, true)?;
+    let files = [
+        ("ca.pem", authority.cert_pem(), false),
+        ("ca-key.pem", authority.key.serialize_pem(), true),
+        ("gateway.pem", gateway.cert_pem.clone(), false),
+        ("gateway-key.pem", gateway.key_pem.clone(), true),
+        ("client.pem", client.cert_pem.clone(), false),
+        ("client-key.pem", client.key_pem.clone(), true),
+    ];
+    let mut written = Vec::new();
+    for (name, contents, secret) in files {
+        let path = dir.join(name);
+        write_file(&path, &contents, secret)?;
+        written.push(path);
+    }
+    for id in 1..=layout.nodes {
+        written.extend(authority.write_node(dir, id, layout)?);
+    }
     Ok(written)
 }

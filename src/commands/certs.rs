@@ -13,6 +13,25 @@ pub enum CertsCommand {
     /// one for the gateway and one client certificate. Keys are written
     /// 0600 and the directory 0700; existing files are replaced.
     Init(InitArgs),
+    /// Issue the certificate of one more node (e.g. before `palisade cluster
+    /// add`) from the CA in DIR (its ca-key.pem).
+    AddNode(AddNodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddNodeArgs {
+    /// The directory `certs init` wrote.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The node's id.
+    #[arg(long)]
+    id: u64,
+    /// Extra host names its certificate carries.
+    #[arg(long, value_delimiter = ',', default_value = "localhost")]
+    hosts: Vec<String>,
+    /// Extra IP addresses its certificate carries.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1")]
+    ips: Vec<IpAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -37,7 +56,21 @@ pub struct InitArgs {
 }
 
 pub fn run(command: CertsCommand) -> anyhow::Result<ExitCode> {
-    let CertsCommand::Init(args) = command;
+    let args = match command {
+        CertsCommand::Init(args) => args,
+        CertsCommand::AddNode(args) => {
+            let layout = Layout {
+                nodes: 0,
+                dns: args.hosts.into_iter().filter(|h| !h.is_empty()).collect(),
+                ips: args.ips,
+            };
+            let authority = palisade_serve::certs::Authority::load(&args.dir)?;
+            for path in authority.write_node(&args.dir, args.id, &layout)? {
+                println!("{}", path.display());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     if args.nodes == 0 {
         eprintln!("error: --nodes must be at least 1");
         return Ok(ExitCode::from(2));
