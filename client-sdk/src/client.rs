@@ -32,6 +32,10 @@ pub struct ClientConfig {
     /// previous holder's in-flight writes are refused before this holder
     /// writes anything. Default true.
     pub fence_on_acquire: bool,
+    /// The only CA trusted for `https://` endpoints and gateway (instead of
+    /// none: the SDK carries no public roots). Set with
+    /// [`ClientConfig::with_ca_file`].
+    pub ca: Option<reqwest::Certificate>,
 }
 
 impl ClientConfig {
@@ -45,7 +49,23 @@ impl ClientConfig {
             drift_margin_ratio: 0.1,
             renew_ratio: 1.0 / 3.0,
             fence_on_acquire: true,
+            ca: None,
         }
+    }
+
+    /// Trusts the CA in the PEM file `path` (e.g. `ca.pem` from `palisade
+    /// certs init`) for `https://` endpoints.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] naming the file when it is unreadable or not a
+    /// PEM certificate.
+    pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self, Error> {
+        let pem = std::fs::read(path)
+            .map_err(|e| Error::BadRequest(format!("{}: {e}", path.display())))?;
+        let ca = reqwest::Certificate::from_pem(&pem)
+            .map_err(|e| Error::BadRequest(format!("{}: {e}", path.display())))?;
+        self.ca = Some(ca);
+        Ok(self)
     }
 
     /// Sets the gateway URL.

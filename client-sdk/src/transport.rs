@@ -86,11 +86,13 @@ fn unavailable(url: &str, err: &reqwest::Error) -> Error {
 
 impl Transport {
     pub(crate) fn new(config: ClientConfig) -> Self {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_millis(500)))
-            .build()
-            .unwrap_or_default();
+            .connect_timeout(config.request_timeout.min(Duration::from_millis(500)));
+        if let Some(ca) = &config.ca {
+            builder = builder.add_root_certificate(ca.clone());
+        }
+        let http = builder.build().unwrap_or_default();
         Self {
             config,
             http,

@@ -34,6 +34,8 @@ pub struct ElectionConfig {
     /// Mutual TLS between peers; `None` runs peer traffic in plaintext
     /// (only with the explicit `--insecure-peers`).
     pub peer_tls: Option<PeerTls>,
+    /// TLS for the client API: (certificate, key). `None`: plain HTTP.
+    pub client_tls: Option<(PathBuf, PathBuf)>,
     /// The local address that Raft RPC and forwarded requests leave from;
     /// `None` lets the kernel choose. On a multi-homed host this pins peer
     /// traffic to one interface (the fault suite gives each node its own
@@ -77,6 +79,7 @@ impl ElectionConfig {
             listen,
             peer_listen: None,
             peer_tls: None,
+            client_tls: None,
             source_ip: None,
             data_dir,
             peers,

@@ -38,6 +38,8 @@ pub struct ElectionNode {
     peer_listener: TcpListener,
     /// The peer listener's TLS (mutual); `None` with `--insecure-peers`.
     peer_tls: Option<Arc<palisade_serve::rustls::ServerConfig>>,
+    /// The client API's TLS; `None` for plain HTTP.
+    client_tls: Option<Arc<palisade_serve::rustls::ServerConfig>>,
     /// Background duties, stopped when the node is dropped.
     duties: Duties,
 }
@@ -124,6 +126,12 @@ impl ElectionNode {
             }
         };
         let network = dialer.clone();
+        let client_tls = match &config.client_tls {
+            Some((cert, key)) => {
+                Some(palisade_serve::tls::server_config(cert, key, None).map_err(io_err)?)
+            }
+            None => None,
+        };
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -188,6 +196,7 @@ impl ElectionNode {
             listener,
             peer_listener,
             peer_tls,
+            client_tls,
             duties,
         })
     }
@@ -215,6 +224,7 @@ impl ElectionNode {
         };
         let mut client_config = palisade_serve::ServeConfig::new("client API");
         client_config.drain = DRAIN;
+        client_config.tls = self.client_tls.clone();
         let mut peer_config = palisade_serve::ServeConfig::new("peer RPC");
         peer_config.drain = DRAIN;
         peer_config.tls = self.peer_tls.clone();

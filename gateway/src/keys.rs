@@ -131,6 +131,18 @@ impl JwksCache {
         }
     }
 
+    /// Trusts only `ca` for `https://` election endpoints.
+    #[must_use]
+    pub fn with_ca(mut self, ca: reqwest::Certificate) -> Self {
+        self.client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_millis(500))
+            .add_root_certificate(ca)
+            .build()
+            .unwrap_or_default();
+        self
+    }
+
     /// How many keys are cached.
     pub fn len(&self) -> usize {
         self.keys.read().map(|k| k.len()).unwrap_or(0)

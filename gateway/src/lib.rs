@@ -185,19 +185,22 @@ pub async fn request_deadline(
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then drains in-flight
-/// requests for at most `drain`. The connection loop is `palisade_serve`'s:
-/// a connection cap, slow-header and handshake timeouts, refusals logged once.
+/// Serves `app` on `listener` (over `tls` when given) until `shutdown`
+/// resolves, then drains in-flight requests for at most `drain`. The
+/// connection loop is `palisade_serve`'s: a connection cap, slow-header and
+/// handshake timeouts, refusals logged once.
 ///
 /// # Errors
 /// The listener's I/O error.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    tls: Option<Arc<palisade_serve::rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
     let mut config = palisade_serve::ServeConfig::new("gateway");
     config.drain = drain;
+    config.tls = tls;
     palisade_serve::serve(listener, app, config, shutdown).await
 }

@@ -512,6 +512,7 @@ async fn a_body_sent_too_slowly_times_out_and_writes_nothing() {
     let server = tokio::spawn(palisade_gateway::serve(
         listener,
         f.app.clone(),
+        None,
         std::future::pending(),
         Duration::from_secs(1),
     ));

@@ -3,11 +3,14 @@
 //! the endpoints and a copy-paste walkthrough printed once it is ready.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
+use palisade_local_cluster::{
+    ready, stop_gracefully, Cluster, ClusterConfig, GatewayKeys, Logs, Node, NodeSpec, PeerAuth,
+};
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
@@ -25,27 +28,20 @@ pub struct DevArgs {
     gateway_port: u16,
 }
 
-/// Children that get SIGTERM (then SIGKILL) when dropped.
-struct Children(Vec<Child>);
+/// The cluster and its gateway, stopped like Ctrl-C would stop them (SIGTERM,
+/// SIGKILL after 5 s) when dropped.
+struct Running {
+    cluster: Cluster,
+    gateway: Node,
+}
 
-impl Drop for Children {
+impl Drop for Running {
     fn drop(&mut self) {
-        for child in &self.0 {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        for child in &mut self.0 {
-            while std::time::Instant::now() < deadline {
-                if matches!(child.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let nodes = self
+            .cluster
+            .running_nodes()
+            .chain(std::iter::once(&mut self.gateway));
+        stop_gracefully(nodes, Duration::from_secs(5));
     }
 }
 
@@ -60,19 +56,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&root)?;
     let exe = std::env::current_exe()?;
-    let ports: Vec<u16> = (0..3).map(|i| args.election_port + i).collect();
-    let first_peer_port = args
-        .peer_port
-        .unwrap_or_else(|| args.election_port.saturating_add(100));
-    let peers = (0..3)
-        .map(|i| format!("{}=127.0.0.1:{}", i + 1, first_peer_port + i))
-        .collect::<Vec<_>>()
-        .join(",");
-    let election_urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
-    let gateway_url = format!("http://127.0.0.1:{}", args.gateway_port);
 
     // Peers authenticate each other with mutual TLS: the certificates live
     // with the data (made once; a reused --data-dir keeps them).
@@ -88,94 +71,62 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
 
-    let mut children = Children(Vec::new());
-    let spawn = |name: &str, command_args: Vec<String>| -> anyhow::Result<Child> {
-        let log = std::fs::File::create(root.join(format!("{name}.log")))?;
-        Command::new(&exe)
-            .args(command_args)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))
-    };
-    for (i, port) in ports.iter().enumerate() {
-        let id = i + 1;
-        children.0.push(spawn(
-            &format!("election-{id}"),
-            vec![
-                "election".into(),
-                "--id".into(),
-                id.to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--data-dir".into(),
-                root.join(format!("election-{id}")).display().to_string(),
-                "--peers".into(),
-                peers.clone(),
-                "--certs".into(),
-                certs.display().to_string(),
-            ],
-        )?);
+    let env = vec![(
+        "RUST_LOG".to_owned(),
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+    )];
+    let first_peer_port = args
+        .peer_port
+        .unwrap_or_else(|| args.election_port.saturating_add(100));
+    let mut config = ClusterConfig::new(&root, 3, PeerAuth::Certs(certs));
+    for (i, node) in (0..).zip(&mut config.nodes) {
+        node.port = args.election_port + i;
+        node.peer_port = first_peer_port + i;
+        node.env = env.clone();
+        node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
     }
-    children.0.push(spawn(
-        "gateway",
-        vec![
-            "gateway".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{}", args.gateway_port),
-            "--data-dir".into(),
-            root.join("gateway").display().to_string(),
-            "--election".into(),
-            election_urls.join(","),
-        ],
-    )?);
+    let cluster = Cluster::start(&exe, config)?;
+    let election_urls = cluster.urls();
+    let gateway_url = format!("http://127.0.0.1:{}", args.gateway_port);
+    let gateway = Node::start(
+        &exe,
+        NodeSpec {
+            env,
+            logs: Logs::File(root.join("gateway.log")),
+            ..NodeSpec::gateway(
+                format!("127.0.0.1:{}", args.gateway_port),
+                root.join("gateway"),
+                GatewayKeys::Election(election_urls.clone()),
+            )
+        },
+    )?;
+    let mut running = Running { cluster, gateway };
 
-    wait_ready(&election_urls, &gateway_url, &mut children).await?;
+    wait_ready(&mut running, &gateway_url).await?;
     print_walkthrough(&root, &election_urls, &gateway_url);
     super::shutdown_signal().await;
     println!("stopping the cluster...");
-    drop(children);
+    drop(running);
     println!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_ready(
-    elections: &[String],
-    gateway: &str,
-    children: &mut Children,
-) -> anyhow::Result<()> {
+async fn wait_ready(running: &mut Running, gateway: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
         .build()?;
+    let first = running.cluster.url(1);
     for _ in 0..200 {
-        for child in &mut children.0 {
-            if let Ok(Some(status)) = child.try_wait() {
-                bail!("a cluster process exited early ({status}); see the logs in the data dir (ports in use?)");
-            }
+        if let Some(status) = running
+            .cluster
+            .exited()
+            .or_else(|| running.gateway.exited())
+        {
+            bail!("a cluster process exited early ({status}); see the logs in the data dir (ports in use?)");
         }
-        let has_key = async {
-            let jwks: serde_json::Value = client
-                .get(format!("{}/v1/jwks", elections[0]))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            Some(jwks["keys"].as_array().is_some_and(|k| !k.is_empty()))
-        };
-        let gateway_up = async {
-            client
-                .get(format!("{gateway}/healthz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        };
-        if has_key.await == Some(true) && gateway_up.await {
+        if ready::signing_key_installed(&client, &first).await
+            && ready::healthy(&client, gateway).await
+        {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

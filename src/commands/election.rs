@@ -38,6 +38,10 @@ pub struct ElectionArgs {
     /// the peer port can take the cluster over. For experiments only.
     #[arg(long)]
     insecure_peers: bool,
+    /// Serve the client API over TLS with this node's certificate from
+    /// --certs (clients trust ca.pem: `--ca`, PALISADE_CA).
+    #[arg(long, requires = "certs")]
+    client_tls: bool,
     /// Local IP that connections to peers leave from (default: the
     /// kernel's choice).
     #[arg(long)]
@@ -82,6 +86,14 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
     config.source_ip = args.source_ip;
     config.peer_listen = args.peer_listen;
+    if args.client_tls {
+        if let Some(dir) = &args.certs {
+            config.client_tls = Some((
+                dir.join(format!("node-{}.pem", args.id)),
+                dir.join(format!("node-{}-key.pem", args.id)),
+            ));
+        }
+    }
     config.peer_tls = match (&args.certs, &args.peer_ca, args.insecure_peers) {
         (Some(dir), _, _) => Some(PeerTls {
             ca: dir.join("ca.pem"),
@@ -120,9 +132,14 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     // file and directory this process creates is its owner's alone.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let id = config.id;
+    let scheme = if config.client_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let node = ElectionNode::start(config).await?;
     println!(
-        "palisade election node {id} (peers on {}) listening on http://{}",
+        "palisade election node {id} (peers on {}) listening on {scheme}://{}",
         node.peer_addr, node.local_addr
     );
     tracing::info!(id, addr = %node.local_addr, peer_addr = %node.peer_addr, "election node started");

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 
-use super::http::{client, encode_key, report, GatewayTarget, TokenArgs};
+use super::http::{encode_key, report, GatewayTarget, TokenArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum FenceCommand {
@@ -30,7 +30,9 @@ pub enum FenceCommand {
 pub async fn run(command: FenceCommand) -> anyhow::Result<ExitCode> {
     let (request, target) = match command {
         FenceCommand::Get { lease, target } => (
-            client().get(target.url(&format!("/v1/fences/{}", encode_key(&lease)))),
+            target
+                .client()?
+                .get(target.url(&format!("/v1/fences/{}", encode_key(&lease)))),
             target,
         ),
         FenceCommand::Bump {
@@ -38,7 +40,8 @@ pub async fn run(command: FenceCommand) -> anyhow::Result<ExitCode> {
             token,
             target,
         } => (
-            client()
+            target
+                .client()?
                 .post(target.url(&format!("/v1/fences/{}", encode_key(&lease))))
                 .header("authorization", token.bearer()?),
             target,

@@ -43,6 +43,10 @@ pub struct GatewayArgs {
     /// a 503, in ms.
     #[arg(long, default_value_t = 1000)]
     jwks_wait_ms: u64,
+    /// A directory from `palisade certs init`: serve over TLS with
+    /// gateway.pem, and trust ca.pem for https:// election endpoints.
+    #[arg(long, env = "PALISADE_CERTS")]
+    certs: Option<PathBuf>,
     /// On shutdown, in-flight requests get this long to finish, in ms.
     #[arg(long, default_value_t = 10_000)]
     drain_timeout_ms: u64,
@@ -68,11 +72,20 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             }
         },
         None => {
-            let cache = Arc::new(JwksCache::new(
+            let mut cache = JwksCache::new(
                 args.election.clone(),
                 Duration::from_millis(args.jwks_refetch_ms),
                 Duration::from_millis(args.jwks_wait_ms),
-            ));
+            );
+            if let Some(dir) = &args.certs {
+                let path = dir.join("ca.pem");
+                let pem = std::fs::read(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let ca = reqwest::Certificate::from_pem(&pem)
+                    .with_context(|| format!("{} is not a PEM certificate", path.display()))?;
+                cache = cache.with_ca(ca);
+            }
+            let cache = Arc::new(cache);
             refresher = Some(cache.spawn_refresher(Duration::from_secs(60)));
             KeySource::Jwks(cache)
         }
@@ -92,11 +105,21 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
-    println!("palisade gateway listening on http://{local}");
+    let tls = match &args.certs {
+        Some(dir) => Some(palisade_serve::tls::server_config(
+            &dir.join("gateway.pem"),
+            &dir.join("gateway-key.pem"),
+            None,
+        )?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("palisade gateway listening on {scheme}://{local}");
     tracing::info!(%local, data_dir = %args.data_dir.display(), "gateway started");
     palisade_gateway::serve(
         listener,
         palisade_gateway::router(state),
+        tls,
         super::shutdown_signal(),
         config.drain_timeout,
     )

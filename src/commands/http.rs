@@ -17,6 +17,9 @@ pub struct GatewayTarget {
         default_value = "http://127.0.0.1:8080"
     )]
     pub gateway: String,
+    /// The CA (PEM) to trust for an https:// gateway.
+    #[arg(long, env = "PALISADE_CA")]
+    pub ca: Option<PathBuf>,
     /// Print the server's JSON answer instead of a readable line.
     #[arg(long)]
     pub json: bool,
@@ -25,6 +28,21 @@ pub struct GatewayTarget {
 impl GatewayTarget {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway.trim_end_matches('/'))
+    }
+
+    /// An HTTP client for the gateway (trusting `--ca` when given).
+    ///
+    /// # Errors
+    /// The CA file cannot be used.
+    pub fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+        if let Some(ca) = &self.ca {
+            let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+            let ca = reqwest::Certificate::from_pem(&pem)
+                .with_context(|| format!("{} is not a PEM certificate", ca.display()))?;
+            builder = builder.add_root_certificate(ca);
+        }
+        builder.build().context("cannot build the HTTP client")
     }
 }
 
@@ -52,13 +70,6 @@ impl TokenArgs {
 }
 
 pub use palisade_client::encode_key;
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .unwrap_or_default()
-}
 
 /// Prints a JSON answer: raw with `--json`, else through `readable`; an error
 /// answer is one line on stderr and exit code 1.

@@ -20,16 +20,26 @@ pub struct Endpoints {
     /// The gateway URL (for fence-on-acquire and fenced writes).
     #[arg(long, env = "PALISADE_GATEWAY")]
     pub gateway: Option<String>,
+    /// The CA (PEM) to trust for https:// endpoints (e.g. certs/ca.pem).
+    #[arg(long, env = "PALISADE_CA")]
+    pub ca: Option<std::path::PathBuf>,
     /// Print JSON instead of readable lines.
     #[arg(long)]
     pub json: bool,
 }
 
 impl Endpoints {
-    pub fn client(&self) -> Client {
+    /// An SDK client for these endpoints.
+    ///
+    /// # Errors
+    /// The CA file cannot be used.
+    pub fn client(&self) -> Result<Client, Error> {
         let mut config = ClientConfig::new(self.election.clone());
         config.gateway = self.gateway.clone();
-        Client::new(config)
+        if let Some(ca) = &self.ca {
+            config = config.with_ca_file(ca)?;
+        }
+        Ok(Client::new(config))
     }
 }
 
@@ -187,7 +197,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             status_ms,
             endpoints,
         } => {
-            let client = endpoints.client();
+            let client = endpoints.client()?;
             let ttl = Duration::from_millis(ttl_ms);
             let wait = wait_ms.map(Duration::from_millis);
             if !hold {
@@ -234,7 +244,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LeaseCommand::Renew { grant, endpoints } => {
-            Ok(match endpoints.client().renew_grant(&grant.id()).await {
+            Ok(match endpoints.client()?.renew_grant(&grant.id()).await {
                 Ok(grant) => {
                     print_grant(endpoints.json, &grant, "renewed");
                     ExitCode::SUCCESS
@@ -243,7 +253,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             })
         }
         LeaseCommand::Release { grant, endpoints } => {
-            Ok(match endpoints.client().release_grant(&grant.id()).await {
+            Ok(match endpoints.client()?.release_grant(&grant.id()).await {
                 Ok(()) => {
                     let (lease, token) = (&grant.lease, grant.token);
                     print(
@@ -260,7 +270,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             lease,
             token,
             endpoints,
-        } => Ok(match endpoints.client().revoke(&lease, token).await {
+        } => Ok(match endpoints.client()?.revoke(&lease, token).await {
             Ok(()) => {
                 print(
                     endpoints.json,
@@ -271,14 +281,14 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             }
             Err(err) => fail(&err),
         }),
-        LeaseCommand::Get { lease, endpoints } => Ok(match endpoints.client().get(&lease).await {
+        LeaseCommand::Get { lease, endpoints } => Ok(match endpoints.client()?.get(&lease).await {
             Ok(info) => {
                 print(endpoints.json, &info_json(&info), describe(&info));
                 ExitCode::SUCCESS
             }
             Err(err) => fail(&err),
         }),
-        LeaseCommand::List { endpoints } => Ok(match endpoints.client().list().await {
+        LeaseCommand::List { endpoints } => Ok(match endpoints.client()?.list().await {
             Ok(leases) => {
                 if endpoints.json {
                     let all: Vec<_> = leases.iter().map(info_json).collect();
@@ -293,7 +303,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             Err(err) => fail(&err),
         }),
         LeaseCommand::Watch { lease, endpoints } => {
-            let client = endpoints.client();
+            let client = endpoints.client()?;
             let mut index = 0;
             let shutdown = super::shutdown_signal();
             tokio::pin!(shutdown);
@@ -358,7 +368,7 @@ pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
             peer_addr,
             endpoints,
         } => {
-            return Ok(match endpoints.client().add_member(id, &peer_addr).await {
+            return Ok(match endpoints.client()?.add_member(id, &peer_addr).await {
                 Ok(answer) => {
                     let readable = format!("node {id} ({peer_addr}) is a voter");
                     print(endpoints.json, &answer, readable);
@@ -368,7 +378,7 @@ pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
             })
         }
         ClusterCommand::Remove { id, endpoints } => {
-            return Ok(match endpoints.client().remove_member(id).await {
+            return Ok(match endpoints.client()?.remove_member(id).await {
                 Ok(answer) => {
                     print(endpoints.json, &answer, format!("node {id} removed"));
                     ExitCode::SUCCESS
@@ -377,7 +387,7 @@ pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
             })
         }
         ClusterCommand::RotateKey { endpoints } => {
-            return Ok(match endpoints.client().rotate_key().await {
+            return Ok(match endpoints.client()?.rotate_key().await {
                 Ok(kid) => {
                     print(
                         endpoints.json,
@@ -390,7 +400,7 @@ pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
             })
         }
     };
-    Ok(match endpoints.client().cluster().await {
+    Ok(match endpoints.client()?.cluster().await {
         Ok(status) => {
             let readable = format!(
                 "node {} ({}) sees leader {} in term {}; commit {} applied {}; members {}",

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 
-use super::http::{client, encode_key, error_line, report, GatewayTarget, TokenArgs};
+use super::http::{encode_key, error_line, report, GatewayTarget, TokenArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum ObjectCommand {
@@ -65,7 +65,8 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
                     buf
                 }
             };
-            let response = client()
+            let response = target
+                .client()?
                 .put(target.url(&format!("/v1/objects/{}", encode_key(&key))))
                 .header("authorization", token.bearer()?)
                 .body(body)
@@ -81,7 +82,8 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
             .await
         }
         ObjectCommand::Get { key, target } => {
-            let response = client()
+            let response = target
+                .client()?
                 .get(target.url(&format!("/v1/objects/{}", encode_key(&key))))
                 .send()
                 .await
@@ -121,7 +123,8 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ObjectCommand::Delete { key, token, target } => {
-            let response = client()
+            let response = target
+                .client()?
                 .delete(target.url(&format!("/v1/objects/{}", encode_key(&key))))
                 .header("authorization", token.bearer()?)
                 .send()

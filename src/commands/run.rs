@@ -39,7 +39,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
         format!("{}-{}", host.trim(), std::process::id())
     });
-    let client = args.endpoints.client();
+    let client = args.endpoints.client()?;
     let lease = match client
         .acquire(
             &args.lease,

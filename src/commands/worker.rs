@@ -129,7 +129,7 @@ impl Drop for AbortOnDrop {
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    let client = args.endpoints.client();
+    let client = args.endpoints.client()?;
     let key = args
         .key
         .clone()
