@@ -39,7 +39,7 @@ async fn renew_anywhere(
 ) -> (u16, Value) {
     for _ in 0..100 {
         for id in 1..=3 {
-            if cluster.nodes[(id - 1) as usize].is_none() {
+            if !cluster.is_running(id) {
                 continue;
             }
             let (status, body) = renew(client, &cluster.url(id), lease, holder, token).await;
@@ -134,7 +134,7 @@ async fn full_restart_keeps_grants_and_tokens_continue_above() {
         cluster.kill(id);
     }
     for id in 1..=3 {
-        cluster.start_node(id);
+        cluster.start_node(id).expect("restart");
     }
     let leader = cluster.leader(&client).await;
     let (status, held) = lease(&client, &cluster.url(leader), "l4").await;
@@ -167,7 +167,7 @@ async fn an_isolated_node_grants_nothing() {
     // Isolate the leader itself: the harder case, it believed it led.
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     for id in &others {
-        cluster.signal(*id, "STOP");
+        cluster.pause(*id).expect("SIGSTOP");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
@@ -179,7 +179,7 @@ async fn an_isolated_node_grants_nothing() {
     .await;
     let took = started.elapsed();
     for id in &others {
-        cluster.signal(*id, "CONT");
+        cluster.resume(*id).expect("SIGCONT");
     }
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "no_quorum");

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{acquire, http_client, spawn_server, Cluster};
+use support::{acquire, gateway_for, http_client, spawn_node, Cluster};
 
 #[tokio::test]
 async fn a_paused_leaders_late_write_is_refused() {
@@ -17,18 +17,10 @@ async fn a_paused_leaders_late_write_is_refused() {
     let cluster = Cluster::start(dir.path());
     let client = http_client();
     let gateway_dir = dir.path().join("gateway");
-    let gateway = spawn_server(&[
-        "gateway",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        gateway_dir.to_str().expect("utf8"),
-        "--election",
-        &cluster.urls().join(","),
-        // A generous leeway: the fence, not the clock, must refuse A.
-        "--exp-leeway-secs",
-        "30",
-    ]);
+    let mut gateway = gateway_for(&cluster, &gateway_dir);
+    // A generous leeway: the fence, not the clock, must refuse A.
+    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
+    let gateway = spawn_node(gateway);
     let leader = cluster.leader(&client).await;
     let election = cluster.url(leader);
 

@@ -34,12 +34,12 @@ async fn the_lease_is_lost_when_renewals_fail() {
     assert!(lease.is_held());
     let deadline = lease.deadline();
     for id in 1..=3 {
-        cluster.signal(id, "STOP");
+        cluster.pause(id).expect("SIGSTOP");
     }
     let lost = tokio::time::timeout(Duration::from_secs(3), lease.lost()).await;
     let at = tokio::time::Instant::now();
     for id in 1..=3 {
-        cluster.signal(id, "CONT");
+        cluster.resume(id).expect("SIGCONT");
     }
     assert!(lost.is_ok(), "lost() did not fire");
     assert!(!lease.is_held());

@@ -40,7 +40,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use checker::{check, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
-use support::{free_ports, http_client, spawn_server, Cluster, NodeSetup, Process};
+use palisade_local_cluster::NodeSpec;
+use support::{free_ports, gateway_for, http_client, node_setup, spawn_node, Cluster, Process};
 
 const TTL_MS: u64 = 1500;
 /// L1, stated: after any fault heals, every lease has a holder again within
@@ -136,18 +137,6 @@ fn signal(pid: u32, signal: &str) {
     let _ = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status();
-}
-
-fn start_gateway(dir: &Path, cluster: &Cluster, port: u16) -> Process {
-    spawn_server(&[
-        "gateway",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--data-dir",
-        dir.join("gateway").to_str().expect("utf8"),
-        "--election",
-        &cluster.urls().join(","),
-    ])
 }
 
 const KILL_LEADER: &str = "kill -9 Raft leader, restart";
@@ -291,11 +280,9 @@ const ROLES: [(&str, &str); 4] = [
 
 /// The processes under test and how to hurt them.
 struct Harness {
-    dir: PathBuf,
     http: reqwest::Client,
     cluster: Cluster,
     gateway: Process,
-    gateway_port: u16,
     workers: Vec<Child>,
     histories: Vec<PathBuf>,
 }
@@ -305,24 +292,27 @@ impl Harness {
     /// workers of `ROLES` (w2 drifting slow).
     async fn start(dir: &Path, partitions: bool, faketime: Option<&Path>, drift: f64) -> Self {
         let setups = (1..=3)
-            .map(|id| NodeSetup {
-                host: if partitions {
+            .map(|id| {
+                let host = if partitions {
                     netns::node_host(id)
                 } else {
                     "127.0.0.1".into()
-                },
-                env: if id == 3 {
-                    drift_env(faketime, 1.0 + drift)
-                } else {
-                    Vec::new()
-                },
+                };
+                let mut setup = node_setup(dir, id, &host);
+                if id == 3 {
+                    setup.env = drift_env(faketime, 1.0 + drift);
+                }
+                setup
             })
             .collect();
         let cluster = Cluster::start_with(dir, setups);
         let http = http_client();
         cluster.leader(&http).await;
-        let gateway_port = free_ports(1)[0];
-        let gateway = start_gateway(dir, &cluster, gateway_port);
+        let gateway = spawn_node(NodeSpec {
+            // A fixed port, so a restart keeps the address the workers know.
+            listen: format!("127.0.0.1:{}", free_ports(1)[0]),
+            ..gateway_for(&cluster, &dir.join("gateway"))
+        });
         let histories: Vec<PathBuf> = ROLES
             .iter()
             .map(|(_, h)| dir.join(format!("{h}.jsonl")))
@@ -340,11 +330,9 @@ impl Harness {
             })
             .collect();
         Self {
-            dir: dir.to_owned(),
             http,
             cluster,
             gateway,
-            gateway_port,
             workers,
             histories,
         }
@@ -366,7 +354,7 @@ impl Harness {
                 }
                 tokio::time::sleep(Duration::from_millis(500 + schedule.next(1000))).await;
                 for id in victims {
-                    cluster.start_node(id);
+                    cluster.start_node(id).expect("restart");
                 }
             }
             STOP_LEADER | STOP_FOLLOWER => {
@@ -376,9 +364,9 @@ impl Harness {
                 } else {
                     follower(leader, schedule)
                 };
-                cluster.signal(victim, "STOP");
+                cluster.pause(victim).expect("SIGSTOP");
                 tokio::time::sleep(Duration::from_millis(300 + schedule.next(1200))).await;
-                cluster.signal(victim, "CONT");
+                cluster.resume(victim).expect("SIGCONT");
             }
             STOP_HOLDER => {
                 let lease = ROLES[schedule.next(ROLES.len() as u64) as usize].0;
@@ -394,8 +382,9 @@ impl Harness {
                 signal(pid, "CONT");
             }
             KILL_GATEWAY => {
+                let spec = self.gateway.node.spec().clone();
                 self.gateway.kill();
-                self.gateway = start_gateway(&self.dir, cluster, self.gateway_port);
+                self.gateway = spawn_node(spec);
             }
             ISOLATE_LEADER | ISOLATE_FOLLOWER | BRIDGE => {
                 let leader = cluster.leader(http).await;

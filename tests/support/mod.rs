@@ -1,20 +1,30 @@
-//! What the integration tests share: spawning the real `palisade` binary on
-//! port 0 and temp dirs, and signing test tokens.
+//! What the integration tests share: the real `palisade` binary started
+//! through `palisade-local-cluster` (port 0, temp dirs), test tokens signed
+//! with a test key, and HTTP helpers.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use ed25519_dalek::SigningKey;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use palisade_local_cluster::{ClusterConfig, GatewayKeys, Node, NodeSetup, NodeSpec, PeerAuth};
+use palisade_names::{LeaseClaims, ISSUER};
 
-/// A child process that is killed (SIGKILL) when dropped.
+/// How long a starting node has to print its `listening on` line.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The binary under test.
+fn palisade() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_palisade"))
+}
+
+/// A running node and the URL it printed; killed (SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct Process {
-    pub child: Child,
+    pub node: Node,
     /// The `http://host:port` it printed.
     pub url: String,
 }
@@ -22,61 +32,26 @@ pub struct Process {
 impl Process {
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.node.kill();
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Runs `palisade ARGS` and waits for it to print `listening on http://…`.
-pub fn spawn_server(args: &[&str]) -> Process {
-    spawn_server_env(args, &[])
-}
-
-/// [`spawn_server`] with extra environment variables.
-pub fn spawn_server_env(args: &[&str], env: &[(String, String)]) -> Process {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn palisade");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("listening on ").nth(1) {
-                let _ = tx.send(url.trim().to_owned());
-            }
-        }
-    });
-    let url = match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(url) => url,
-        Err(_) => {
-            let _ = child.kill();
-            panic!("palisade {args:?} did not start listening within 30 s");
-        }
-    };
-    Process { child, url }
+/// Starts `spec` and waits for it to print `listening on http://…`.
+pub fn spawn_node(spec: NodeSpec) -> Process {
+    let mut node = Node::start(palisade(), spec).expect("start palisade");
+    let url = node
+        .wait_listening(LISTEN_TIMEOUT)
+        .expect("palisade starts listening");
+    Process { node, url }
 }
 
 /// A gateway on port 0 over `data_dir`, verifying with `key`.
 pub fn spawn_gateway(data_dir: &Path, key: &TestKey) -> Process {
-    spawn_server(&[
-        "gateway",
-        "--listen",
+    spawn_node(NodeSpec::gateway(
         "127.0.0.1:0",
-        "--data-dir",
-        data_dir.to_str().expect("utf8 path"),
-        "--public-key",
-        key.pem_path.to_str().expect("utf8 path"),
-    ])
+        data_dir.to_owned(),
+        GatewayKeys::PublicKey(key.pem_path.clone()),
+    ))
 }
 
 /// A signing key with its public half in a PEM file.
@@ -106,160 +81,70 @@ impl TestKey {
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_secs();
-        let claims = serde_json::json!({
-            "iss": "palisade", "sub": "test", "lease": lease,
-            "token": token, "iat": now, "exp": now + 60,
-        });
+        let claims = LeaseClaims {
+            iss: ISSUER.to_owned(),
+            sub: "test".to_owned(),
+            lease: lease.to_owned(),
+            token,
+            iat: now,
+            exp: now + 60,
+        };
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.signing).expect("sign")
     }
 }
 
-/// Free loopback ports (bound, then released: peers must know every port
-/// before any node starts).
+/// Free loopback ports (bound, then released).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("addr").port())
-        .collect()
+    palisade_local_cluster::free_ports(n).expect("free ports")
 }
 
-/// How one node of a [`Cluster`] runs.
-#[derive(Debug, Clone)]
-pub struct NodeSetup {
-    /// The IP it listens on and dials its peers from.
-    pub host: String,
-    /// Extra environment (e.g. libfaketime).
-    pub env: Vec<(String, String)>,
-}
-
-impl Default for NodeSetup {
-    fn default() -> Self {
-        Self {
-            host: "127.0.0.1".into(),
-            env: Vec::new(),
-        }
+/// How the tests run node `id` of a cluster in `dir`: on `host` with free
+/// ports, dialing its peers from `host` too (so the fault suite's
+/// partitions can cut it), data in `dir/node<id>`, logs discarded.
+pub fn node_setup(dir: &Path, id: u64, host: &str) -> NodeSetup {
+    NodeSetup {
+        host: host.to_owned(),
+        source_ip: true,
+        ..NodeSetup::new(dir.join(format!("node{id}")))
     }
 }
 
 /// Runs `palisade certs init` into `dir`: certificates for nodes 1..=4 (a
 /// [`Cluster`] runs 1..=3; node 4's is for tests of a non-member).
 pub fn make_certs(dir: &Path) {
-    let status = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["certs", "init", "--nodes", "4", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("palisade certs init");
-    assert!(status.success(), "palisade certs init failed");
+    palisade_local_cluster::make_certs(palisade(), dir, 4).expect("palisade certs init");
 }
 
 /// A three-node election cluster of real processes on loopback, with mutual
-/// TLS between peers (certificates in `dir/certs`).
+/// TLS between peers (certificates in `dir/certs`). Every start of a node
+/// waits for its `listening on` line; what the tests add to
+/// [`palisade_local_cluster::Cluster`] is that failures panic.
 pub struct Cluster {
-    pub dir: std::path::PathBuf,
-    /// Client API ports.
-    pub ports: Vec<u16>,
+    inner: palisade_local_cluster::Cluster,
     /// Peer listener ports.
     pub peer_ports: Vec<u16>,
-    pub setups: Vec<NodeSetup>,
-    pub nodes: Vec<Option<Process>>,
 }
 
 impl Cluster {
     pub fn start(dir: &Path) -> Self {
-        Self::start_with(dir, vec![NodeSetup::default(); 3])
+        Self::start_with(
+            dir,
+            (1..=3).map(|id| node_setup(dir, id, "127.0.0.1")).collect(),
+        )
     }
 
     /// Starts three nodes, node `i + 1` as `setups[i]` says.
     pub fn start_with(dir: &Path, setups: Vec<NodeSetup>) -> Self {
-        let mut ports = free_ports(6);
-        let peer_ports = ports.split_off(3);
-        make_certs(&dir.join("certs"));
-        let mut cluster = Self {
-            dir: dir.to_owned(),
-            ports,
-            peer_ports,
-            setups,
-            nodes: vec![None, None, None],
+        let certs = dir.join("certs");
+        make_certs(&certs);
+        let config = ClusterConfig {
+            nodes: setups,
+            peer_auth: PeerAuth::Certs(certs),
+            wait_listening: Some(LISTEN_TIMEOUT),
         };
-        for id in 1..=3 {
-            cluster.start_node(id);
-        }
-        cluster
-    }
-
-    fn addr(&self, id: u64) -> String {
-        let index = (id - 1) as usize;
-        format!("{}:{}", self.setups[index].host, self.ports[index])
-    }
-
-    /// Where node `id`'s peers reach it.
-    pub fn peer_addr(&self, id: u64) -> String {
-        let index = (id - 1) as usize;
-        format!("{}:{}", self.setups[index].host, self.peer_ports[index])
-    }
-
-    fn peers(&self) -> String {
-        (1..=3)
-            .map(|id| format!("{id}={}", self.peer_addr(id)))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Starts (or restarts) node `id` on its data dir.
-    pub fn start_node(&mut self, id: u64) {
-        let index = (id - 1) as usize;
-        let setup = &self.setups[index];
-        let data = self.dir.join(format!("node{id}"));
-        let process = spawn_server_env(
-            &[
-                "election",
-                "--id",
-                &id.to_string(),
-                "--listen",
-                &self.addr(id),
-                "--source-ip",
-                &setup.host,
-                "--data-dir",
-                data.to_str().expect("utf8"),
-                "--peers",
-                &self.peers(),
-                "--certs",
-                self.dir.join("certs").to_str().expect("utf8"),
-            ],
-            &setup.env,
-        );
-        self.nodes[index] = Some(process);
-    }
-
-    /// SIGKILLs node `id`.
-    pub fn kill(&mut self, id: u64) {
-        if let Some(mut process) = self.nodes[(id - 1) as usize].take() {
-            process.kill();
-        }
-    }
-
-    /// Sends `signal` (e.g. "STOP", "CONT") to node `id`.
-    pub fn signal(&self, id: u64, signal: &str) {
-        let process = self.nodes[(id - 1) as usize]
-            .as_ref()
-            .expect("node is running");
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &process.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    pub fn url(&self, id: u64) -> String {
-        format!("http://{}", self.addr(id))
-    }
-
-    pub fn urls(&self) -> Vec<String> {
-        (1..=3).map(|id| self.url(id)).collect()
+        let inner = palisade_local_cluster::Cluster::start(palisade(), config).expect("cluster");
+        let peer_ports = inner.ids().map(|id| inner.setup(id).peer_port).collect();
+        Self { inner, peer_ports }
     }
 
     /// Waits (bounded) until a running node reports a leader, and returns it.
@@ -268,37 +153,19 @@ impl Cluster {
             .await
             .expect("no leader within 10 s")
     }
+}
 
-    /// A running node among `ids` that says it leads, polled up to `polls`
-    /// times 50 ms apart.
-    pub async fn leader_among(
-        &self,
-        client: &reqwest::Client,
-        ids: &[u64],
-        polls: u32,
-    ) -> Option<u64> {
-        for _ in 0..polls {
-            for id in ids.iter().copied() {
-                if self.nodes[(id - 1) as usize].is_none() {
-                    continue;
-                }
-                let Ok(response) = client
-                    .get(format!("{}/v1/cluster", self.url(id)))
-                    .send()
-                    .await
-                else {
-                    continue;
-                };
-                let Ok(body) = response.json::<serde_json::Value>().await else {
-                    continue;
-                };
-                if body["state"] == "Leader" {
-                    return Some(id);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
+impl Deref for Cluster {
+    type Target = palisade_local_cluster::Cluster;
+
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
     }
 }
 
@@ -388,15 +255,16 @@ pub fn http_client() -> reqwest::Client {
 
 /// A gateway on port 0 that fetches keys from `cluster`'s JWKS.
 pub fn spawn_gateway_for(cluster: &Cluster, data_dir: &Path) -> Process {
-    spawn_server(&[
-        "gateway",
-        "--listen",
+    spawn_node(gateway_for(cluster, data_dir))
+}
+
+/// How a gateway on port 0 that fetches keys from `cluster`'s JWKS starts.
+pub fn gateway_for(cluster: &Cluster, data_dir: &Path) -> NodeSpec {
+    NodeSpec::gateway(
         "127.0.0.1:0",
-        "--data-dir",
-        data_dir.to_str().expect("utf8"),
-        "--election",
-        &cluster.urls().join(","),
-    ])
+        data_dir.to_owned(),
+        GatewayKeys::Election(cluster.urls()),
+    )
 }
 
 /// An SDK client for `cluster` (and `gateway`), with fence-on-acquire.

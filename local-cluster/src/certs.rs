@@ -1,0 +1,23 @@
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::Error;
+
+/// Runs `binary certs init` into `dir`: a CA and certificates for election
+/// nodes `1..=nodes`, a gateway and a client (see [`crate::PeerAuth::Certs`]).
+///
+/// # Errors
+/// [`Error::Certs`] if it cannot run or fails.
+pub fn make_certs(binary: &Path, dir: &Path, nodes: u64) -> Result<(), Error> {
+    let status = Command::new(binary)
+        .args(["certs", "init", "--nodes", &nodes.to_string(), "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| Error::Certs(e.to_string()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::Certs(status.to_string()))
+    }
+}
