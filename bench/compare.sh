@@ -13,15 +13,16 @@ if ! command -v etcd >/dev/null 2>&1; then
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q etcd-server etcd-client >/dev/null
 fi
-cargo build --release --locked -q
-bin=target/release/palisade
+# palisade-bench runs the palisade binary next to it.
+cargo build --release --locked -q -p palisade -p palisade-bench
+bin=target/release/palisade-bench
 mkdir -p bench/results
 echo "--- palisade election cluster"
-"$bin" bench election --seconds "$seconds" --json > bench/results/palisade-election.json
+"$bin" election --seconds "$seconds" --json > bench/results/palisade-election.json
 echo "--- palisade gateway"
-"$bin" bench gateway --seconds "$seconds" --json > bench/results/palisade-gateway.json
+"$bin" gateway --seconds "$seconds" --json > bench/results/palisade-gateway.json
 echo "--- etcd"
-"$bin" bench etcd --seconds "$seconds" --json > bench/results/etcd.json
+"$bin" etcd --seconds "$seconds" --json > bench/results/etcd.json
 
 python3 - <<'PY'
 import json

@@ -1,0 +1,325 @@
+//! `palisade-bench election`: a real 3-node cluster on loopback (temp dirs,
+//! durable, mutual TLS between peers), driven over HTTP.
+//!
+//! - acquire+release cycles/s over many lease names, and renew/s on held
+//!   leases, at each concurrency;
+//! - failover: SIGKILL the Raft leader under light load, time until the first
+//!   successful acquire through a survivor (restarting the victim between
+//!   trials);
+//! - with `--ops N`: N acquire+release cycles, then disk use and the nodes' RSS.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth};
+use serde_json::{json, Value};
+
+use crate::load::{
+    failover_summary, failovers, http_client, load, print_table, Failover, OpResult,
+};
+
+#[derive(Debug, Args)]
+pub struct ElectionBench {
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Failover trials.
+    #[arg(long, default_value_t = 10)]
+    failovers: usize,
+    /// Also run this many acquire+release cycles and report disk and RSS.
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Failover for Cluster {
+    type Node = u64;
+    const PREFIX: &'static str = "";
+    const PROBE: &'static str = "acquire";
+    const LIMIT: Duration = Duration::from_secs(10);
+    const SETTLE: Duration = Duration::from_millis(500);
+
+    /// A leader that leads and has its signing key (10 s at most).
+    async fn leader(&self, client: &reqwest::Client) -> Option<u64> {
+        self.granting_leader(client, 200).await
+    }
+
+    fn survivor(&self, leader: u64) -> u64 {
+        self.ids().find(|id| *id != leader).unwrap_or(1)
+    }
+
+    fn kill(&mut self, node: u64) {
+        Cluster::kill(self, node);
+    }
+
+    fn restart(&mut self, node: u64) -> anyhow::Result<()> {
+        Ok(self.start_node(node)?)
+    }
+
+    async fn probe(&self, client: &reqwest::Client, node: u64, trial: usize) -> bool {
+        let url = format!("{}/v1/leases/failover-{trial}/acquire", self.url(node));
+        post(client, &url, &json!({"holder": "bench", "ttl_ms": 5000}))
+            .await
+            .is_some()
+    }
+}
+
+/// Each running node's resident set, in KiB.
+fn rss_kib(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .ids()
+        .filter_map(|id| cluster.node(id))
+        .map(|node| {
+            std::fs::read_to_string(format!("/proc/{}/status", node.pid()))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+                })
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Bytes in files under `path`.
+fn disk_bytes(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// One request for a load loop: `Err(kind)` on failure.
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> Result<Value, String> {
+    let mut request = client.request(method, url);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else {
+            "transport".to_owned()
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        let code: Value = response.json().await.unwrap_or(Value::Null);
+        return Err(format!(
+            "http {} {}",
+            status.as_u16(),
+            code["error"].as_str().unwrap_or("")
+        ));
+    }
+    response.json().await.map_err(|_| "bad body".to_owned())
+}
+
+/// Acquire then release `lease`.
+async fn cycle(client: &reqwest::Client, base: &str, lease: &str) -> OpResult {
+    let acquire = json!({"holder": "bench", "ttl_ms": 10_000});
+    let grant = call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/{lease}/acquire"),
+        Some(&acquire),
+    )
+    .await?;
+    let release = json!({"holder": "bench", "token": grant["token"]});
+    call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/{lease}/release"),
+        Some(&release),
+    )
+    .await
+    .map(drop)
+}
+
+/// Renew the lease `renew-{task}` held with `token`.
+async fn renew(client: &reqwest::Client, base: &str, task: usize, token: u64) -> OpResult {
+    let body = json!({"holder": "bench", "token": token});
+    call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/leases/renew-{task}/renew"),
+        Some(&body),
+    )
+    .await
+    .map(drop)
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
+    let response = client.post(url).json(body).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.json().await.ok()
+}
+
+pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    make_certs(palisade, &certs, 3)?;
+    let mut config = ClusterConfig::new(dir.path(), 3, PeerAuth::Certs(certs));
+    for node in &mut config.nodes {
+        node.env = vec![("RUST_LOG".into(), "error".into())];
+        node.logs = Logs::Inherit;
+    }
+    let mut cluster = Cluster::start(palisade, config)?;
+    let client = http_client(Duration::from_secs(5), 128)?;
+    let Some(leader) = Failover::leader(&cluster, &client).await else {
+        anyhow::bail!("the cluster did not elect a leader");
+    };
+    let duration = Duration::from_secs(args.seconds);
+    let mut results = Vec::new();
+    for &concurrency in &args.concurrency {
+        let base = cluster.url(leader);
+        let c = client.clone();
+        results.push(
+            load(
+                "acquire+release cycle",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base) = (c.clone(), base.clone());
+                    async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64)).await }
+                },
+            )
+            .await,
+        );
+        // Renew (and the mix): one held lease per task.
+        let mut tokens = Vec::new();
+        for task in 0..concurrency {
+            let grant = post(
+                &client,
+                &format!("{}/v1/leases/renew-{task}/acquire", cluster.url(leader)),
+                &json!({"holder": "bench", "ttl_ms": 60_000}),
+            )
+            .await;
+            tokens.push(grant.and_then(|g| g["token"].as_u64()).unwrap_or(0));
+        }
+        let tokens = std::sync::Arc::new(tokens);
+        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
+        results.push(
+            load("renew", concurrency, duration, move |task, _| {
+                let (c, base, token) = (c.clone(), base.clone(), held[task]);
+                async move { renew(&c, &base, task, token).await }
+            })
+            .await,
+        );
+        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
+        results.push(
+            load(
+                "mix 70% renew/20% cycle/10% get",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, token) = (c.clone(), base.clone(), held[task]);
+                    async move {
+                        match i % 10 {
+                            0..=6 => renew(&c, &base, task, token).await,
+                            7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
+                            _ => call(
+                                &c,
+                                reqwest::Method::GET,
+                                &format!("{base}/v1/leases/renew-{task}"),
+                                None,
+                            )
+                            .await
+                            .map(drop),
+                        }
+                    }
+                },
+            )
+            .await,
+        );
+    }
+
+    let mut failovers = failovers(&mut cluster, &client, args.failovers).await?;
+
+    let mut footprint = None;
+    if let Some(ops) = args.ops {
+        let Some(leader) = Failover::leader(&cluster, &client).await else {
+            anyhow::bail!("no leader for --ops")
+        };
+        let base = cluster.url(leader);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for task in 0..32 {
+            let (c, base, done) = (client.clone(), base.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < ops {
+                    let lease = format!("soak-{task}-{}", i % 16);
+                    if let Some(grant) = post(
+                        &c,
+                        &format!("{base}/v1/leases/{lease}/acquire"),
+                        &json!({"holder": "bench", "ttl_ms": 10_000}),
+                    )
+                    .await
+                    {
+                        let _ = post(
+                            &c,
+                            &format!("{base}/v1/leases/{lease}/release"),
+                            &json!({"holder": "bench", "token": grant["token"]}),
+                        )
+                        .await;
+                    }
+                    i += 1;
+                }
+            }));
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+        footprint = Some(json!({
+            "cycles": ops,
+            "log_entries": ops * 2,
+            "seconds": started.elapsed().as_secs_f64(),
+            "disk_bytes_all_nodes": cluster
+                .ids()
+                .map(|id| disk_bytes(&cluster.setup(id).data_dir))
+                .sum::<u64>(),
+            "rss_kib_per_node": rss_kib(&cluster),
+        }));
+    }
+
+    let failover = failover_summary(&mut failovers);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({ "load": results, "failover": failover, "footprint": footprint })
+            )?
+        );
+    } else {
+        print_table(&results);
+        println!("failover (SIGKILL leader -> first acquire via a survivor): {failover}");
+        if let Some(footprint) = footprint {
+            println!("footprint: {footprint}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,342 @@
+//! `palisade-bench etcd`: the same work against etcd (its JSON gateway), in
+//! the same run conditions, for side-by-side ratios: a 3-node etcd on
+//! loopback (durable, default fsync) for lease grant + put + revoke cycles,
+//! keepalives and failover, and a single-node etcd for plain puts.
+//! Needs `etcd` on PATH (Debian: `apt-get install etcd-server`).
+
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::load::{
+    failover_summary, failovers, http_client, load, print_table, Failover, OpResult,
+};
+
+#[derive(Debug, Args)]
+pub struct EtcdBench {
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    #[arg(long, default_value_t = 10)]
+    failovers: usize,
+    /// Value size for puts, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// An etcd cluster on loopback: per node its process (`None` while
+/// killed), client port and peer port.
+struct Etcd {
+    dir: tempfile::TempDir,
+    nodes: Vec<(Option<Child>, u16, u16)>,
+}
+
+impl Etcd {
+    fn start(size: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let ports = palisade_local_cluster::free_ports(2 * size)?;
+        let nodes = ports.chunks(2).map(|p| (None, p[0], p[1])).collect();
+        let mut etcd = Self { dir, nodes };
+        for i in 0..size {
+            etcd.start_node(i)?;
+        }
+        Ok(etcd)
+    }
+
+    fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
+        let cluster = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(j, (_, _, peer))| format!("n{j}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (_, client, peer) = self.nodes[i];
+        let child = Command::new("etcd")
+            .args(["--name", &format!("n{i}"), "--data-dir"])
+            .arg(self.dir.path().join(format!("n{i}")))
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-cluster",
+                &cluster,
+                "--initial-cluster-state",
+                "new",
+                "--log-level",
+                "error",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.nodes[i].0 = Some(child);
+        Ok(())
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.nodes[i].1)
+    }
+}
+
+impl Failover for Etcd {
+    type Node = usize;
+    const PREFIX: &'static str = "etcd: ";
+    const PROBE: &'static str = "put";
+    const LIMIT: Duration = Duration::from_secs(15);
+    const SETTLE: Duration = Duration::from_millis(1500);
+
+    /// The index of a node that says it leads (10 s at most).
+    async fn leader(&self, client: &reqwest::Client) -> Option<usize> {
+        for _ in 0..200 {
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].0.is_none() {
+                    continue;
+                }
+                let Some(status) = post(
+                    client,
+                    &format!("{}/v3/maintenance/status", self.url(i)),
+                    &json!({}),
+                )
+                .await
+                else {
+                    continue;
+                };
+                if status["leader"] == status["header"]["member_id"] && status["leader"].is_string()
+                {
+                    return Some(i);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    fn survivor(&self, leader: usize) -> usize {
+        (leader + 1) % self.nodes.len()
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.start_node(i)
+    }
+
+    async fn probe(&self, client: &reqwest::Client, i: usize, trial: usize) -> bool {
+        let put = json!({"key": b64(format!("failover-{trial}").as_bytes()), "value": b64(b"x")});
+        post(client, &format!("{}/v3/kv/put", self.url(i)), &put)
+            .await
+            .is_some()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// One request for a load loop: `Err(kind)` on failure.
+async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let response = client.post(url).json(body).send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else {
+            "transport".to_owned()
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("http {}", status.as_u16()));
+    }
+    let value: Value = response.json().await.map_err(|_| "bad body".to_owned())?;
+    match value.get("error") {
+        Some(error) => Err(format!("etcd {}", error.as_str().unwrap_or("error"))),
+        None => Ok(value),
+    }
+}
+
+/// Grant a lease, put `key` with it, revoke it.
+async fn cycle(client: &reqwest::Client, base: &str, key: &str, value: &str) -> OpResult {
+    let grant = call(
+        client,
+        &format!("{base}/v3/lease/grant"),
+        &json!({"TTL": 10}),
+    )
+    .await?;
+    let id = grant["ID"].clone();
+    let put = json!({"key": b64(key.as_bytes()), "value": value, "lease": id});
+    call(client, &format!("{base}/v3/kv/put"), &put).await?;
+    call(
+        client,
+        &format!("{base}/v3/lease/revoke"),
+        &json!({"ID": id}),
+    )
+    .await
+    .map(drop)
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
+    let response = client.post(url).json(body).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let value: Value = response.json().await.ok()?;
+    value.get("error").is_none().then_some(value)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
+    let client = http_client(Duration::from_secs(5), 128)?;
+    let duration = Duration::from_secs(args.seconds);
+    let value = b64(&vec![b'v'; args.value_bytes]);
+    let mut results = Vec::new();
+
+    let mut cluster = Etcd::start(3)?;
+    let Some(leader) = Failover::leader(&cluster, &client).await else {
+        anyhow::bail!("etcd elected no leader (is etcd installed?)")
+    };
+    for &concurrency in &args.concurrency {
+        let (c, base, cycle_value) = (client.clone(), cluster.url(leader), value.clone());
+        results.push(
+            load("etcd grant+put+revoke cycle", concurrency, duration, move |task, i| {
+                let (c, base, value) = (c.clone(), base.clone(), cycle_value.clone());
+                async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64), &value).await }
+            })
+            .await,
+        );
+        let mut ids = Vec::new();
+        for _ in 0..concurrency {
+            let grant = post(
+                &client,
+                &format!("{}/v3/lease/grant", cluster.url(leader)),
+                &json!({"TTL": 60}),
+            )
+            .await;
+            ids.push(grant.map(|g| g["ID"].clone()).unwrap_or(Value::Null));
+        }
+        let ids = std::sync::Arc::new(ids);
+        let (c, base, held) = (client.clone(), cluster.url(leader), ids.clone());
+        results.push(
+            load(
+                "etcd lease keepalive",
+                concurrency,
+                duration,
+                move |task, _| {
+                    let (c, base, id) = (c.clone(), base.clone(), held[task].clone());
+                    async move {
+                        call(
+                            &c,
+                            &format!("{base}/v3/lease/keepalive"),
+                            &json!({"ID": id}),
+                        )
+                        .await
+                        .map(drop)
+                    }
+                },
+            )
+            .await,
+        );
+        let (c, base, held, value) = (
+            client.clone(),
+            cluster.url(leader),
+            ids.clone(),
+            value.clone(),
+        );
+        results.push(
+            load(
+                "etcd mix 70% keepalive/20% cycle/10% range",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, id, value) =
+                        (c.clone(), base.clone(), held[task].clone(), value.clone());
+                    async move {
+                        match i % 10 {
+                            0..=6 => call(
+                                &c,
+                                &format!("{base}/v3/lease/keepalive"),
+                                &json!({"ID": id}),
+                            )
+                            .await
+                            .map(drop),
+                            7 | 8 => {
+                                cycle(&c, &base, &format!("mix-{task}-{}", i % 64), &value).await
+                            }
+                            _ => call(
+                                &c,
+                                &format!("{base}/v3/kv/range"),
+                                &json!({"key": b64(format!("mix-{task}-0").as_bytes())}),
+                            )
+                            .await
+                            .map(drop),
+                        }
+                    }
+                },
+            )
+            .await,
+        );
+    }
+
+    let mut failovers = failovers(&mut cluster, &client, args.failovers).await?;
+    drop(cluster);
+
+    let single = Etcd::start(1)?;
+    Failover::leader(&single, &client).await;
+    for &concurrency in &args.concurrency {
+        let (c, base, value) = (client.clone(), single.url(0), value.clone());
+        results.push(
+            load(
+                "etcd single-node put",
+                concurrency,
+                duration,
+                move |task, i| {
+                    let (c, base, value) = (c.clone(), base.clone(), value.clone());
+                    async move {
+                        let key = b64(format!("bench/{task}/{}", i % 100).as_bytes());
+                        call(
+                            &c,
+                            &format!("{base}/v3/kv/put"),
+                            &json!({"key": key, "value": value}),
+                        )
+                        .await
+                        .map(drop)
+                    }
+                },
+            )
+            .await,
+        );
+    }
+
+    let failover = failover_summary(&mut failovers);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "load": results, "failover": failover }))?
+        );
+    } else {
+        print_table(&results);
+        println!("etcd failover (SIGKILL leader -> first put via a survivor): {failover}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

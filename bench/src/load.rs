@@ -1,0 +1,196 @@
+//! The load engine: `op` from many tasks for a duration, latency
+//! percentiles and errors by kind; the table; and the failover trials every
+//! replicated system runs the same way.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// One measured run.
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    what: String,
+    concurrency: usize,
+    ops: u64,
+    errors: u64,
+    errors_by_kind: BTreeMap<String, u64>,
+    ops_per_sec: f64,
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+}
+
+/// What one benchmark operation reports: `Err(kind)` names the failure kind
+/// (`"http 503"`, `"transport"`, ...), counted per kind.
+pub type OpResult = Result<(), String>;
+
+/// Runs `op` from `concurrency` tasks for `duration`.
+pub async fn load<F, Fut>(what: &str, concurrency: usize, duration: Duration, op: F) -> Figures
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = OpResult> + Send,
+{
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = BTreeMap::<String, u64>::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                match op(task, i).await {
+                    Ok(()) => latencies.push(began.elapsed()),
+                    Err(kind) => *errors.entry(kind).or_default() += 1,
+                }
+                i += 1;
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = BTreeMap::<String, u64>::new();
+    for task in tasks {
+        if let Ok((l, e)) = task.await {
+            latencies.extend(l);
+            for (kind, count) in e {
+                *errors.entry(kind).or_default() += count;
+            }
+        }
+    }
+    figures(what, concurrency, latencies, errors, start.elapsed())
+}
+
+/// The figures of `latencies` (one per successful op) over `elapsed`.
+pub fn figures(
+    what: &str,
+    concurrency: usize,
+    mut latencies: Vec<Duration>,
+    errors_by_kind: BTreeMap<String, u64>,
+    elapsed: Duration,
+) -> Figures {
+    latencies.sort_unstable();
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    Figures {
+        what: what.to_owned(),
+        concurrency,
+        ops: latencies.len() as u64,
+        errors: errors_by_kind.values().sum(),
+        errors_by_kind,
+        ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+        p999_us: pick(0.999),
+    }
+}
+
+/// Prints figures as an aligned table.
+pub fn print_table(results: &[Figures]) {
+    println!(
+        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "what", "conc", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors"
+    );
+    for r in results {
+        println!(
+            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}",
+            r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.p999_us, r.errors
+        );
+        for (kind, count) in &r.errors_by_kind {
+            println!("    {count} x {kind}");
+        }
+    }
+}
+
+/// A replicated system whose leader the failover trials kill.
+pub trait Failover {
+    /// How nodes are named.
+    type Node: Copy;
+    /// Starts the error messages about this system (`"etcd: "`).
+    const PREFIX: &'static str;
+    /// What a probe does, for error messages (`"acquire"`, `"put"`).
+    const PROBE: &'static str;
+    /// How long after the kill a probe through a survivor must succeed.
+    const LIMIT: Duration;
+    /// How long a restarted node gets to rejoin before the next trial.
+    const SETTLE: Duration;
+
+    /// The current leader, once every live node agrees there is one
+    /// (bounded).
+    async fn leader(&self, client: &reqwest::Client) -> Option<Self::Node>;
+    /// A node other than `leader`.
+    fn survivor(&self, leader: Self::Node) -> Self::Node;
+    /// SIGKILL.
+    fn kill(&mut self, node: Self::Node);
+    /// Starts a killed node again on its data.
+    fn restart(&mut self, node: Self::Node) -> anyhow::Result<()>;
+    /// One write through `node` for trial `trial`: true if it succeeded.
+    async fn probe(&self, client: &reqwest::Client, node: Self::Node, trial: usize) -> bool;
+}
+
+/// `trials` times: SIGKILL the leader, time until the first successful
+/// probe through a survivor (polled every 5 ms, 300 ms per request), then
+/// restart the victim and let it settle.
+pub async fn failovers<C: Failover>(
+    cluster: &mut C,
+    client: &reqwest::Client,
+    trials: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut windows = Vec::new();
+    for trial in 0..trials {
+        let Some(leader) = cluster.leader(client).await else {
+            anyhow::bail!("{}no leader before trial {trial}", C::PREFIX)
+        };
+        let survivor = cluster.survivor(leader);
+        let killed = Instant::now();
+        cluster.kill(leader);
+        let short = reqwest::Client::builder()
+            .timeout(Duration::from_millis(300))
+            .build()?;
+        let elapsed = loop {
+            if cluster.probe(&short, survivor, trial).await {
+                break killed.elapsed();
+            }
+            if killed.elapsed() > C::LIMIT {
+                anyhow::bail!(
+                    "{}no {} within {} s of killing the leader",
+                    C::PREFIX,
+                    C::PROBE,
+                    C::LIMIT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        windows.push(elapsed);
+        cluster.restart(leader)?;
+        tokio::time::sleep(C::SETTLE).await;
+    }
+    Ok(windows)
+}
+
+/// min/median/max of failover windows, in ms.
+pub fn failover_summary(windows: &mut [Duration]) -> serde_json::Value {
+    windows.sort_unstable();
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    serde_json::json!({
+        "trials": windows.len(),
+        "min_ms": windows.first().map(ms),
+        "median_ms": windows.get(windows.len() / 2).map(ms),
+        "max_ms": windows.last().map(ms),
+    })
+}
+
+/// An HTTP client for load: `timeout` per request, up to `idle` pooled
+/// connections per host.
+pub fn http_client(timeout: Duration, idle: usize) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_max_idle_per_host(idle)
+        .build()?)
+}
