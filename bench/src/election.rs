@@ -135,6 +135,12 @@ async fn call(
     response.json().await.map_err(|_| "bad body".to_owned())
 }
 
+/// What renew and release present for `grant`: its holder, token and
+/// secret (the node chose the secret, since the acquire named none).
+fn holder_token(grant: &Value) -> Value {
+    json!({"holder": "bench", "token": grant["token"], "secret": grant["secret"]})
+}
+
 /// Acquire then release `lease`.
 async fn cycle(client: &reqwest::Client, base: &str, lease: &str) -> OpResult {
     let acquire = json!({"holder": "bench", "ttl_ms": 10_000});
@@ -145,25 +151,23 @@ async fn cycle(client: &reqwest::Client, base: &str, lease: &str) -> OpResult {
         Some(&acquire),
     )
     .await?;
-    let release = json!({"holder": "bench", "token": grant["token"]});
     call(
         client,
         reqwest::Method::POST,
         &format!("{base}/v1/leases/{lease}/release"),
-        Some(&release),
+        Some(&holder_token(&grant)),
     )
     .await
     .map(drop)
 }
 
-/// Renew the lease `renew-{task}` held with `token`.
-async fn renew(client: &reqwest::Client, base: &str, task: usize, token: u64) -> OpResult {
-    let body = json!({"holder": "bench", "token": token});
+/// Renew the lease `renew-{task}`, presenting `held` (its [`holder_token`]).
+async fn renew(client: &reqwest::Client, base: &str, task: usize, held: &Value) -> OpResult {
     call(
         client,
         reqwest::Method::POST,
         &format!("{base}/v1/leases/renew-{task}/renew"),
-        Some(&body),
+        Some(held),
     )
     .await
     .map(drop)
@@ -209,7 +213,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
             .await,
         );
         // Renew (and the mix): one held lease per task.
-        let mut tokens = Vec::new();
+        let mut grants = Vec::new();
         for task in 0..concurrency {
             let grant = post(
                 &client,
@@ -217,28 +221,28 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 &json!({"holder": "bench", "ttl_ms": 60_000}),
             )
             .await;
-            tokens.push(grant.and_then(|g| g["token"].as_u64()).unwrap_or(0));
+            grants.push(grant.as_ref().map_or(Value::Null, holder_token));
         }
-        let tokens = std::sync::Arc::new(tokens);
-        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
+        let grants = std::sync::Arc::new(grants);
+        let (c, base, held) = (client.clone(), cluster.url(leader), grants.clone());
         results.push(
             load("renew", concurrency, duration, move |task, _| {
-                let (c, base, token) = (c.clone(), base.clone(), held[task]);
-                async move { renew(&c, &base, task, token).await }
+                let (c, base, held) = (c.clone(), base.clone(), held.clone());
+                async move { renew(&c, &base, task, &held[task]).await }
             })
             .await,
         );
-        let (c, base, held) = (client.clone(), cluster.url(leader), tokens.clone());
+        let (c, base, held) = (client.clone(), cluster.url(leader), grants.clone());
         results.push(
             load(
                 "mix 70% renew/20% cycle/10% get",
                 concurrency,
                 duration,
                 move |task, i| {
-                    let (c, base, token) = (c.clone(), base.clone(), held[task]);
+                    let (c, base, held) = (c.clone(), base.clone(), held.clone());
                     async move {
                         match i % 10 {
-                            0..=6 => renew(&c, &base, task, token).await,
+                            0..=6 => renew(&c, &base, task, &held[task]).await,
                             7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
                             _ => call(
                                 &c,
@@ -283,7 +287,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                         let _ = post(
                             &c,
                             &format!("{base}/v1/leases/{lease}/release"),
-                            &json!({"holder": "bench", "token": grant["token"]}),
+                            &holder_token(&grant),
                         )
                         .await;
                     }
