@@ -17,26 +17,20 @@ use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth}
 use serde_json::{json, Value};
 
 use crate::load::{
-    failover_summary, failovers, http_client, load, print_table, Failover, OpResult,
+    failover_summary, failovers, http_client, load, print_table, transport_error, Failover,
+    LoadArgs, OpResult,
 };
 
 #[derive(Debug, Args)]
 pub struct ElectionBench {
-    /// Concurrency levels.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
-    concurrency: Vec<usize>,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Failover trials.
     #[arg(long, default_value_t = 10)]
     failovers: usize,
     /// Also run this many acquire+release cycles and report disk and RSS.
     #[arg(long)]
     ops: Option<u64>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 impl Failover for Cluster {
@@ -116,13 +110,7 @@ async fn call(
     if let Some(body) = body {
         request = request.json(body);
     }
-    let response = request.send().await.map_err(|e| {
-        if e.is_timeout() {
-            "timeout".to_owned()
-        } else {
-            "transport".to_owned()
-        }
-    })?;
+    let response = request.send().await.map_err(|e| transport_error(&e))?;
     let status = response.status();
     if !status.is_success() {
         let code: Value = response.json().await.unwrap_or(Value::Null);
@@ -195,9 +183,9 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
     let Some(leader) = Failover::leader(&cluster, &client).await else {
         anyhow::bail!("the cluster did not elect a leader");
     };
-    let duration = Duration::from_secs(args.seconds);
+    let duration = args.load.duration();
     let mut results = Vec::new();
-    for &concurrency in &args.concurrency {
+    for &concurrency in &args.load.concurrency {
         let base = cluster.url(leader);
         let c = client.clone();
         results.push(
@@ -311,7 +299,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
     }
 
     let failover = failover_summary(&mut failovers);
-    if args.json {
+    if args.load.json {
         println!(
             "{}",
             serde_json::to_string_pretty(

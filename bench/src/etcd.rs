@@ -12,22 +12,20 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::load::{
-    failover_summary, failovers, http_client, load, print_table, Failover, OpResult,
+    failover_summary, failovers, http_client, load, print_table, transport_error, Failover,
+    LoadArgs, OpResult,
 };
 
 #[derive(Debug, Args)]
 pub struct EtcdBench {
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
-    concurrency: Vec<usize>,
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Failover trials.
     #[arg(long, default_value_t = 10)]
     failovers: usize,
     /// Value size for puts, in bytes.
     #[arg(long, default_value_t = 1024)]
     value_bytes: usize,
-    #[arg(long)]
-    json: bool,
 }
 
 /// An etcd cluster on loopback: per node its process (`None` while
@@ -155,13 +153,12 @@ impl Drop for Etcd {
 
 /// One request for a load loop: `Err(kind)` on failure.
 async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
-    let response = client.post(url).json(body).send().await.map_err(|e| {
-        if e.is_timeout() {
-            "timeout".to_owned()
-        } else {
-            "transport".to_owned()
-        }
-    })?;
+    let response = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| transport_error(&e))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("http {}", status.as_u16()));
@@ -208,7 +205,7 @@ fn b64(bytes: &[u8]) -> String {
 
 pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
     let client = http_client(Duration::from_secs(5), 128)?;
-    let duration = Duration::from_secs(args.seconds);
+    let duration = args.load.duration();
     let value = b64(&vec![b'v'; args.value_bytes]);
     let mut results = Vec::new();
 
@@ -216,7 +213,7 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
     let Some(leader) = Failover::leader(&cluster, &client).await else {
         anyhow::bail!("etcd elected no leader (is etcd installed?)")
     };
-    for &concurrency in &args.concurrency {
+    for &concurrency in &args.load.concurrency {
         let (c, base, cycle_value) = (client.clone(), cluster.url(leader), value.clone());
         results.push(
             load("etcd grant+put+revoke cycle", concurrency, duration, move |task, i| {
@@ -303,7 +300,7 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
 
     let single = Etcd::start(1)?;
     Failover::leader(&single, &client).await;
-    for &concurrency in &args.concurrency {
+    for &concurrency in &args.load.concurrency {
         let (c, base, value) = (client.clone(), single.url(0), value.clone());
         results.push(
             load(
@@ -329,7 +326,7 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
     }
 
     let failover = failover_summary(&mut failovers);
-    if args.json {
+    if args.load.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({ "load": results, "failover": failover }))?

@@ -21,25 +21,18 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use palisade_local_cluster::{GatewayKeys, Logs, Node, NodeSpec};
 use palisade_names::{LeaseClaims, ISSUER};
 
-use crate::load::{figures, load, print_table, Figures};
+use crate::load::{figures, load, print_table, Figures, LoadArgs};
 
 #[derive(Debug, Args)]
 pub struct GatewayBench {
-    /// Concurrency levels to run.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
-    concurrency: Vec<usize>,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Value size in bytes.
     #[arg(long, default_value_t = 1024)]
     value_bytes: usize,
     /// Where to put the data (default: a temp dir on the same disk as /tmp).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode> {
@@ -77,9 +70,9 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
 
     let mut results = Vec::new();
     let value = vec![b'v'; args.value_bytes];
-    let duration = Duration::from_secs(args.seconds);
+    let duration = args.load.duration();
     let mut token = 1;
-    for &concurrency in &args.concurrency {
+    for &concurrency in &args.load.concurrency {
         token += 1;
         results.push(put_load(&url, &encoding, token, concurrency, duration, &value).await);
     }
@@ -89,7 +82,7 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
     results.push(sled_ceiling(temp.path(), 64, duration, &value).await?);
     results.push(fsync_loop(temp.path(), duration, &value)?);
 
-    if args.json {
+    if args.load.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print_table(&results);

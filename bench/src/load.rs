@@ -5,7 +5,29 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use serde::Serialize;
+
+/// The flags every load benchmark takes.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Concurrency levels to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub concurrency: Vec<usize>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl LoadArgs {
+    /// How long each measurement runs.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+}
 
 /// One measured run.
 #[derive(Debug, Serialize)]
@@ -184,6 +206,15 @@ pub fn failover_summary(windows: &mut [Duration]) -> serde_json::Value {
         "median_ms": windows.get(windows.len() / 2).map(ms),
         "max_ms": windows.last().map(ms),
     })
+}
+
+/// The failure kind of a request that got no answer.
+pub fn transport_error(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        "timeout".to_owned()
+    } else {
+        "transport".to_owned()
+    }
 }
 
 /// An HTTP client for load: `timeout` per request, up to `idle` pooled
