@@ -85,6 +85,7 @@ impl From<crate::propose::ProposeError> for ApiError {
     fn from(err: crate::propose::ProposeError) -> Self {
         match err {
             crate::propose::ProposeError::NoQuorum(message) => ApiError::NoQuorum(message),
+            crate::propose::ProposeError::Refused(reason) => ApiError::Conflict(reason),
             crate::propose::ProposeError::Fatal(detail) => ApiError::Internal(detail),
         }
     }

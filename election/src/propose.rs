@@ -7,7 +7,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 
 use crate::command::{Command, CommandResult};
-use crate::{NodeId, Raft};
+use crate::{NodeId, Raft, TypeConfig};
 
 /// Why a proposal did not apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +15,10 @@ pub enum ProposeError {
     /// No quorum, no leadership, or leadership moved: the caller may retry.
     #[error("{0}")]
     NoQuorum(String),
+    /// Raft refused the write for a reason of its own (a membership change
+    /// already in progress, an unknown learner).
+    #[error("{0}")]
+    Refused(String),
     /// Raft failed in a way a retry will not fix (storage, shutdown).
     #[error("{0}")]
     Fatal(String),
@@ -48,19 +52,38 @@ impl Proposer {
     /// [`ProposeError`]: not committed within the timeout, not the leader,
     /// the entry was discarded by a leader change, or a fatal Raft error.
     pub async fn propose(&self, command: Command) -> Result<CommandResult, ProposeError> {
+        let response = self
+            .write(|| self.raft.client_write(command.clone()))
+            .await?;
+        Ok(response.data)
+    }
+
+    /// Runs a write (`attempt`: a proposal, a membership change) and retries
+    /// a fresh leader's transient refusals until the timeout. Other refusals
+    /// are the caller's to map.
+    ///
+    /// # Errors
+    /// [`ProposeError`] as for [`Proposer::propose`]; a refusal that is not
+    /// about leadership (e.g. a membership change in progress) is
+    /// [`ProposeError::Refused`].
+    pub async fn write<T, F, Fut>(&self, attempt: F) -> Result<T, ProposeError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<
+            Output = Result<T, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>,
+        >,
+    {
         const PAUSE: Duration = Duration::from_millis(10);
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
-            let attempt =
-                tokio::time::timeout_at(deadline, self.raft.client_write(command.clone())).await;
-            match attempt {
+            match tokio::time::timeout_at(deadline, attempt()).await {
                 Err(_) => {
                     return Err(ProposeError::NoQuorum(format!(
                         "not committed within {} ms: no quorum",
                         self.timeout.as_millis()
                     )))
                 }
-                Ok(Ok(response)) => return Ok(response.data),
+                Ok(Ok(response)) => return Ok(response),
                 Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))))
                     if forward.leader_id.is_none() || forward.leader_id == Some(self.me) =>
                 {
@@ -81,6 +104,9 @@ impl Proposer {
                     return Err(ProposeError::NoQuorum(
                         "leadership changed while proposing; retry".into(),
                     ))
+                }
+                Ok(Err(RaftError::APIError(refused))) => {
+                    return Err(ProposeError::Refused(refused.to_string()))
                 }
                 Ok(Err(err)) => return Err(ProposeError::Fatal(err.to_string())),
             }

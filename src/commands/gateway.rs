@@ -43,6 +43,10 @@ pub struct GatewayArgs {
     /// a 503, in ms.
     #[arg(long, default_value_t = 1000)]
     jwks_wait_ms: u64,
+    /// The JWKS is fetched again this often (so a retired key stops being
+    /// trusted), in ms.
+    #[arg(long, default_value_t = 60_000)]
+    jwks_refresh_ms: u64,
     /// A directory from `palisade certs init`: serve over TLS with
     /// gateway.pem, and trust ca.pem for https:// election endpoints.
     #[arg(long, env = "PALISADE_CERTS")]
@@ -86,7 +90,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
                 cache = cache.with_ca(ca);
             }
             let cache = Arc::new(cache);
-            refresher = Some(cache.spawn_refresher(Duration::from_secs(60)));
+            refresher = Some(cache.spawn_refresher(Duration::from_millis(args.jwks_refresh_ms)));
             KeySource::Jwks(cache)
         }
     };

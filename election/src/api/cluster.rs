@@ -97,14 +97,36 @@ impl Checked for AddMember {
 /// How long adding a node may wait for it to catch up as a learner.
 const CATCH_UP: Duration = Duration::from_secs(60);
 
-/// Maps a failed membership change to an answer.
-fn membership_error(err: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError {
-    match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
-            ApiError::NoQuorum("leadership moved during the change; retry".into())
+/// `add_learner` may wait for the learner to catch up, longer than a
+/// proposal's timeout: it runs on its own, and only a fresh leader's
+/// refusal is retried (within the quorum timeout).
+async fn learner_with_retries<F, Fut>(state: &ApiState, attempt: F) -> Result<(), ApiError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<
+            openraft::raft::ClientWriteResponse<TypeConfig>,
+            RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+        >,
+    >,
+{
+    let deadline = tokio::time::Instant::now() + state.config.quorum_timeout;
+    loop {
+        match attempt().await {
+            Ok(_) => return Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
+                if forward.leader_id.is_none() && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                return Err(ApiError::NoQuorum(
+                    "leadership moved during the change; retry".into(),
+                ))
+            }
+            Err(RaftError::APIError(err)) => return Err(ApiError::Conflict(err.to_string())),
+            Err(RaftError::Fatal(err)) => return Err(ApiError::Internal(err.to_string())),
         }
-        RaftError::APIError(err) => ApiError::Conflict(err.to_string()),
-        RaftError::Fatal(err) => ApiError::Internal(err.to_string()),
     }
 }
 
@@ -135,7 +157,8 @@ pub(super) async fn add_member(
     let node = BasicNode {
         addr: body.addr.clone(),
     };
-    let added = tokio::time::timeout(CATCH_UP, state.raft.add_learner(body.id, node, true)).await;
+    let learner = || state.raft.add_learner(body.id, node.clone(), true);
+    let added = tokio::time::timeout(CATCH_UP, learner_with_retries(&state, learner)).await;
     match added {
         Err(_) => {
             return Err(ApiError::NoQuorum(format!(
@@ -145,15 +168,18 @@ pub(super) async fn add_member(
             )))
         }
         Ok(result) => {
-            result.map_err(membership_error)?;
+            result?;
         }
     }
     let voter = BTreeSet::from([body.id]);
     state
-        .raft
-        .change_membership(ChangeMembers::AddVoterIds(voter), false)
-        .await
-        .map_err(membership_error)?;
+        .proposer
+        .write(|| {
+            state
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(voter.clone()), false)
+        })
+        .await?;
     tracing::info!(id = body.id, addr = %body.addr, "added a voter");
     Ok(Json(
         json!({ "id": body.id, "addr": body.addr, "voter": true }),
@@ -186,10 +212,9 @@ pub(super) async fn remove_member(
         ChangeMembers::RemoveNodes(BTreeSet::from([id]))
     };
     state
-        .raft
-        .change_membership(change, false)
-        .await
-        .map_err(membership_error)?;
+        .proposer
+        .write(|| state.raft.change_membership(change.clone(), false))
+        .await?;
     tracing::info!(id, "removed a member");
     Ok(Json(json!({ "id": id, "removed": true })))
 }
