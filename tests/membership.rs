@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, post_json_once, Cluster};
+use support::{acquire, http_client, post_json, post_json_once, send_retrying, Cluster};
+
+/// Clusters are heavy on a 2-core machine: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Every node's `/v1/cluster`, for those that answer.
 async fn views(client: &reqwest::Client, cluster: &Cluster) -> Vec<Value> {
@@ -59,6 +62,7 @@ async fn acquire_once(client: &reqwest::Client, base: &str, lease: &str) -> (u16
 
 #[tokio::test]
 async fn a_wiped_node_is_shut_out_until_replaced_and_then_catches_up() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = Cluster::start(dir.path());
     let client = http_client();
@@ -175,12 +179,13 @@ fn http_client_long() -> reqwest::Client {
 
 #[tokio::test]
 async fn membership_calls_refuse_what_would_break_the_cluster() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     let client = http_client();
     let leader = cluster.leader(&client).await;
     let base = cluster.url(leader);
-    let (status, body) = post_json_once(
+    let (status, body) = post_json(
         &client,
         &format!("{base}/v1/cluster/members"),
         json!({"id": leader, "addr": cluster.peer_addr(leader)}),
@@ -196,23 +201,16 @@ async fn membership_calls_refuse_what_would_break_the_cluster() {
         json!({"id": 4, "addr": "nohost"}),
         json!({"id": 4}),
     ] {
-        let (status, body) =
-            post_json_once(&client, &format!("{base}/v1/cluster/members"), bad).await;
+        let (status, body) = post_json(&client, &format!("{base}/v1/cluster/members"), bad).await;
         assert_eq!(status, 400, "{body}");
     }
-    let missing = client
-        .delete(format!("{base}/v1/cluster/members/9"))
-        .send()
-        .await
-        .expect("remove");
+    let missing = send_retrying(|| client.delete(format!("{base}/v1/cluster/members/9"))).await;
     assert_eq!(missing.status(), 404);
     // From a follower the call is forwarded to the leader.
     let follower = cluster.ids().find(|id| *id != leader).expect("a follower");
-    let missing = client
-        .delete(format!("{}/v1/cluster/members/9", cluster.url(follower)))
-        .send()
-        .await
-        .expect("remove");
+    let missing =
+        send_retrying(|| client.delete(format!("{}/v1/cluster/members/9", cluster.url(follower))))
+            .await;
     assert_eq!(missing.status(), 404);
     let members = views(&client, &cluster).await;
     assert!(members
