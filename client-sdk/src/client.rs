@@ -127,8 +127,7 @@ impl Client {
         // A dropped handle of this lease and holder may still be releasing.
         let gate = self.transport.release_gate(lease, holder);
         drop(gate.lock().await);
-        let sent = tokio::time::Instant::now();
-        let grant = self.acquire_grant(lease, holder, ttl, wait).await?;
+        let (grant, sent) = self.acquire_slices(lease, holder, ttl, wait).await?;
         let lease = Lease::start(self.transport.clone(), grant, sent);
         if self.config().fence_on_acquire && self.config().gateway.is_some() {
             // If this fails the lease is released on drop; the error says why.
@@ -149,29 +148,59 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Grant, Error> {
+        Ok(self.acquire_slices(lease, holder, ttl, wait).await?.0)
+    }
+
+    /// Acquires, waiting up to `wait`; the grant and the send time of the
+    /// request that got it (where its safe deadline starts).
+    async fn acquire_slices(
+        &self,
+        lease: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Option<Duration>,
+    ) -> Result<(Grant, tokio::time::Instant), Error> {
         palisade_names::LeaseName::new(lease).map_err(|e| Error::BadRequest(e.to_string()))?;
-        // Our own secret, so that a retry of this acquire (its answer lost)
-        // is recognised as the same client and gets the same grant.
+        // Our own secret, the same for every request of this call, so that a
+        // retry (its answer lost, or a slice that timed out here but was
+        // granted there) is recognised as the same client: the same grant.
         let secret = new_secret();
-        let mut body = json!({
-            "holder": holder,
-            "ttl_ms": ttl.as_millis() as u64,
-            "secret": secret.expose(),
-        });
-        if let Some(wait) = wait {
-            body["wait_ms"] = json!(wait.as_millis() as u64);
-        }
-        // The request may wait `wait` on purpose: it gets that much longer.
         let path = format!("/v1/leases/{lease}/acquire");
-        let extra = wait.unwrap_or_default();
-        let mut grant: Grant = self
-            .transport
-            .election(reqwest::Method::POST, &path, Some(&body), extra)
-            .await?
-            .parse()?;
-        // A cluster that predates secrets answers none: keep ours anyway.
-        grant.secret.get_or_insert(secret);
-        Ok(grant)
+        // A long wait is asked for in slices of at most one request timeout:
+        // a request stuck on a leader that died, froze or was cut off costs
+        // one slice, not the whole wait.
+        let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
+        loop {
+            let slice = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(self.config().request_timeout);
+            let mut body = json!({
+                "holder": holder,
+                "ttl_ms": ttl.as_millis() as u64,
+                "secret": secret.expose(),
+            });
+            if wait.is_some() {
+                body["wait_ms"] = json!(slice.as_millis() as u64);
+            }
+            // Before the first attempt of this slice: if a retry inside it is
+            // what gets the answer, the grant may date from the first one.
+            // (A grant made for an earlier slice that timed out here comes
+            // back extended from this slice's arrival, as a repeat.)
+            let sent = tokio::time::Instant::now();
+            let answer = self
+                .transport
+                .election(reqwest::Method::POST, &path, Some(&body), slice)
+                .await?;
+            match answer.parse::<Grant>() {
+                Ok(mut grant) => {
+                    // A cluster that predates secrets answers none: keep ours.
+                    grant.secret.get_or_insert(secret);
+                    return Ok((grant, sent));
+                }
+                Err(Error::Held { .. }) if tokio::time::Instant::now() < deadline => {}
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     /// Renews a grant once (see [`Lease`] for the automatic way).

@@ -6,6 +6,12 @@
 //! - SIGSTOP of the Raft leader, of a follower, and of a lease holder for
 //!   longer than its ttl (the paused old leader);
 //! - kill -9 and restart of the gateway mid-write;
+//! - a follower whose data dir is wiped, restarted with its old flags (shut
+//!   out: its acks and votes do not count), then replaced: removed and added
+//!   back through the membership API;
+//! - a hostile client that renews and releases the held leases with
+//!   everything `GET` shows (holder, token, index) and no secret: every
+//!   attempt must fail;
 //! - network partitions that drop real packets (`netns.rs`): the Raft leader
 //!   isolated, a follower isolated (majority/minority), and a bridge (the
 //!   leader cut from one follower, both still reaching the third);
@@ -20,7 +26,7 @@
 //! harness logs each fault's window. The checker (`checker.rs`) verifies S1-S4
 //! (reads included, per-key linearizability in `linearizable.rs`) and L1.
 //!
-//! CI mode: `PALISADE_FAULT_SECONDS` (default 45) of faults, every kind at
+//! CI mode: `PALISADE_FAULT_SECONDS` (default 60) of faults, every kind at
 //! least once, with a printed seed; `PALISADE_FAULT_SEED=N` replays a
 //! schedule; a long `PALISADE_FAULT_SECONDS` is the soak. Partitions need
 //! root (a network namespace) and drift needs libfaketime; without them the
@@ -149,6 +155,8 @@ const KILL_GATEWAY: &str = "kill -9 gateway mid-write, restart";
 const ISOLATE_LEADER: &str = "partition: Raft leader isolated";
 const ISOLATE_FOLLOWER: &str = "partition: follower isolated (majority/minority)";
 const BRIDGE: &str = "partition: bridge (leader cut from one follower)";
+const WIPE_FOLLOWER: &str = "follower wiped, restarted with its flags, then replaced";
+const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows";
 
 #[test]
 fn safety_and_liveness_hold_under_faults() {
@@ -188,7 +196,7 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
     let seconds: u64 = std::env::var("PALISADE_FAULT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(45);
+        .unwrap_or(60);
     let seed: u64 = std::env::var("PALISADE_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -206,6 +214,8 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         STOP_FOLLOWER,
         STOP_HOLDER,
         KILL_GATEWAY,
+        WIPE_FOLLOWER,
+        HOSTILE_CLIENT,
     ];
     if partitions {
         kinds.extend([ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE]);
@@ -256,9 +266,14 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
     // The run must have exercised what it claims to.
     let injected: std::collections::BTreeSet<&str> =
         history.faults.iter().map(|f| f.kind).collect();
-    if seconds >= 45 {
+    if seconds >= 60 {
         assert_eq!(injected.len(), kinds.len(), "not every fault kind ran");
     }
+    assert!(
+        harness.thefts.is_empty(),
+        "a hostile client used public lease data: {:?}",
+        harness.thefts
+    );
     assert!(
         history.held.len() >= 3,
         "no lease changed hands: {} grants",
@@ -285,6 +300,8 @@ struct Harness {
     gateway: Process,
     workers: Vec<Child>,
     histories: Vec<PathBuf>,
+    /// What the hostile client got away with (must stay empty).
+    thefts: Vec<String>,
 }
 
 impl Harness {
@@ -335,6 +352,7 @@ impl Harness {
             gateway,
             workers,
             histories,
+            thefts: Vec::new(),
         }
     }
 
@@ -411,6 +429,24 @@ impl Harness {
                 tokio::time::sleep(Duration::from_millis(500 + schedule.next(2000))).await;
                 netns::heal();
             }
+            WIPE_FOLLOWER => {
+                let leader = cluster.leader(http).await;
+                let victim = follower(leader, schedule);
+                cluster.kill(victim);
+                std::fs::remove_dir_all(&cluster.setup(victim).data_dir).expect("wipe");
+                cluster.start_node(victim).expect("restart wiped");
+                // Shut out (its acks and votes do not count) until replaced.
+                tokio::time::sleep(Duration::from_millis(300 + schedule.next(700))).await;
+                replace(http, cluster, victim).await;
+            }
+            HOSTILE_CLIENT => {
+                let until = Instant::now() + Duration::from_millis(1000 + schedule.next(1000));
+                while Instant::now() < until {
+                    let (lease, _) = ROLES[schedule.next(ROLES.len() as u64) as usize];
+                    self.thefts.extend(steal(http, cluster, lease).await);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
             other => unreachable!("unknown fault {other}"),
         }
     }
@@ -463,6 +499,90 @@ fn keep(seed: u64, histories: &[PathBuf], faults: &[Fault]) -> PathBuf {
         .collect();
     let _ = std::fs::write(kept.join("faults.jsonl"), log);
     kept
+}
+
+/// Removes node `victim` and adds it back (it lost its data), retrying
+/// while leadership moves; panics if that cannot be done in 30 s.
+async fn replace(http: &reqwest::Client, cluster: &Cluster, victim: u64) {
+    let slow = reqwest::Client::builder()
+        .timeout(Duration::from_secs(65))
+        .build()
+        .expect("client");
+    let started = Instant::now();
+    let mut removed = false;
+    let mut last = String::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        let base = match cluster.leader_among(http, &[1, 2, 3], 40).await {
+            Some(leader) => cluster.url(leader),
+            None => continue,
+        };
+        if !removed {
+            let answer = http
+                .delete(format!("{base}/v1/cluster/members/{victim}"))
+                .send()
+                .await;
+            match answer {
+                Ok(r) if r.status() == 200 || r.status() == 404 => removed = true,
+                Ok(r) => last = format!("remove: {}", r.status()),
+                Err(e) => last = format!("remove: {e}"),
+            }
+            continue;
+        }
+        let body = serde_json::json!({"id": victim, "addr": cluster.peer_addr(victim)});
+        match slow
+            .post(format!("{base}/v1/cluster/members"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == 200 => return,
+            Ok(r) => last = format!("add: {} {:?}", r.status(), r.text().await),
+            Err(e) => last = format!("add: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("could not replace node {victim}: {last}");
+}
+
+/// One theft attempt with everything `GET` shows of `lease`: renew and
+/// release in the holder's name with its token and grant index, no secret.
+/// Returns what succeeded (nothing may).
+async fn steal(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Vec<String> {
+    let Some(base) = cluster.urls().into_iter().next() else {
+        return Vec::new();
+    };
+    let Ok(response) = http.get(format!("{base}/v1/leases/{lease}")).send().await else {
+        return Vec::new();
+    };
+    let Ok(shown) = response.json::<serde_json::Value>().await else {
+        return Vec::new();
+    };
+    if shown["holder"].is_null() {
+        return Vec::new();
+    }
+    let public = serde_json::json!({
+        "holder": shown["holder"],
+        "token": shown["token"],
+        "grant_index": shown["modify_index"],
+    });
+    let mut stolen = Vec::new();
+    for call in ["renew", "release"] {
+        let mut body = public.clone();
+        if call == "renew" {
+            body.as_object_mut().map(|b| b.remove("grant_index"));
+        }
+        let answer = http
+            .post(format!("{base}/v1/leases/{lease}/{call}"))
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(answer) = answer {
+            if answer.status().is_success() {
+                stolen.push(format!("{call} {lease} as {}", shown["holder"]));
+            }
+        }
+    }
+    stolen
 }
 
 /// A follower of `leader`, picked by the schedule.
