@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{
-    acquire, http_client, post_json, post_json_once, send_retrying, test_secret, Cluster,
+    acquire, get_json, http_client, post_json, post_json_once, send_retrying, test_secret, Cluster,
 };
 
 /// Clusters are heavy on a 2-core machine: one at a time.
@@ -330,16 +330,7 @@ async fn blocking_acquire_and_watch() {
     );
     let watcher = tokio::spawn({
         let client = client.clone();
-        async move {
-            client
-                .get(watch_url)
-                .send()
-                .await
-                .expect("watch")
-                .json::<Value>()
-                .await
-                .expect("json")
-        }
+        async move { get_json::<Value>(&client, &watch_url, "watch").await }
     });
     let waiter = tokio::spawn({
         let (client, url) = (
@@ -392,14 +383,8 @@ async fn grant_jwts_verify_against_every_node_jwks() {
         // A follower publishes the key once it has applied its log entry.
         let mut published = None;
         for _ in 0..100 {
-            let set: jsonwebtoken::jwk::JwkSet = client
-                .get(format!("{}/v1/jwks", cluster.url(id)))
-                .send()
-                .await
-                .expect("jwks")
-                .json()
-                .await
-                .expect("json");
+            let set: jsonwebtoken::jwk::JwkSet =
+                get_json(&client, &format!("{}/v1/jwks", cluster.url(id)), "jwks").await;
             if let Some(jwk) = set.find(&kid) {
                 published = Some(jwk.clone());
                 break;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, post_json, post_json_once, send_retrying, Cluster};
+use support::{acquire, get_json, http_client, post_json, post_json_once, send_retrying, Cluster};
 
 /// Clusters are heavy on a 2-core machine: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -70,14 +70,7 @@ async fn a_wiped_node_is_shut_out_until_replaced_and_then_catches_up() {
     let leader = cluster.leader(&client).await;
     let (status, grant) = acquire(&client, &cluster.url(leader), "kept", "owner", 3_600_000).await;
     assert_eq!(status, 200, "{grant}");
-    let jwks: Value = client
-        .get(format!("{}/v1/jwks", cluster.url(leader)))
-        .send()
-        .await
-        .expect("jwks")
-        .json()
-        .await
-        .expect("json");
+    let jwks: Value = get_json(&client, &format!("{}/v1/jwks", cluster.url(leader)), "jwks").await;
     let followers: Vec<u64> = cluster.ids().filter(|id| *id != leader).collect();
     let (wiped, other) = (followers[0], followers[1]);
 
@@ -135,26 +128,18 @@ async fn a_wiped_node_is_shut_out_until_replaced_and_then_catches_up() {
 
     // It has the state: the same key, the lease, applied up to the leader.
     let leader = cluster.leader(&client).await;
-    let seen_jwks: Value = client
-        .get(format!("{}/v1/jwks", cluster.url(wiped)))
-        .send()
-        .await
-        .expect("jwks")
-        .json()
-        .await
-        .expect("json");
+    let seen_jwks: Value =
+        get_json(&client, &format!("{}/v1/jwks", cluster.url(wiped)), "jwks").await;
     assert_eq!(
         seen_jwks, jwks,
         "the key (served from its own state) survived"
     );
-    let lease: Value = client
-        .get(format!("{}/v1/leases/kept", cluster.url(leader)))
-        .send()
-        .await
-        .expect("lease")
-        .json()
-        .await
-        .expect("json");
+    let lease: Value = get_json(
+        &client,
+        &format!("{}/v1/leases/kept", cluster.url(leader)),
+        "lease",
+    )
+    .await;
     assert_eq!(lease["holder"], "owner");
     assert_eq!(lease["token"], grant["token"]);
     // And it counts again: with the other follower down, it makes a quorum.

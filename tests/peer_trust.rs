@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, make_certs, Cluster};
+use support::{acquire, get_json, http_client, make_certs, Cluster};
 
 const RAFT_PATHS: [&str; 5] = [
     "/raft/append",
@@ -76,33 +76,22 @@ fn peer_url(cluster: &Cluster, target: u64, path: &str) -> String {
 async fn observe(client: &reqwest::Client, cluster: &Cluster) -> Value {
     let mut nodes = Vec::new();
     for id in 1..=3 {
-        let view: Value = client
-            .get(format!("{}/v1/cluster", cluster.url(id)))
-            .send()
-            .await
-            .expect("cluster")
-            .json()
-            .await
-            .expect("json");
+        let view: Value = get_json(
+            client,
+            &format!("{}/v1/cluster", cluster.url(id)),
+            "cluster",
+        )
+        .await;
         nodes.push(json!([view["leader"], view["term"], view["members"]]));
     }
     let leader = cluster.leader(client).await;
-    let lease: Value = client
-        .get(format!("{}/v1/leases/kept", cluster.url(leader)))
-        .send()
-        .await
-        .expect("lease")
-        .json()
-        .await
-        .expect("json");
-    let jwks: Value = client
-        .get(format!("{}/v1/jwks", cluster.url(leader)))
-        .send()
-        .await
-        .expect("jwks")
-        .json()
-        .await
-        .expect("json");
+    let lease: Value = get_json(
+        client,
+        &format!("{}/v1/leases/kept", cluster.url(leader)),
+        "lease",
+    )
+    .await;
+    let jwks: Value = get_json(client, &format!("{}/v1/jwks", cluster.url(leader)), "jwks").await;
     json!({
         "nodes": nodes,
         "lease": [lease["holder"], lease["token"], lease["transitions"], lease["modify_index"]],

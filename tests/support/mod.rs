@@ -246,6 +246,23 @@ pub async fn acquire(
     panic!("acquire of {lease} at {base} kept answering 503: {last}");
 }
 
+/// GETs `url` and parses the JSON answer (any status), panicking with
+/// `what` if there is none.
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+    what: &str,
+) -> T {
+    client
+        .get(url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
