@@ -1,5 +1,6 @@
 //! `palisade-bench election`: a real 3-node cluster on loopback (temp dirs,
-//! durable, mutual TLS between peers), driven over HTTP.
+//! durable, mutual TLS between peers unless `--insecure-peers`), driven over
+//! HTTP.
 //!
 //! - acquire+release cycles/s over many lease names, and renew/s on held
 //!   leases, at each concurrency;
@@ -31,6 +32,10 @@ pub struct ElectionBench {
     /// Also run this many acquire+release cycles and report disk and RSS.
     #[arg(long)]
     ops: Option<u64>,
+    /// Run peer traffic in plaintext (`--insecure-peers`), to measure what
+    /// mutual TLS between peers costs.
+    #[arg(long)]
+    insecure_peers: bool,
 }
 
 impl Failover for Cluster {
@@ -171,9 +176,14 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value
 
 pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir()?;
-    let certs = dir.path().join("certs");
-    make_certs(palisade, &certs, 3)?;
-    let mut config = ClusterConfig::new(dir.path(), 3, PeerAuth::Certs(certs));
+    let peer_auth = if args.insecure_peers {
+        PeerAuth::Insecure
+    } else {
+        let certs = dir.path().join("certs");
+        make_certs(palisade, &certs, 3)?;
+        PeerAuth::Certs(certs)
+    };
+    let mut config = ClusterConfig::new(dir.path(), 3, peer_auth);
     for node in &mut config.nodes {
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;

@@ -166,14 +166,15 @@ impl Client {
         // granted there) is recognised as the same client: the same grant.
         let secret = new_secret();
         let path = format!("/v1/leases/{lease}/acquire");
-        // A long wait is asked for in slices of at most one request timeout:
-        // a request stuck on a leader that died, froze or was cut off costs
-        // one slice, not the whole wait.
+        // A long wait is asked for in slices of half a request timeout, each
+        // request within one request timeout: a request stuck on a leader
+        // that died, froze or was cut off costs one request timeout, as any
+        // call, not the whole wait.
         let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
         loop {
             let slice = deadline
                 .saturating_duration_since(tokio::time::Instant::now())
-                .min(self.config().request_timeout);
+                .min(self.config().request_timeout / 2);
             let mut body = json!({
                 "holder": holder,
                 "ttl_ms": ttl.as_millis() as u64,
@@ -189,7 +190,7 @@ impl Client {
             let sent = tokio::time::Instant::now();
             let answer = self
                 .transport
-                .election(reqwest::Method::POST, &path, Some(&body), slice)
+                .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
                 .await?;
             match answer.parse::<Grant>() {
                 Ok(mut grant) => {
@@ -249,17 +250,27 @@ impl Client {
         self.get_json(&path, Duration::ZERO).await?.parse()
     }
 
-    /// Every lease ever granted.
+    /// Every lease the table holds, in name order (fetched page by page).
     ///
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn list(&self) -> Result<Vec<LeaseInfo>, Error> {
         #[derive(serde::Deserialize)]
-        struct List {
+        struct Page {
             leases: Vec<LeaseInfo>,
+            #[serde(default)]
+            next: Option<String>,
         }
-        let list: List = self.get_json("/v1/leases", Duration::ZERO).await?.parse()?;
-        Ok(list.leases)
+        let mut leases = Vec::new();
+        let mut path = "/v1/leases".to_owned();
+        loop {
+            let page: Page = self.get_json(&path, Duration::ZERO).await?.parse()?;
+            leases.extend(page.leases);
+            match page.next {
+                Some(after) => path = format!("/v1/leases?after={after}"),
+                None => return Ok(leases),
+            }
+        }
     }
 
     /// Waits (up to `wait`) for `lease` to change after `index`; returns its

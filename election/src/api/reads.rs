@@ -57,10 +57,27 @@ impl LeaseView {
     }
 }
 
-/// `GET /v1/leases`.
+/// `GET /v1/leases`: one page, in name order.
 #[derive(Debug, Serialize)]
 pub(super) struct LeaseList {
     leases: Vec<LeaseView>,
+    /// Pass as `after` for the next page; `None` on the last one.
+    next: Option<LeaseName>,
+}
+
+/// The most leases one page holds, and the default page size.
+pub const MAX_PAGE: usize = 1000;
+
+/// `GET /v1/leases?prefix=&after=&limit=`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    /// Only names starting with this.
+    prefix: Option<String>,
+    /// Only names after this one (the `next` of the previous page).
+    after: Option<String>,
+    /// At most this many (1..=1000; default 1000).
+    limit: Option<usize>,
 }
 
 fn never_granted(lease: &LeaseName) -> ApiError {
@@ -79,16 +96,41 @@ pub(super) async fn get_lease(
 
 pub(super) async fn list_leases(
     State(state): State<ApiState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<LeaseList>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let limit = query.limit.unwrap_or(MAX_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        )));
+    }
+    let prefix = query.prefix.unwrap_or_default();
     state.confirm_leadership().await?;
-    let leases = state.shared.read(|s| {
-        s.table
+    let page = state.shared.read(|s| {
+        use std::ops::Bound;
+        let start = match &query.after {
+            Some(after) => Bound::Excluded(after.as_str()),
+            None => Bound::Included(prefix.as_str()),
+        };
+        let mut names = s
+            .table
             .leases
-            .iter()
+            .range::<str, _>((start, Bound::Unbounded))
+            .skip_while(|(name, _)| name.as_str() < prefix.as_str())
+            .take_while(|(name, _)| name.as_str().starts_with(prefix.as_str()));
+        let leases: Vec<LeaseView> = names
+            .by_ref()
+            .take(limit)
             .map(|(name, record)| LeaseView::new(&state, name, record))
-            .collect()
+            .collect();
+        let more = names.next().is_some();
+        let next = more
+            .then(|| leases.last().map(|l| l.lease.clone()))
+            .flatten();
+        LeaseList { leases, next }
     });
-    Ok(Json(LeaseList { leases }))
+    Ok(Json(page))
 }
 
 /// `GET /v1/leases/{name}/watch?index=&wait_ms=`.

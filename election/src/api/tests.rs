@@ -458,3 +458,44 @@ async fn a_rotation_signs_with_the_new_key_and_keeps_the_old_one_published() {
     assert_eq!(status, StatusCode::OK, "{renewed}");
     assert_eq!(renewed["kid"], rotated["kid"], "renewals use the new key");
 }
+
+/// The list comes in pages, in name order, filtered by prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_list_is_paginated_and_filtered_by_prefix() {
+    let node = node().await;
+    for name in ["a.1", "a.2", "a.3", "b.1"] {
+        let (status, _) = node
+            .post(
+                &format!("/v1/leases/{name}/acquire"),
+                json!({"holder": "h", "ttl_ms": 5000}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let names = |page: &Value| -> Vec<String> {
+        page["leases"]
+            .as_array()
+            .expect("leases")
+            .iter()
+            .map(|l| l["lease"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    let (_, first) = node
+        .call(Method::GET, "/v1/leases?prefix=a.&limit=2", None)
+        .await;
+    assert_eq!(names(&first), ["a.1", "a.2"]);
+    assert_eq!(first["next"], "a.2");
+    let (_, second) = node
+        .call(Method::GET, "/v1/leases?prefix=a.&limit=2&after=a.2", None)
+        .await;
+    assert_eq!(names(&second), ["a.3"]);
+    assert_eq!(second["next"], Value::Null);
+    let (_, all) = node.call(Method::GET, "/v1/leases", None).await;
+    assert_eq!(names(&all), ["a.1", "a.2", "a.3", "b.1"]);
+    for bad in ["limit=0", "limit=1001", "limit=x", "bogus=1"] {
+        let (status, _) = node
+            .call(Method::GET, &format!("/v1/leases?{bad}"), None)
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+}
