@@ -101,8 +101,8 @@ impl Transport {
         }
     }
 
-    /// Sends one election request, retrying connection failures, timeouts
-    /// and 503s on the next endpoint with backoff and jitter, within the retry
+    /// Sends one election request, retrying connection failures, timeouts,
+    /// 503s and 429s on the next endpoint with backoff and jitter, within the retry
     /// budget. Every other answer (409 included) is returned as is. `extra`
     /// lengthens each attempt's timeout for calls that wait on purpose (a
     /// blocking acquire, a watch).
@@ -132,14 +132,15 @@ impl Transport {
                 request = request.json(body);
             }
             let failure = match request.send().await {
-                Ok(response) if response.status().as_u16() != 503 => {
+                Ok(response) if !matches!(response.status().as_u16(), 503 | 429) => {
                     let status = response.status().as_u16();
                     let body = response.json().await.unwrap_or(Value::Null);
                     return Ok(Answer { status, body });
                 }
                 Ok(response) => {
+                    let status = response.status().as_u16();
                     let body: Value = response.json().await.unwrap_or(Value::Null);
-                    format!("{url}: 503 {}", body["message"].as_str().unwrap_or(""))
+                    format!("{url}: {status} {}", body["message"].as_str().unwrap_or(""))
                 }
                 Err(err) => format!("{url}: {err}"),
             };

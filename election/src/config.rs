@@ -58,6 +58,9 @@ pub struct ElectionConfig {
     pub ttl_range: (Duration, Duration),
     /// The longest `wait_ms` of a blocking acquire or watch. Default 60 s.
     pub max_wait: Duration,
+    /// How many blocking acquires and watches may wait at once on this
+    /// node; one more is answered 429 with `Retry-After`. Default 10 000.
+    pub max_waiters: usize,
     /// How long a proposal or quorum confirmation may take before the client
     /// gets a 503. Default 2 s.
     pub quorum_timeout: Duration,
@@ -87,6 +90,7 @@ impl ElectionConfig {
             election_timeout: (Duration::from_millis(60), Duration::from_millis(120)),
             ttl_range: (Duration::from_millis(500), Duration::from_secs(3600)),
             max_wait: Duration::from_secs(60),
+            max_waiters: 10_000,
             quorum_timeout: Duration::from_secs(2),
             snapshot_every: 10_000,
         }

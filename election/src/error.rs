@@ -37,6 +37,9 @@ pub enum ApiError {
     /// 409 `lost`: the requester does not hold the lease with that token.
     #[error("{0}")]
     Lost(String),
+    /// 429 `too_many_waiters`: this node's cap on blocking calls is reached.
+    #[error("{0}")]
+    TooManyWaiters(String),
     /// 503 `no_quorum`: no leader, or the leader cannot reach a quorum.
     #[error("{0}")]
     NoQuorum(String),
@@ -58,6 +61,7 @@ impl ApiError {
             ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
             ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -77,7 +81,17 @@ impl IntoResponse for ApiError {
             ApiError::Internal(detail) => tracing::error!(%detail, "request failed"),
             _ => {}
         }
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        ) {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

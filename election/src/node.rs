@@ -173,6 +173,7 @@ impl ElectionNode {
             config: config.clone(),
             forwarder: dialer,
             incarnations: incarnations.clone(),
+            waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
             signer: Arc::new(Mutex::new(None)),
             reads,
         };

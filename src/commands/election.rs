@@ -67,6 +67,10 @@ pub struct ElectionArgs {
     /// A snapshot every this many log entries (older entries are purged).
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
+    /// Blocking acquires and watches allowed to wait at once on this node;
+    /// one more gets 429 with Retry-After.
+    #[arg(long, default_value_t = 10_000)]
+    max_waiters: usize,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -124,6 +128,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         Duration::from_millis(args.max_ttl_ms),
     );
     config.snapshot_every = args.snapshot_every;
+    config.max_waiters = args.max_waiters;
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));

@@ -157,8 +157,13 @@ pub(super) async fn acquire(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
 ) -> Result<Json<Grant>, ApiError> {
-    // Refuse before proposing anything when the cluster cannot sign yet.
+    // Refuse before proposing anything when the cluster cannot sign yet, or
+    // when a waiting call would go over this node's cap.
     state.signer()?;
+    let _waiting = match body.wait_ms {
+        Some(wait) if wait > 0 => Some(state.waiter()?),
+        _ => None,
+    };
     let secret = match body.secret {
         Some(secret) => secret,
         None => generate_secret()?,

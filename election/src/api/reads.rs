@@ -153,6 +153,7 @@ pub(super) async fn watch(
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
     let wait_ms = query.wait_ms.unwrap_or(30_000);
     check_wait(wait_ms, &state.config)?;
+    let _waiting = state.waiter()?;
     let after = query.index.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let mut changes = state.shared.changes.subscribe();

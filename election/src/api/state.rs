@@ -34,6 +34,8 @@ pub struct ApiState {
     pub reads: Arc<ReadBatcher>,
     /// Peers' incarnations (membership changes forget removed nodes').
     pub incarnations: Arc<crate::incarnation::Incarnations>,
+    /// Permits for blocking calls (waiting acquires, watches): the cap.
+    pub waiters: Arc<tokio::sync::Semaphore>,
 }
 
 impl ApiState {
@@ -79,6 +81,16 @@ impl ApiState {
     pub(super) fn is_leader(&self) -> bool {
         let metrics = self.raft.metrics().borrow_watched().clone();
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.config.id)
+    }
+
+    /// A permit to wait, or 429 when `max_waiters` calls already wait here.
+    pub(super) fn waiter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.waiters.clone().try_acquire_owned().map_err(|_| {
+            ApiError::TooManyWaiters(format!(
+                "{} calls already wait on this node; retry later",
+                self.config.max_waiters
+            ))
+        })
     }
 
     /// Confirms with a quorum that this node still leads and that its state

@@ -21,11 +21,17 @@ struct Node {
 }
 
 async fn node() -> Node {
+    node_with(|_| {}).await
+}
+
+/// A one-node cluster with `adjust` applied to its config.
+async fn node_with(adjust: impl FnOnce(&mut ElectionConfig)) -> Node {
     let dir = tempfile::tempdir().expect("temp dir");
     let peers = BTreeMap::from([(1, "127.0.0.1:9".to_owned())]);
     let listen = "127.0.0.1:0".parse().expect("addr");
     let mut config = ElectionConfig::new(1, listen, dir.path().to_owned(), peers);
     config.peer_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    adjust(&mut config);
     let node = ElectionNode::start(config).await.expect("start");
     let state = node.state.clone();
     for _ in 0..500 {
@@ -498,4 +504,69 @@ async fn the_lease_list_is_paginated_and_filtered_by_prefix() {
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
     }
+}
+
+/// Over the cap on waiting calls a node answers 429 with Retry-After at once,
+/// and answers others as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_calls_over_the_cap_get_a_fast_429() {
+    let node = std::sync::Arc::new(node_with(|config| config.max_waiters = 2).await);
+    let (status, _) = node
+        .post(
+            "/v1/leases/w/acquire",
+            json!({"holder": "a", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let node = node.clone();
+            tokio::spawn(async move {
+                node.call(
+                    Method::GET,
+                    "/v1/leases/w/watch?index=999999&wait_ms=1500",
+                    None,
+                )
+                .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let over = Request::get("/v1/leases/w/watch?index=999999&wait_ms=1500")
+        .body(Body::empty())
+        .expect("request");
+    let response = node.app.clone().oneshot(over).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert!(started.elapsed() < Duration::from_millis(500), "not fast");
+    let (status, body) = node
+        .post(
+            "/v1/leases/w/acquire",
+            json!({"holder": "b", "ttl_ms": 5000, "wait_ms": 1000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let (status, _) = node
+        .post(
+            "/v1/leases/x/acquire",
+            json!({"holder": "b", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a call that does not wait is served"
+    );
+    for waiter in waiting {
+        assert_eq!(waiter.await.expect("join").0, StatusCode::OK);
+    }
+    let (status, _) = node
+        .call(
+            Method::GET,
+            "/v1/leases/w/watch?index=999999&wait_ms=10",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "permits come back");
 }
