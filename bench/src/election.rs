@@ -154,12 +154,19 @@ async fn cycle(client: &reqwest::Client, base: &str, lease: &str) -> OpResult {
     .map(drop)
 }
 
-/// Renew the lease `renew-{task}`, presenting `held` (its [`holder_token`]).
-async fn renew(client: &reqwest::Client, base: &str, task: usize, held: &Value) -> OpResult {
+/// The lease task `task` holds for the renew runs at `concurrency` (each level
+/// its own: a level's leases are still held, under their own secrets, when
+/// the next level starts).
+fn renew_lease(concurrency: usize, task: usize) -> String {
+    format!("renew-c{concurrency}-{task}")
+}
+
+/// Renew `lease`, presenting `held` (its [`holder_token`]).
+async fn renew(client: &reqwest::Client, base: &str, lease: &str, held: &Value) -> OpResult {
     call(
         client,
         reqwest::Method::POST,
-        &format!("{base}/v1/leases/renew-{task}/renew"),
+        &format!("{base}/v1/leases/{lease}/renew"),
         Some(held),
     )
     .await
@@ -215,7 +222,11 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         for task in 0..concurrency {
             let grant = post(
                 &client,
-                &format!("{}/v1/leases/renew-{task}/acquire", cluster.url(leader)),
+                &format!(
+                    "{}/v1/leases/{}/acquire",
+                    cluster.url(leader),
+                    renew_lease(concurrency, task)
+                ),
                 &json!({"holder": "bench", "ttl_ms": 60_000}),
             )
             .await;
@@ -226,7 +237,8 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         results.push(
             load("renew", concurrency, duration, move |task, _| {
                 let (c, base, held) = (c.clone(), base.clone(), held.clone());
-                async move { renew(&c, &base, task, &held[task]).await }
+                let lease = renew_lease(concurrency, task);
+                async move { renew(&c, &base, &lease, &held[task]).await }
             })
             .await,
         );
@@ -238,14 +250,15 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 duration,
                 move |task, i| {
                     let (c, base, held) = (c.clone(), base.clone(), held.clone());
+                    let lease = renew_lease(concurrency, task);
                     async move {
                         match i % 10 {
-                            0..=6 => renew(&c, &base, task, &held[task]).await,
+                            0..=6 => renew(&c, &base, &lease, &held[task]).await,
                             7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
                             _ => call(
                                 &c,
                                 reqwest::Method::GET,
-                                &format!("{base}/v1/leases/renew-{task}"),
+                                &format!("{base}/v1/leases/{lease}"),
                                 None,
                             )
                             .await
