@@ -36,6 +36,9 @@ pub struct ElectionConfig {
     pub peer_tls: Option<PeerTls>,
     /// TLS for the client API: (certificate, key). `None`: plain HTTP.
     pub client_tls: Option<(PathBuf, PathBuf)>,
+    /// Who may call the client API ([`palisade_serve::policy`]); `None`
+    /// runs it open to anyone who can reach it.
+    pub policy: Option<std::sync::Arc<palisade_serve::policy::Policy>>,
     /// The local address that Raft RPC and forwarded requests leave from;
     /// `None` lets the kernel choose. On a multi-homed host this pins peer
     /// traffic to one interface (the fault suite gives each node its own
@@ -83,6 +86,7 @@ impl ElectionConfig {
             peer_listen: None,
             peer_tls: None,
             client_tls: None,
+            policy: None,
             source_ip: None,
             data_dir,
             peers,

@@ -12,11 +12,16 @@ pub enum ApiError {
     /// 400: malformed or out-of-range input; nothing changed.
     #[error("{0}")]
     BadRequest(String),
+    /// 401 `unauthorized`: the node has a policy and the request carries no
+    /// known API key.
+    #[error("{0}")]
+    Unauthorized(String),
     /// 404: never granted, or no such route.
     #[error("{0}")]
     NotFound(String),
     /// 403 `forbidden`: the caller is authenticated but may not do this
-    /// (a peer that is not a member, or speaks for another node).
+    /// (a principal outside its rights; a peer that is not a member, or
+    /// speaks for another node).
     #[error("{0}")]
     Forbidden(String),
     /// 405.
@@ -55,6 +60,7 @@ impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -92,6 +98,15 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl From<palisade_serve::policy::Denied> for ApiError {
+    fn from(denied: palisade_serve::policy::Denied) -> Self {
+        match denied {
+            palisade_serve::policy::Denied::Unauthenticated(m) => ApiError::Unauthorized(m),
+            palisade_serve::policy::Denied::Forbidden(m) => ApiError::Forbidden(m),
+        }
     }
 }
 

@@ -12,7 +12,8 @@ use crate::auth::LeaseToken;
 use crate::key_path::lease_name;
 use crate::{ApiError, AppState};
 
-const PREFIX: &str = "/v1/fences/";
+/// The route prefix its paths start with.
+pub(crate) const PREFIX: &str = "/v1/fences/";
 
 /// Largest body `POST /v1/fences/{lease}` reads.
 const MAX_FENCE_BODY: usize = 4096;

@@ -1,7 +1,8 @@
 //! The storage gateway: HTTP in front of a [`FencedStore`].
 //!
 //! A request flows: request id and tracing ([`router`]) → deadline
-//! ([`request_deadline`]) → the handler of its resource ([`objects`],
+//! ([`request_deadline`]) → the caller's rights under the policy, if any
+//! ([`authorize`]) → the handler of its resource ([`objects`],
 //! [`fences`]) → lease-token check ([`auth::LeaseToken`], keys from [`keys`]) →
 //! the store, which checks the fence and writes in one atomic, durable step.
 //! [`ApiError`] is the only place a status is chosen.
@@ -10,6 +11,7 @@
 //! keys: it trusts the signed token and nothing else.
 
 pub mod auth;
+mod authorize;
 mod error;
 pub mod fences;
 pub mod key_path;
@@ -89,6 +91,8 @@ pub struct AppState<S> {
     pub verifier: Arc<Verifier>,
     /// Limits.
     pub config: Arc<GatewayConfig>,
+    /// Who may read and write which leases' objects; `None`: everyone.
+    pub policy: Option<Arc<palisade_serve::policy::Policy>>,
 }
 
 impl<S> Clone for AppState<S> {
@@ -97,6 +101,7 @@ impl<S> Clone for AppState<S> {
             store: self.store.clone(),
             verifier: self.verifier.clone(),
             config: self.config.clone(),
+            policy: self.policy.clone(),
         }
     }
 }
@@ -117,13 +122,15 @@ impl MakeRequestId for CountingRequestId {
 /// The gateway's routes, with its middleware.
 pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
     let timeout = state.config.request_timeout;
+    let authorize =
+        axum::middleware::from_fn_with_state(state.policy.clone(), authorize::authorize);
     let routes = Router::new()
-        .route("/healthz", get(healthz))
         .route(
             "/v1/objects/{*key}",
             get(objects::get::<S>)
                 .put(objects::put::<S>)
-                .delete(objects::delete::<S>),
+                .delete(objects::delete::<S>)
+                .route_layer(authorize.clone()),
         )
         .route(
             "/v1/objects/",
@@ -131,8 +138,11 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
         )
         .route(
             "/v1/fences/{*lease}",
-            get(fences::get::<S>).post(fences::bump::<S>),
+            get(fences::get::<S>)
+                .post(fences::bump::<S>)
+                .route_layer(authorize),
         )
+        .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

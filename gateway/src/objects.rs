@@ -12,7 +12,8 @@ use crate::auth::LeaseToken;
 use crate::key_path::object_key;
 use crate::{ApiError, AppState};
 
-const PREFIX: &str = "/v1/objects/";
+/// The route prefix its paths start with.
+pub(crate) const PREFIX: &str = "/v1/objects/";
 
 fn key_of(uri: &Uri) -> Result<ObjectKey, ApiError> {
     object_key(uri.path(), PREFIX)

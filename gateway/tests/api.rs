@@ -36,6 +36,13 @@ fn now() -> u64 {
 }
 
 fn fixture_with(config: GatewayConfig) -> Fixture {
+    fixture_with_policy(config, None)
+}
+
+fn fixture_with_policy(
+    config: GatewayConfig,
+    policy: Option<Arc<palisade_serve::policy::Policy>>,
+) -> Fixture {
     let key = SigningKey::from_bytes(&[7u8; 32]);
     let der = key.to_pkcs8_der().expect("pkcs8");
     let public_pem = key
@@ -54,6 +61,7 @@ fn fixture_with(config: GatewayConfig) -> Fixture {
             0,
         )),
         config: Arc::new(config),
+        policy,
     };
     Fixture {
         app: palisade_gateway::router(state),
@@ -99,9 +107,24 @@ impl Fixture {
         auth: Option<&str>,
         body: impl Into<Body>,
     ) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        self.call_as(None, method, uri, auth, body).await
+    }
+
+    /// A call carrying the API key `key` (`x-palisade-key`) when given.
+    async fn call_as(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        uri: &str,
+        auth: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, http::HeaderMap, Vec<u8>) {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(auth) = auth {
             request = request.header("authorization", auth);
+        }
+        if let Some(key) = key {
+            request = request.header(palisade_serve::policy::KEY_HEADER, key);
         }
         let response = self
             .app
@@ -636,5 +659,145 @@ async fn jwks_keys_are_fetched_fresh_for_unknown_kids_and_retired_keys_are_dropp
     assert!(
         matches!(unreachable, Err(palisade_gateway::ApiError::Unavailable(_))),
         "{unreachable:?}"
+    );
+}
+
+/// With a policy, reads need the read right on the key's lease and writes
+/// the acquire right, on top of a valid JWT; refusals change nothing.
+#[tokio::test]
+async fn a_policy_limits_principals_to_their_prefixes() {
+    use palisade_serve::policy::{key_digest, Policy};
+    let orders_key = "pal_orders_test_key_0123456789abcdef";
+    let reader_key = "pal_reader_test_key_0123456789abcdef";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{
+            "orders": {{"keys": ["{}"], "acquire": ["orders."], "read": ["orders."]}},
+            "reader": {{"keys": ["{}"], "read": [""]}}
+        }}}}"#,
+        key_digest(orders_key),
+        key_digest(reader_key)
+    ))
+    .expect("policy");
+    let f = fixture_with_policy(
+        GatewayConfig {
+            max_value_bytes: MAX_VALUE,
+            ..GatewayConfig::default()
+        },
+        Some(Arc::new(policy)),
+    );
+    let bearer = |lease: &str| format!("Bearer {}", f.token(lease, 5));
+    let status = |r: (StatusCode, http::HeaderMap, Vec<u8>)| (r.0, json(&r.2)["error"].clone());
+
+    // The lease's principal writes and reads its own objects.
+    let put = f
+        .call_as(
+            Some(orders_key),
+            "PUT",
+            "/v1/objects/orders.eu/a",
+            Some(&bearer("orders.eu")),
+            "v1",
+        )
+        .await;
+    assert_eq!(put.0, StatusCode::OK, "{:?}", json(&put.2));
+    let get = f
+        .call_as(
+            Some(orders_key),
+            "GET",
+            "/v1/objects/orders.eu/a",
+            None,
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(
+        (get.0, get.2.as_slice()),
+        (StatusCode::OK, b"v1".as_slice())
+    );
+
+    // No key, or an unknown one: 401, for reads and writes alike.
+    for key in [None, Some("pal_nobody"), Some(&*key_digest(orders_key))] {
+        let r = f
+            .call_as(key, "GET", "/v1/objects/orders.eu/a", None, Body::empty())
+            .await;
+        assert_eq!(status(r), (StatusCode::UNAUTHORIZED, "unauthorized".into()));
+        let r = f
+            .call_as(
+                key,
+                "PUT",
+                "/v1/objects/orders.eu/a",
+                Some(&bearer("orders.eu")),
+                "x",
+            )
+            .await;
+        assert_eq!(status(r), (StatusCode::UNAUTHORIZED, "unauthorized".into()));
+    }
+    // Outside its prefixes: 403, even with a valid JWT for that lease.
+    for (method, uri) in [
+        ("GET", "/v1/objects/payments/a"),
+        ("GET", "/v1/fences/payments"),
+        ("PUT", "/v1/objects/payments/a"),
+        ("DELETE", "/v1/objects/payments/a"),
+        ("POST", "/v1/fences/payments"),
+    ] {
+        let r = f
+            .call_as(
+                Some(orders_key),
+                method,
+                uri,
+                Some(&bearer("payments")),
+                Body::empty(),
+            )
+            .await;
+        assert_eq!(
+            status(r),
+            (StatusCode::FORBIDDEN, "forbidden".into()),
+            "{method} {uri}"
+        );
+    }
+    // A reader reads everything and writes nothing, JWT or not.
+    let r = f
+        .call_as(
+            Some(reader_key),
+            "GET",
+            "/v1/fences/orders.eu",
+            None,
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(r.0, StatusCode::OK);
+    let r = f
+        .call_as(
+            Some(reader_key),
+            "PUT",
+            "/v1/objects/orders.eu/a",
+            Some(&bearer("orders.eu")),
+            "x",
+        )
+        .await;
+    assert_eq!(status(r), (StatusCode::FORBIDDEN, "forbidden".into()));
+    // Nothing changed: the object and the fences are as they were.
+    let get = f
+        .call_as(
+            Some(orders_key),
+            "GET",
+            "/v1/objects/orders.eu/a",
+            None,
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(get.2.as_slice(), b"v1".as_slice());
+    let r = f
+        .call_as(
+            Some(reader_key),
+            "GET",
+            "/v1/fences/payments",
+            None,
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(json(&r.2)["fence"], 0);
+    // Health stays open.
+    assert_eq!(
+        f.call("GET", "/healthz", None, Body::empty()).await.0,
+        StatusCode::OK
     );
 }

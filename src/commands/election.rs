@@ -42,6 +42,10 @@ pub struct ElectionArgs {
     /// --certs (clients trust ca.pem: `--ca`, PALISADE_CA).
     #[arg(long, requires = "certs")]
     client_tls: bool,
+    /// Who may call the client API: a policy file (JSON, see README's
+    /// security model). Without it the API is open to anyone who reaches it.
+    #[arg(long, env = "PALISADE_POLICY")]
+    policy: Option<PathBuf>,
     /// Local IP that connections to peers leave from (default: the
     /// kernel's choice).
     #[arg(long)]
@@ -89,6 +93,13 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
 pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
     config.source_ip = args.source_ip;
+    config.policy = match super::load_policy(args.policy.as_deref(), "client API") {
+        Ok(policy) => policy,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     config.peer_listen = args.peer_listen;
     if args.client_tls {
         if let Some(dir) = &args.certs {

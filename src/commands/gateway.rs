@@ -51,6 +51,10 @@ pub struct GatewayArgs {
     /// gateway.pem, and trust ca.pem for https:// election endpoints.
     #[arg(long, env = "PALISADE_CERTS")]
     certs: Option<PathBuf>,
+    /// Who may read and write which leases' objects: the election nodes'
+    /// policy file. Without it anyone holding a lease JWT writes, anyone reads.
+    #[arg(long, env = "PALISADE_POLICY")]
+    policy: Option<PathBuf>,
     /// On shutdown, in-flight requests get this long to finish, in ms.
     #[arg(long, default_value_t = 10_000)]
     drain_timeout_ms: u64,
@@ -66,6 +70,13 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
     }
+    let policy = match super::load_policy(args.policy.as_deref(), "gateway") {
+        Ok(policy) => policy,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let mut refresher = None;
     let keys = match &args.public_key {
         Some(path) => match KeySource::from_pem_file(path) {
@@ -104,6 +115,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         store: Arc::new(store),
         verifier: Arc::new(Verifier::new(keys, args.exp_leeway_secs)),
         config: Arc::new(config.clone()),
+        policy,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

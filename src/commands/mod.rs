@@ -83,6 +83,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Loads `--policy` for `server`: `Err(line)` when the file is refused (the
+/// server must not start), `None` with a loud warning when there is none.
+pub fn load_policy(
+    path: Option<&std::path::Path>,
+    server: &str,
+) -> Result<Option<std::sync::Arc<palisade_serve::policy::Policy>>, String> {
+    let Some(path) = path else {
+        eprintln!(
+            "warning: no --policy: the {server} is open to anyone who can reach it \
+             (no API keys, no per-lease rights)"
+        );
+        tracing::warn!(
+            server,
+            "running without a policy: every client is allowed everything"
+        );
+        return Ok(None);
+    };
+    let policy = palisade_serve::policy::Policy::load(path).map_err(|e| format!("--policy {e}"))?;
+    tracing::info!(
+        server,
+        principals = policy.principals().count(),
+        "policy loaded"
+    );
+    Ok(Some(std::sync::Arc::new(policy)))
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();

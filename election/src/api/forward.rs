@@ -87,8 +87,14 @@ async fn forward(
         .header(HOPS_HEADER, hops.to_string())
         .timeout(state.config.quorum_timeout + wait)
         .body(body);
-    if let Some(content_type) = parts.headers.get(header::CONTENT_TYPE) {
-        outgoing = outgoing.header(header::CONTENT_TYPE, content_type);
+    // The leader checks the caller's rights again (its own policy).
+    for name in [
+        header::CONTENT_TYPE.as_str(),
+        palisade_serve::policy::KEY_HEADER,
+    ] {
+        if let Some(value) = parts.headers.get(name) {
+            outgoing = outgoing.header(name, value);
+        }
     }
     let unreachable =
         |e: reqwest::Error| ApiError::NoQuorum(format!("the leader at {addr} did not answer: {e}"));

@@ -5,11 +5,13 @@
 //! - [`reads`]: one lease and the list (leader, quorum-confirmed), and the
 //!   watch (any node, its applied state);
 //! - [`cluster`]: the cluster view, JWKS and health (any node);
+//! - [`authorize`]: who may call what (the policy file), before forwarding;
 //! - [`extract`]: the shared preamble (lease name, bounded checked JSON body);
 //! - [`state`]: [`ApiState`], what every handler shares.
 //!
 //! Handlers return [`ApiError`], the one place a status is chosen.
 
+mod authorize;
 mod cluster;
 mod extract;
 mod forward;
@@ -19,8 +21,12 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use axum::routing::{delete, get, post};
+use axum::middleware::from_fn_with_state;
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
+use palisade_serve::policy::Right;
+
+use authorize::{authorize, Need};
 
 pub use extract::{MAX_BODY_BYTES, MAX_HOLDER_LEN};
 pub use forward::MAX_HOPS;
@@ -29,26 +35,61 @@ pub use state::ApiState;
 use crate::error::ApiError;
 
 /// The client API routes. Raft RPC is not among them (see
-/// [`crate::network::raft_routes`]).
+/// [`crate::network::raft_routes`]). Each route names what its caller needs
+/// ([`authorize`], outermost: checked before forwarding) and whether only
+/// the leader serves it ([`forward::leader_only`]).
 pub fn router(state: ApiState) -> Router {
-    let leader_routes = Router::new()
-        .route("/v1/leases/{name}/acquire", post(leases::acquire))
-        .route("/v1/leases/{name}/renew", post(leases::renew))
-        .route("/v1/leases/{name}/release", post(leases::release))
-        .route("/v1/leases/{name}/revoke", post(leases::revoke))
-        .route("/v1/leases/{name}", get(reads::get_lease))
-        .route("/v1/leases", get(reads::list_leases))
-        .route("/v1/cluster/rotate-key", post(cluster::rotate_key))
-        .route("/v1/cluster/members", post(cluster::add_member))
-        .route("/v1/cluster/members/{id}", delete(cluster::remove_member))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            forward::leader_only,
-        ));
+    let needs = |route: MethodRouter<ApiState>, need: Need| {
+        route.route_layer(from_fn_with_state((state.clone(), need), authorize))
+    };
+    let leader_needs = |route: MethodRouter<ApiState>, need: Need| {
+        needs(
+            route.route_layer(from_fn_with_state(state.clone(), forward::leader_only)),
+            need,
+        )
+    };
     Router::new()
-        .merge(leader_routes)
-        .route("/v1/leases/{name}/watch", get(reads::watch))
-        .route("/v1/cluster", get(cluster::cluster))
+        .route(
+            "/v1/leases/{name}/acquire",
+            leader_needs(post(leases::acquire), Need::Lease(Right::Acquire)),
+        )
+        .route(
+            "/v1/leases/{name}/renew",
+            leader_needs(post(leases::renew), Need::Lease(Right::Acquire)),
+        )
+        .route(
+            "/v1/leases/{name}/release",
+            leader_needs(post(leases::release), Need::Lease(Right::Acquire)),
+        )
+        .route(
+            "/v1/leases/{name}/revoke",
+            leader_needs(post(leases::revoke), Need::Lease(Right::Admin)),
+        )
+        .route(
+            "/v1/leases/{name}",
+            leader_needs(get(reads::get_lease), Need::Lease(Right::Read)),
+        )
+        .route(
+            "/v1/leases",
+            leader_needs(get(reads::list_leases), Need::Prefix(Right::Read)),
+        )
+        .route(
+            "/v1/cluster/rotate-key",
+            leader_needs(post(cluster::rotate_key), Need::Cluster),
+        )
+        .route(
+            "/v1/cluster/members",
+            leader_needs(post(cluster::add_member), Need::Cluster),
+        )
+        .route(
+            "/v1/cluster/members/{id}",
+            leader_needs(delete(cluster::remove_member), Need::Cluster),
+        )
+        .route(
+            "/v1/leases/{name}/watch",
+            needs(get(reads::watch), Need::Lease(Right::Read)),
+        )
+        .route("/v1/cluster", needs(get(cluster::cluster), Need::Known))
         .route("/v1/jwks", get(cluster::jwks))
         .route("/healthz", get(cluster::healthz))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

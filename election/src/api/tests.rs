@@ -570,3 +570,140 @@ async fn waiting_calls_over_the_cap_get_a_fast_429() {
         .await;
     assert_eq!(status, StatusCode::OK, "permits come back");
 }
+
+/// A node with a policy: every call needs a known key (401), and a
+/// principal only reaches the leases and calls its rights name (403);
+/// refusals change nothing. JWKS and health stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_limits_principals_to_their_prefixes_and_rights() {
+    use palisade_serve::policy::{key_digest, Policy, KEY_HEADER};
+    let orders = "pal_orders_key_for_the_api_test_000001";
+    let operator = "pal_operator_key_for_the_api_test_0001";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{
+            "orders": {{"keys": ["{}"], "acquire": ["orders."], "read": ["orders."]}},
+            "operator": {{"keys": ["{}"], "read": [""], "admin": [""], "cluster": true}}
+        }}}}"#,
+        key_digest(orders),
+        key_digest(operator)
+    ))
+    .expect("policy");
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy))).await;
+    let call = |key: Option<&'static str>, method: Method, uri: &str, body: Option<Value>| {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(key) = key {
+            request = request.header(KEY_HEADER, key);
+        }
+        let body = match body {
+            Some(body) => {
+                request = request.header("content-type", "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        node.send(request.body(body).expect("request"))
+    };
+    let acquire = json!({"holder": "a", "ttl_ms": 5000});
+
+    // No key, or an unknown one: 401 on every guarded route.
+    for key in [None, Some("pal_not_a_key")] {
+        for (method, uri, body) in [
+            (
+                Method::POST,
+                "/v1/leases/orders.eu/acquire",
+                Some(acquire.clone()),
+            ),
+            (Method::GET, "/v1/leases/orders.eu", None),
+            (Method::GET, "/v1/leases?prefix=orders.", None),
+            (Method::GET, "/v1/leases/orders.eu/watch?wait_ms=0", None),
+            (Method::GET, "/v1/cluster", None),
+            (Method::POST, "/v1/cluster/rotate-key", None),
+        ] {
+            let (status, body) = call(key, method.clone(), uri, body).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri}: {body}");
+            assert_eq!(error_code(&body), "unauthorized");
+        }
+    }
+    // Inside its rights: served.
+    let (status, grant) = call(
+        Some(orders),
+        Method::POST,
+        "/v1/leases/orders.eu/acquire",
+        Some(acquire.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let token = grant["token"].as_u64().expect("token");
+    let (status, _) = call(
+        Some(orders),
+        Method::GET,
+        "/v1/leases?prefix=orders.e",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(Some(orders), Method::GET, "/v1/cluster", None).await;
+    assert_eq!(status, StatusCode::OK);
+    // Outside them: 403, and nothing changed.
+    for (method, uri, body) in [
+        (
+            Method::POST,
+            "/v1/leases/payments/acquire",
+            Some(acquire.clone()),
+        ),
+        (
+            Method::POST,
+            "/v1/leases/orders/acquire",
+            Some(acquire.clone()),
+        ),
+        (Method::GET, "/v1/leases/payments", None),
+        (Method::GET, "/v1/leases/payments/watch?wait_ms=0", None),
+        (Method::GET, "/v1/leases", None),
+        (Method::GET, "/v1/leases?prefix=orders", None),
+        (
+            Method::POST,
+            "/v1/leases/orders.eu/revoke",
+            Some(json!({"token": token})),
+        ),
+        (Method::POST, "/v1/cluster/rotate-key", None),
+        (Method::DELETE, "/v1/cluster/members/1", None),
+    ] {
+        let (status, body) = call(Some(orders), method.clone(), uri, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {uri}: {body}");
+        assert_eq!(error_code(&body), "forbidden");
+    }
+    let (status, _) = call(Some(operator), Method::GET, "/v1/leases/payments", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "payments was never granted");
+    let (_, lease) = call(Some(operator), Method::GET, "/v1/leases/orders.eu", None).await;
+    assert_eq!(
+        (lease["holder"].as_str(), lease["revoked"].as_bool()),
+        (Some("a"), None)
+    );
+    // The operator may not acquire: it has no acquire right.
+    let (status, _) = call(
+        Some(operator),
+        Method::POST,
+        "/v1/leases/jobs/acquire",
+        Some(acquire),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // ...but may revoke and rotate.
+    let (status, body) = call(
+        Some(operator),
+        Method::POST,
+        "/v1/leases/orders.eu/revoke",
+        Some(json!({"token": token})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Open routes.
+    assert_eq!(
+        call(None, Method::GET, "/v1/jwks", None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(None, Method::GET, "/healthz", None).await.0,
+        StatusCode::OK
+    );
+}
