@@ -61,6 +61,45 @@ fn bad_flags_are_one_line_and_exit_2() {
 }
 
 #[test]
+fn a_policy_file_that_does_not_parse_stops_the_server_with_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        "{\"principals\": {\"a\": {\n  \"keys\": [],\n  \"acqire\": []}}}",
+    )
+    .expect("write");
+    let data = dir.path().join("data");
+    for args in [
+        vec!["gateway", "--public-key", "/nonexistent.pem"],
+        vec![
+            "election",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:2",
+            "--insecure-peers",
+        ],
+    ] {
+        let output = palisade()
+            .args(&args)
+            .args(["--data-dir", data.to_str().expect("utf8")])
+            .args(["--policy", policy.to_str().expect("utf8")])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("acqire") && stderr.contains("line 3"),
+            "names the field and line: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ports = support::free_ports(4);
@@ -94,6 +133,36 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
     assert!(up, "palisade dev did not come up");
     let health = std::net::TcpStream::connect(("127.0.0.1", ports[3]));
     assert!(health.is_ok(), "gateway port open");
+    // dev runs with a policy: the CLI needs the key dev wrote.
+    let election = format!("http://127.0.0.1:{}", ports[0]);
+    let key_file = dir.path().join("admin.key");
+    let acquire = |extra: &[&str]| {
+        palisade()
+            .args([
+                "lease",
+                "acquire",
+                "orders",
+                "--holder",
+                "A",
+                "--election",
+                &election,
+            ])
+            .args(extra)
+            .env_remove("PALISADE_KEY")
+            .env_remove("PALISADE_KEY_FILE")
+            .output()
+            .expect("run the CLI")
+    };
+    let refused = acquire(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("unauthorized"), "{stderr}");
+    let granted = acquire(&["--key-file", key_file.to_str().expect("utf8")]);
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
     Command::new("kill")
         .args(["-TERM", &dev.id().to_string()])
         .status()

@@ -8,7 +8,8 @@
 //!
 //! Run against `palisade dev`:
 //! `cargo run -p palisade-client --example exactly_once`
-//! (`PALISADE_ELECTION`, `PALISADE_GATEWAY` override the endpoints).
+//! (`PALISADE_ELECTION`, `PALISADE_GATEWAY` override the endpoints;
+//! `PALISADE_KEY` or `PALISADE_KEY_FILE` is the API key dev printed).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -17,12 +18,7 @@ use std::time::Duration;
 use palisade_client::{Client, ClientConfig, Error};
 
 fn client() -> Client {
-    let election = std::env::var("PALISADE_ELECTION").unwrap_or_else(|_| {
-        "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003".into()
-    });
-    let gateway =
-        std::env::var("PALISADE_GATEWAY").unwrap_or_else(|_| "http://127.0.0.1:8080".into());
-    Client::new(ClientConfig::new(election.split(',').map(str::to_owned)).with_gateway(gateway))
+    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_KEY_FILE are usable"))
 }
 
 async fn replica(name: String, run_id: String, runs: Arc<AtomicU32>) -> anyhow::Result<()> {

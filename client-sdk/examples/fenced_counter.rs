@@ -9,6 +9,7 @@
 //!
 //! Run against `palisade dev`:
 //! `cargo run -p palisade-client --example fenced_counter`
+//! (`ClientConfig::from_env`: `PALISADE_KEY` is the API key dev printed).
 
 use std::time::Duration;
 
@@ -18,12 +19,7 @@ const WORKERS: u64 = 4;
 const INCREMENTS: u64 = 10;
 
 fn client() -> Client {
-    let election = std::env::var("PALISADE_ELECTION").unwrap_or_else(|_| {
-        "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003".into()
-    });
-    let gateway =
-        std::env::var("PALISADE_GATEWAY").unwrap_or_else(|_| "http://127.0.0.1:8080".into());
-    Client::new(ClientConfig::new(election.split(',').map(str::to_owned)).with_gateway(gateway))
+    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_KEY_FILE are usable"))
 }
 
 async fn read(lease: &palisade_client::Lease, key: &str) -> anyhow::Result<u64> {

@@ -36,6 +36,27 @@ pub struct ClientConfig {
     /// none: the SDK carries no public roots). Set with
     /// [`ClientConfig::with_ca_file`].
     pub ca: Option<reqwest::Certificate>,
+    /// This client's API key, sent as `x-palisade-key` on every request to
+    /// servers that run with an access policy. Set with
+    /// [`ClientConfig::with_api_key`]; `Debug` never shows it.
+    pub api_key: Option<ApiKey>,
+}
+
+/// An API key (`Debug` shows only that there is one).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// The key itself, to send.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
 }
 
 impl ClientConfig {
@@ -50,7 +71,57 @@ impl ClientConfig {
             renew_ratio: 1.0 / 3.0,
             fence_on_acquire: true,
             ca: None,
+            api_key: None,
         }
+    }
+
+    /// Sends `key` as this client's API key (`x-palisade-key`), e.g. the
+    /// contents of `admin.key` from `palisade dev` or `palisade policy init`.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the key cannot be a header value.
+    pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
+        let key = key.trim();
+        if key.is_empty() || reqwest::header::HeaderValue::from_str(key).is_err() {
+            return Err(Error::BadRequest(
+                "an API key must be non-empty visible ASCII".into(),
+            ));
+        }
+        self.api_key = Some(ApiKey(key.to_owned()));
+        Ok(self)
+    }
+
+    /// The configuration the environment describes, as the CLI reads it:
+    /// `PALISADE_ELECTION` (comma-separated URLs; default the `palisade dev`
+    /// nodes on 127.0.0.1:7001-7003), `PALISADE_GATEWAY` (default
+    /// `http://127.0.0.1:8080`), `PALISADE_CA` (a CA file), `PALISADE_KEY`
+    /// or `PALISADE_KEY_FILE` (the API key).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the CA or key file is unusable.
+    pub fn from_env() -> Result<Self, Error> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let election = var("PALISADE_ELECTION").unwrap_or_else(|| {
+            "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003".into()
+        });
+        let gateway = var("PALISADE_GATEWAY").unwrap_or_else(|| "http://127.0.0.1:8080".into());
+        let mut config =
+            Self::new(election.split(',').map(|e| e.trim().to_owned())).with_gateway(gateway);
+        if let Some(ca) = var("PALISADE_CA") {
+            config = config.with_ca_file(std::path::Path::new(&ca))?;
+        }
+        let key = match (var("PALISADE_KEY"), var("PALISADE_KEY_FILE")) {
+            (Some(key), _) => Some(key),
+            (None, Some(path)) => Some(
+                std::fs::read_to_string(&path)
+                    .map_err(|e| Error::BadRequest(format!("{path}: {e}")))?,
+            ),
+            (None, None) => None,
+        };
+        if let Some(key) = key {
+            config = config.with_api_key(key.lines().next().unwrap_or(""))?;
+        }
+        Ok(config)
     }
 
     /// Trusts the CA in the PEM file `path` (e.g. `ca.pem` from `palisade

@@ -28,6 +28,15 @@ pub enum Error {
     /// The server refused the request as malformed; retrying will not help.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// 401: the server has an access policy and this client's API key
+    /// ([`crate::ClientConfig::with_api_key`]) is missing or unknown; or the
+    /// gateway could not verify a lease JWT. Never retried.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// 403: this client's principal may not do this to this lease (outside
+    /// its rights), or a JWT was used for another lease. Never retried.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// Nothing there (a lease never granted, an object that does not exist).
     #[error("not found: {0}")]
     NotFound(String),

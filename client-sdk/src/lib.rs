@@ -25,10 +25,14 @@ mod lease;
 mod model;
 mod transport;
 
-pub use client::{Client, ClientConfig};
+pub use client::{ApiKey, Client, ClientConfig};
 pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
 pub use lease::Lease;
 pub use model::{encode_key, Grant, GrantId, LeaseInfo, Object};
 pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;
+
+/// The request header that carries a client's API key (the servers'
+/// `palisade_serve::policy::KEY_HEADER`).
+pub const API_KEY_HEADER: &str = "x-palisade-key";

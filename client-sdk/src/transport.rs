@@ -66,7 +66,9 @@ impl Answer {
                 fence: self.body["fence"].as_u64().unwrap_or(0),
             },
             (404, _) => Error::NotFound(self.message()),
-            (400 | 403 | 413, _) => Error::BadRequest(self.message()),
+            (401, _) => Error::Unauthorized(self.message()),
+            (403, _) => Error::Forbidden(self.message()),
+            (400 | 413, _) => Error::BadRequest(self.message()),
             (status, _) => Error::Protocol {
                 status,
                 message: self.message(),
@@ -91,6 +93,16 @@ impl Transport {
             .connect_timeout(config.request_timeout.min(Duration::from_millis(500)));
         if let Some(ca) = &config.ca {
             builder = builder.add_root_certificate(ca.clone());
+        }
+        if let Some(key) = &config.api_key {
+            // Sent on every election and gateway request; marked sensitive
+            // so it never shows in reqwest's Debug output.
+            if let Ok(mut value) = reqwest::header::HeaderValue::from_str(key.expose()) {
+                value.set_sensitive(true);
+                let mut headers = reqwest::header::HeaderMap::new();
+                headers.insert(crate::API_KEY_HEADER, value);
+                builder = builder.default_headers(headers);
+            }
         }
         let http = builder.build().unwrap_or_default();
         Self {

@@ -330,39 +330,62 @@ pub fn new_key() -> Result<String, PolicyError> {
     Ok(format!("pal_{hex}"))
 }
 
-/// Writes `dir/policy.json` with one principal per `(name, rules)` (their
-/// `keys` are filled in) and each principal's fresh key to `dir/<name>.key`
-/// (0600). Returns the policy file's path.
+/// Adds the principal `name` with `rules` to `dir/policy.json` (made if
+/// missing), with a fresh key written to `dir/<name>.key` (0600); `rules.keys`
+/// is replaced by that key's digest. Returns the key file's path. The
+/// servers read the policy at start: restart them to apply it.
 ///
 /// # Errors
-/// [`PolicyError::Io`] when a file cannot be written.
-pub fn init(dir: &Path, principals: &[(&str, Rules)]) -> Result<PathBuf, PolicyError> {
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |e: crate::certs::CertError| PolicyError::Io {
-            path,
-            source: std::io::Error::other(e.to_string()),
-        }
+/// [`PolicyError::Invalid`] when the file exists and does not parse, or
+/// already names `name`; [`PolicyError::Io`] when a file cannot be written.
+pub fn add(dir: &Path, name: &str, rules: &Rules) -> Result<PathBuf, PolicyError> {
+    let path = dir.join("policy.json");
+    let invalid = |message: String| PolicyError::Invalid {
+        path: path.clone(),
+        message,
     };
+    let mut file = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            Policy::parse(&text).map_err(invalid)?;
+            serde_json::from_str::<PolicyFile>(&text).map_err(|e| invalid(e.to_string()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => PolicyFile {
+            principals: BTreeMap::new(),
+        },
+        Err(source) => return Err(PolicyError::Io { path, source }),
+    };
+    if file.principals.contains_key(name) {
+        return Err(invalid(format!("principal {name:?} exists already")));
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        return Err(invalid(format!(
+            "principal name {name:?}: use [A-Za-z0-9._-] (it names the key file)"
+        )));
+    }
     std::fs::create_dir_all(dir).map_err(|source| PolicyError::Io {
         path: dir.to_owned(),
         source,
     })?;
-    let mut file = PolicyFile {
-        principals: BTreeMap::new(),
+    let written = |at: &Path| {
+        let at = at.to_owned();
+        move |e: crate::certs::CertError| PolicyError::Io {
+            path: at,
+            source: std::io::Error::other(e.to_string()),
+        }
     };
-    for (name, rules) in principals {
-        let key = new_key()?;
-        let path = dir.join(format!("{name}.key"));
-        crate::certs::write_file(&path, &format!("{key}\n"), true).map_err(io(&path))?;
-        let mut rules = rules.clone();
-        rules.keys = vec![key_digest(&key)];
-        file.principals.insert((*name).to_owned(), rules);
-    }
-    let path = dir.join("policy.json");
-    let text = serde_json::to_string_pretty(&file).unwrap_or_default();
-    crate::certs::write_file(&path, &format!("{text}\n"), false).map_err(io(&path))?;
-    Ok(path)
+    let key = new_key()?;
+    let key_path = dir.join(format!("{name}.key"));
+    crate::certs::write_file(&key_path, &format!("{key}\n"), true).map_err(written(&key_path))?;
+    let mut rules = rules.clone();
+    rules.keys = vec![key_digest(&key)];
+    file.principals.insert(name.to_owned(), rules);
+    let text = serde_json::to_string_pretty(&file).map_err(|e| invalid(e.to_string()))?;
+    crate::certs::write_file(&path, &format!("{text}\n"), false).map_err(written(&path))?;
+    Ok(key_path)
 }
 
 /// Reads an API key file (the key is its first line).
@@ -464,9 +487,10 @@ mod tests {
     }
 
     #[test]
-    fn init_writes_a_policy_that_loads_and_secret_key_files() {
+    fn add_writes_a_policy_that_loads_and_secret_key_files() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = init(dir.path(), &[("admin", operator())]).expect("init");
+        add(dir.path(), "admin", &operator()).expect("add");
+        let path = dir.path().join("policy.json");
         let policy = Policy::load(&path).expect("loads");
         let key = read_key(&dir.path().join("admin.key")).expect("key");
         let who = policy.authenticate(&headers(&key)).expect("admin");
@@ -474,6 +498,19 @@ mod tests {
         assert!(policy.allow_prefix(&who, Right::Read, "").is_ok());
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(!text.contains(&key), "the policy holds digests only");
+        assert!(
+            add(dir.path(), "admin", &operator()).is_err(),
+            "names are unique"
+        );
+        let mut orders = Rules::default();
+        orders.acquire = vec!["orders.".into()];
+        add(dir.path(), "orders", &orders).expect("a second principal");
+        let policy = Policy::load(&path).expect("loads");
+        let orders_key = read_key(&dir.path().join("orders.key")).expect("key");
+        let who = policy.authenticate(&headers(&orders_key)).expect("orders");
+        assert!(policy.allow(&who, Right::Acquire, "orders.x").is_ok());
+        assert!(policy.allow_cluster(&who).is_err());
+        assert!(policy.authenticate(&headers(&key)).is_ok(), "admin kept");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("admin.key"))
             .expect("meta")

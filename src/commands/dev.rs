@@ -71,6 +71,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
 
+    // Clients need an API key: one principal, `admin`, may do everything;
+    // its key is in admin.key (made once, like the certificates).
+    let policy = root.join("policy.json");
+    if !policy.exists() {
+        palisade_serve::policy::add(&root, "admin", &palisade_serve::policy::operator())?;
+    }
+    let policy_args = vec!["--policy".to_owned(), policy.display().to_string()];
+
     let env = vec![(
         "RUST_LOG".to_owned(),
         std::env::var("RUST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
@@ -83,6 +91,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         node.port = args.election_port + i;
         node.peer_port = first_peer_port + i;
         node.env = env.clone();
+        node.args.clone_from(&policy_args);
         node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
     }
     let cluster = Cluster::start(&exe, config)?;
@@ -92,6 +101,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         &exe,
         NodeSpec {
             env,
+            args: policy_args,
             logs: Logs::File(root.join("gateway.log")),
             ..NodeSpec::gateway(
                 format!("127.0.0.1:{}", args.gateway_port),
@@ -143,24 +153,29 @@ Palisade dev cluster is up (data and logs in {root}).
   election nodes: {elections}
   gateway:        {gateway}
 
+Clients need the API key in {root}/admin.key (principal `admin`, allowed
+everything by {root}/policy.json): the CLI and SDK read PALISADE_KEY.
+
+  export PALISADE_KEY=$(cat {root}/admin.key)
+
 Walkthrough: a paused leader's late write is refused.
 
   # A acquires a 2 s lease and writes with its token
-  A=$(curl -s -XPOST -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
+  A=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
   JWT_A=$(echo \"$A\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPUT -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
 
   # A stops renewing; after 2 s B gets the lease (waiting up to 5 s), raises the fence, writes
-  B=$(curl -s -XPOST -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
+  B=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
   JWT_B=$(echo \"$B\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPOST -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
-  curl -s -XPUT -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
+  curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
 
   # A wakes up and writes: 409 stale_token, nothing changed
-  curl -s -XPUT -H \"authorization: Bearer $JWT_A\" --data 'late A' {gateway}/v1/objects/orders/state
-  curl -s {gateway}/v1/objects/orders/state
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {gateway}/v1/objects/orders/state
+  curl -s -H \"x-palisade-key: $PALISADE_KEY\" {gateway}/v1/objects/orders/state
 
-  curl -s {e}/v1/cluster      # who leads
+  palisade cluster status      # who leads (the CLI defaults to these endpoints)
 
 Ctrl-C stops everything.",
         root = root.display(),

@@ -93,13 +93,6 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
 pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
     config.source_ip = args.source_ip;
-    config.policy = match super::load_policy(args.policy.as_deref(), "client API") {
-        Ok(policy) => policy,
-        Err(line) => {
-            eprintln!("error: {line}");
-            return Ok(ExitCode::from(2));
-        }
-    };
     config.peer_listen = args.peer_listen;
     if args.client_tls {
         if let Some(dir) = &args.certs {
@@ -144,6 +137,13 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
     }
+    config.policy = match super::load_policy(args.policy.as_deref(), "client API") {
+        Ok(policy) => policy,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     // The data dir holds the signing key (in the log and snapshots): every
     // file and directory this process creates is its owner's alone.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));

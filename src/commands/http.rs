@@ -20,9 +20,43 @@ pub struct GatewayTarget {
     /// The CA (PEM) to trust for an https:// gateway.
     #[arg(long, env = "PALISADE_CA")]
     pub ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub credentials: Credentials,
     /// Print the server's JSON answer instead of a readable line.
     #[arg(long)]
     pub json: bool,
+}
+
+/// This client's API key, for servers that run with a policy.
+#[derive(Debug, Args)]
+pub struct Credentials {
+    /// The API key to send (`x-palisade-key`).
+    #[arg(
+        long,
+        env = "PALISADE_KEY",
+        hide_env_values = true,
+        conflicts_with = "key_file"
+    )]
+    pub key: Option<String>,
+    /// A file holding the API key (e.g. admin.key from `palisade dev`).
+    #[arg(long, env = "PALISADE_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+}
+
+impl Credentials {
+    /// The key, from `--key` or `--key-file`, if any.
+    ///
+    /// # Errors
+    /// The key file cannot be read.
+    pub fn key(&self) -> anyhow::Result<Option<String>> {
+        match (&self.key, &self.key_file) {
+            (Some(key), _) => Ok(Some(key.trim().to_owned())),
+            (None, Some(path)) => Ok(Some(
+                palisade_serve::policy::read_key(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+            )),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 impl GatewayTarget {
@@ -41,6 +75,14 @@ impl GatewayTarget {
             let ca = reqwest::Certificate::from_pem(&pem)
                 .with_context(|| format!("{} is not a PEM certificate", ca.display()))?;
             builder = builder.add_root_certificate(ca);
+        }
+        if let Some(key) = self.credentials.key()? {
+            let mut value = reqwest::header::HeaderValue::from_str(&key)
+                .context("the API key must be visible ASCII")?;
+            value.set_sensitive(true);
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(palisade_client::API_KEY_HEADER, value);
+            builder = builder.default_headers(headers);
         }
         builder.build().context("cannot build the HTTP client")
     }

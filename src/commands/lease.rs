@@ -23,6 +23,8 @@ pub struct Endpoints {
     /// The CA (PEM) to trust for https:// endpoints (e.g. certs/ca.pem).
     #[arg(long, env = "PALISADE_CA")]
     pub ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub credentials: super::http::Credentials,
     /// Print JSON instead of readable lines.
     #[arg(long)]
     pub json: bool,
@@ -32,12 +34,19 @@ impl Endpoints {
     /// An SDK client for these endpoints.
     ///
     /// # Errors
-    /// The CA file cannot be used.
+    /// The CA or key file cannot be used.
     pub fn client(&self) -> Result<Client, Error> {
         let mut config = ClientConfig::new(self.election.clone());
         config.gateway = self.gateway.clone();
         if let Some(ca) = &self.ca {
             config = config.with_ca_file(ca)?;
+        }
+        let key = self
+            .credentials
+            .key()
+            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        if let Some(key) = key {
+            config = config.with_api_key(&key)?;
         }
         Ok(Client::new(config))
     }

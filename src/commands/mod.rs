@@ -9,6 +9,7 @@ mod health;
 mod http;
 mod lease;
 mod object;
+mod policy;
 mod run;
 mod worker;
 
@@ -31,6 +32,9 @@ enum Command {
     /// Make the certificates a cluster needs (mutual TLS between peers).
     #[command(subcommand)]
     Certs(certs::CertsCommand),
+    /// Make a policy file (who may call the servers) and API keys.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Run one node of the election cluster.
     Election(election::ElectionArgs),
     /// Run the storage gateway.
@@ -71,6 +75,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Dev(args) => dev::run(args).await,
         Command::Certs(command) => certs::run(command),
+        Command::Policy(command) => policy::run(command),
         Command::Election(args) => election::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
         Command::Lease(command) => lease::run(command).await,
