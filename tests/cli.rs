@@ -148,8 +148,8 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
                 &election,
             ])
             .args(extra)
-            .env_remove("PALISADE_KEY")
-            .env_remove("PALISADE_KEY_FILE")
+            .env_remove("PALISADE_API_KEY")
+            .env_remove("PALISADE_API_KEY_FILE")
             .output()
             .expect("run the CLI")
     };
@@ -157,7 +157,7 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("unauthorized"), "{stderr}");
-    let granted = acquire(&["--key-file", key_file.to_str().expect("utf8")]);
+    let granted = acquire(&["--api-key-file", key_file.to_str().expect("utf8")]);
     assert!(
         granted.status.success(),
         "{}",

@@ -9,7 +9,7 @@
 //! Run against `palisade dev`:
 //! `cargo run -p palisade-client --example exactly_once`
 //! (`PALISADE_ELECTION`, `PALISADE_GATEWAY` override the endpoints;
-//! `PALISADE_KEY` or `PALISADE_KEY_FILE` is the API key dev printed).
+//! `PALISADE_API_KEY` or `PALISADE_API_KEY_FILE` is the API key dev printed).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::time::Duration;
 use palisade_client::{Client, ClientConfig, Error};
 
 fn client() -> Client {
-    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_KEY_FILE are usable"))
+    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_API_KEY_FILE are usable"))
 }
 
 async fn replica(name: String, run_id: String, runs: Arc<AtomicU32>) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@
 //!
 //! Run against `palisade dev`:
 //! `cargo run -p palisade-client --example fenced_counter`
-//! (`ClientConfig::from_env`: `PALISADE_KEY` is the API key dev printed).
+//! (`ClientConfig::from_env`: `PALISADE_API_KEY` is the API key dev printed).
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ const WORKERS: u64 = 4;
 const INCREMENTS: u64 = 10;
 
 fn client() -> Client {
-    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_KEY_FILE are usable"))
+    Client::new(ClientConfig::from_env().expect("PALISADE_CA / PALISADE_API_KEY_FILE are usable"))
 }
 
 async fn read(lease: &palisade_client::Lease, key: &str) -> anyhow::Result<u64> {

@@ -94,8 +94,8 @@ impl ClientConfig {
     /// The configuration the environment describes, as the CLI reads it:
     /// `PALISADE_ELECTION` (comma-separated URLs; default the `palisade dev`
     /// nodes on 127.0.0.1:7001-7003), `PALISADE_GATEWAY` (default
-    /// `http://127.0.0.1:8080`), `PALISADE_CA` (a CA file), `PALISADE_KEY`
-    /// or `PALISADE_KEY_FILE` (the API key).
+    /// `http://127.0.0.1:8080`), `PALISADE_CA` (a CA file), `PALISADE_API_KEY`
+    /// or `PALISADE_API_KEY_FILE` (the API key).
     ///
     /// # Errors
     /// [`Error::BadRequest`] when the CA or key file is unusable.
@@ -110,7 +110,7 @@ impl ClientConfig {
         if let Some(ca) = var("PALISADE_CA") {
             config = config.with_ca_file(std::path::Path::new(&ca))?;
         }
-        let key = match (var("PALISADE_KEY"), var("PALISADE_KEY_FILE")) {
+        let key = match (var("PALISADE_API_KEY"), var("PALISADE_API_KEY_FILE")) {
             (Some(key), _) => Some(key),
             (None, Some(path)) => Some(
                 std::fs::read_to_string(&path)

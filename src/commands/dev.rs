@@ -154,26 +154,26 @@ Palisade dev cluster is up (data and logs in {root}).
   gateway:        {gateway}
 
 Clients need the API key in {root}/admin.key (principal `admin`, allowed
-everything by {root}/policy.json): the CLI and SDK read PALISADE_KEY.
+everything by {root}/policy.json): the CLI and SDK read PALISADE_API_KEY.
 
-  export PALISADE_KEY=$(cat {root}/admin.key)
+  export PALISADE_API_KEY=$(cat {root}/admin.key)
 
 Walkthrough: a paused leader's late write is refused.
 
   # A acquires a 2 s lease and writes with its token
-  A=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
+  A=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
   JWT_A=$(echo \"$A\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
 
   # A stops renewing; after 2 s B gets the lease (waiting up to 5 s), raises the fence, writes
-  B=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
+  B=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
   JWT_B=$(echo \"$B\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPOST -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
+  curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
 
   # A wakes up and writes: 409 stale_token, nothing changed
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {gateway}/v1/objects/orders/state
-  curl -s -H \"x-palisade-key: $PALISADE_KEY\" {gateway}/v1/objects/orders/state
+  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {gateway}/v1/objects/orders/state
+  curl -s -H \"x-palisade-key: $PALISADE_API_KEY\" {gateway}/v1/objects/orders/state
 
   palisade cluster status      # who leads (the CLI defaults to these endpoints)
 

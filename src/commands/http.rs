@@ -33,23 +33,23 @@ pub struct Credentials {
     /// The API key to send (`x-palisade-key`).
     #[arg(
         long,
-        env = "PALISADE_KEY",
+        env = "PALISADE_API_KEY",
         hide_env_values = true,
-        conflicts_with = "key_file"
+        conflicts_with = "api_key_file"
     )]
-    pub key: Option<String>,
+    pub api_key: Option<String>,
     /// A file holding the API key (e.g. admin.key from `palisade dev`).
-    #[arg(long, env = "PALISADE_KEY_FILE")]
-    pub key_file: Option<PathBuf>,
+    #[arg(long, env = "PALISADE_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
 }
 
 impl Credentials {
-    /// The key, from `--key` or `--key-file`, if any.
+    /// The key, from `--api-key` or `--api-key-file`, if any.
     ///
     /// # Errors
     /// The key file cannot be read.
     pub fn key(&self) -> anyhow::Result<Option<String>> {
-        match (&self.key, &self.key_file) {
+        match (&self.api_key, &self.api_key_file) {
             (Some(key), _) => Ok(Some(key.trim().to_owned())),
             (None, Some(path)) => Ok(Some(
                 palisade_serve::policy::read_key(path).map_err(|e| anyhow::anyhow!("{e}"))?,

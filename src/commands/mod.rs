@@ -138,3 +138,15 @@ pub async fn shutdown_signal() {
         let _ = interrupt.await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's flags are unique and well formed (clap checks a
+    /// subcommand only when it is parsed; this checks them all).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}
