@@ -58,6 +58,11 @@ pub struct ClusterConfig {
     /// If set, every start of a node waits this long for its `listening
     /// on` line (and fails without it).
     pub wait_listening: Option<Duration>,
+    /// Serve the client API over TLS (`--client-tls`, with the
+    /// certificates of [`PeerAuth::Certs`]); URLs are then `https://`.
+    pub client_tls: bool,
+    /// The policy file every node enforces (`--policy`); `None`: open.
+    pub policy: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -70,6 +75,8 @@ impl ClusterConfig {
                 .collect(),
             peer_auth,
             wait_listening: None,
+            client_tls: false,
+            policy: None,
         }
     }
 }
@@ -89,6 +96,10 @@ pub struct Cluster {
     nodes: Vec<Option<Node>>,
     /// From [`ClusterConfig::wait_listening`].
     wait_listening: Option<Duration>,
+    /// From [`ClusterConfig::client_tls`].
+    client_tls: bool,
+    /// From [`ClusterConfig::policy`].
+    policy: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -118,6 +129,8 @@ impl Cluster {
             setups,
             peer_auth: config.peer_auth,
             wait_listening: config.wait_listening,
+            client_tls: config.client_tls,
+            policy: config.policy,
         };
         for id in cluster.ids() {
             cluster.start_node(id)?;
@@ -149,6 +162,14 @@ impl Cluster {
     /// How node `id` starts.
     fn spec(&self, id: u64) -> NodeSpec {
         let setup = &self.setups[index(id)];
+        let mut args = Vec::new();
+        if self.client_tls {
+            args.push("--client-tls".to_owned());
+        }
+        if let Some(policy) = &self.policy {
+            args.extend(["--policy".to_owned(), policy.display().to_string()]);
+        }
+        args.extend(setup.args.iter().cloned());
         NodeSpec {
             role: Role::Election {
                 id,
@@ -158,7 +179,7 @@ impl Cluster {
             },
             listen: format!("{}:{}", setup.host, setup.port),
             data_dir: setup.data_dir.clone(),
-            args: setup.args.clone(),
+            args,
             env: setup.env.clone(),
             logs: setup.logs.clone(),
         }
@@ -213,7 +234,8 @@ impl Cluster {
     /// If the cluster has no node `id` (so do the other accessors by id).
     pub fn url(&self, id: u64) -> String {
         let setup = &self.setups[index(id)];
-        format!("http://{}:{}", setup.host, setup.port)
+        let scheme = if self.client_tls { "https" } else { "http" };
+        format!("{scheme}://{}:{}", setup.host, setup.port)
     }
 
     /// Where node `id`'s peers reach it: `host:port` of its peer listener.

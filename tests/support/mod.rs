@@ -54,6 +54,106 @@ pub fn spawn_gateway(data_dir: &Path, key: &TestKey) -> Process {
     ))
 }
 
+/// What clients of a secured cluster need: the CA its servers' certificates
+/// chain to and the API keys of its principals — `admin` (everything) and
+/// `orders` (acquire and read leases named `orders.*`).
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The cluster CA (`certs/ca.pem`).
+    pub ca: std::path::PathBuf,
+    /// The certificates directory (`--certs`).
+    pub certs: std::path::PathBuf,
+    /// The policy file.
+    pub policy: std::path::PathBuf,
+    keys: std::path::PathBuf,
+}
+
+impl Access {
+    fn new(dir: &Path) -> Self {
+        use palisade_serve::policy::{add, operator, Rules};
+        let keys = dir.join("policy");
+        add(&keys, "admin", &operator()).expect("policy: admin");
+        let orders = Rules {
+            acquire: vec!["orders.".into()],
+            read: vec!["orders.".into()],
+            ..Rules::default()
+        };
+        add(&keys, "orders", &orders).expect("policy: orders");
+        Self {
+            ca: dir.join("certs").join("ca.pem"),
+            certs: dir.join("certs"),
+            policy: keys.join("policy.json"),
+            keys,
+        }
+    }
+
+    /// The API key file of `principal`.
+    pub fn key_file(&self, principal: &str) -> std::path::PathBuf {
+        self.keys.join(format!("{principal}.key"))
+    }
+
+    /// The API key of `principal`.
+    pub fn key(&self, principal: &str) -> String {
+        palisade_serve::policy::read_key(&self.key_file(principal)).expect("key file")
+    }
+
+    /// An HTTP client that trusts the CA and sends `principal`'s key.
+    pub fn http(&self, principal: &str) -> reqwest::Client {
+        let pem = std::fs::read(&self.ca).expect("ca.pem");
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            palisade_client::API_KEY_HEADER,
+            self.key(principal).parse().expect("header"),
+        );
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+            .default_headers(headers)
+            .build()
+            .expect("client")
+    }
+
+    /// An SDK client for `cluster` (and `gateway`) as `principal`.
+    pub fn sdk(
+        &self,
+        cluster: &Cluster,
+        gateway: Option<&Process>,
+        principal: &str,
+    ) -> palisade_client::Client {
+        let mut config = palisade_client::ClientConfig::new(cluster.urls())
+            .with_ca_file(&self.ca)
+            .expect("ca")
+            .with_api_key(&self.key(principal))
+            .expect("key");
+        config.gateway = gateway.map(|g| g.url.clone());
+        palisade_client::Client::new(config)
+    }
+
+    /// How a gateway for `cluster` starts: over TLS, enforcing the policy,
+    /// fetching keys from the nodes' https:// JWKS.
+    pub fn gateway_for(&self, cluster: &Cluster, data_dir: &Path) -> NodeSpec {
+        let mut spec = gateway_for(cluster, data_dir);
+        spec.args.extend([
+            "--certs".to_owned(),
+            self.certs.display().to_string(),
+            "--policy".to_owned(),
+            self.policy.display().to_string(),
+        ]);
+        spec
+    }
+
+    /// The flags a `palisade` client command needs to reach the cluster as
+    /// `principal`.
+    pub fn cli_args(&self, principal: &str) -> Vec<String> {
+        vec![
+            "--ca".to_owned(),
+            self.ca.display().to_string(),
+            "--api-key-file".to_owned(),
+            self.key_file(principal).display().to_string(),
+        ]
+    }
+}
+
 /// A signing key with its public half in a PEM file.
 pub struct TestKey {
     signing: EncodingKey,
@@ -135,12 +235,26 @@ impl Cluster {
 
     /// Starts three nodes, node `i + 1` as `setups[i]` says.
     pub fn start_with(dir: &Path, setups: Vec<NodeSetup>) -> Self {
+        Self::start_configured(dir, setups, None)
+    }
+
+    /// Starts three nodes as `setups` say, serving clients over TLS and
+    /// enforcing a policy with the principals of [`Access`].
+    pub fn start_secure(dir: &Path, setups: Vec<NodeSetup>) -> (Self, Access) {
+        let access = Access::new(dir);
+        let cluster = Self::start_configured(dir, setups, Some(&access));
+        (cluster, access)
+    }
+
+    fn start_configured(dir: &Path, setups: Vec<NodeSetup>, access: Option<&Access>) -> Self {
         let certs = dir.join("certs");
         make_certs(&certs);
         let config = ClusterConfig {
             nodes: setups,
             peer_auth: PeerAuth::Certs(certs),
             wait_listening: Some(LISTEN_TIMEOUT),
+            client_tls: access.is_some(),
+            policy: access.map(|a| a.policy.clone()),
         };
         let inner = palisade_local_cluster::Cluster::start(palisade(), config).expect("cluster");
         let peer_ports = inner.ids().map(|id| inner.setup(id).peer_port).collect();
