@@ -187,7 +187,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         PeerAuth::Insecure
     } else {
         let certs = dir.path().join("certs");
-        make_certs(palisade, &certs, 3)?;
+        make_certs(palisade, &certs, 3, &[])?;
         PeerAuth::Certs(certs)
     };
     let mut config = ClusterConfig::new(dir.path(), 3, peer_auth);

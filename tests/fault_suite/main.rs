@@ -9,9 +9,10 @@
 //! - a follower whose data dir is wiped, restarted with its old flags (shut
 //!   out: its acks and votes do not count), then replaced: removed and added
 //!   back through the membership API;
-//! - a hostile client that renews and releases the held leases with
-//!   everything `GET` shows (holder, token, index) and no secret: every
-//!   attempt must fail;
+//! - a hostile client that, every second of the run (and in bursts as a
+//!   fault), renews, releases and re-acquires with a 1 s ttl the held
+//!   leases with everything `GET` shows (holder, token, index) and no
+//!   secret, as a principal with every right: every attempt must fail;
 //! - network partitions that drop real packets (`netns.rs`): the Raft leader
 //!   isolated, a follower isolated (majority/minority), and a bridge (the
 //!   leader cut from one follower, both still reaching the third);
@@ -19,6 +20,10 @@
 //!   clocks (monotonic included) run 4% fast, so it expires leases early,
 //!   and worker w2's run 4% slow, so it believes in its lease longer; the
 //!   SDK's margin (deadline = ttl - 10%) must cover both at once.
+//!
+//! Clients speak TLS to the election nodes and the gateway, and both
+//! enforce a policy: the workers are the `orders` principal (their leases
+//! are `orders.*`), the harness and the hostile client `admin`.
 //!
 //! Every worker logs held intervals, writes and reads on CLOCK_MONOTONIC
 //! (read through a direct vDSO call that libfaketime does not touch, so
@@ -47,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use checker::{check, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
 use palisade_local_cluster::NodeSpec;
-use support::{free_ports, gateway_for, http_client, node_setup, spawn_node, Cluster, Process};
+use support::{free_ports, node_setup, spawn_node, Access, Cluster, Process};
 
 const TTL_MS: u64 = 1500;
 /// L1, stated: after any fault heals, every lease has a holder again within
@@ -104,6 +109,7 @@ fn drift_env(lib: Option<&Path>, rate: f64) -> Vec<(String, String)> {
 
 fn worker(
     cluster: &Cluster,
+    access: &Access,
     gateway: &str,
     lease: &str,
     holder: &str,
@@ -132,6 +138,7 @@ fn worker(
             "--history",
         ])
         .arg(history)
+        .args(access.cli_args("orders"))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -287,21 +294,27 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
 
 /// Who holds which lease: two workers per lease.
 const ROLES: [(&str, &str); 4] = [
-    ("alpha", "w1"),
-    ("alpha", "w2"),
-    ("beta", "w3"),
-    ("beta", "w4"),
+    ("orders.alpha", "w1"),
+    ("orders.alpha", "w2"),
+    ("orders.beta", "w3"),
+    ("orders.beta", "w4"),
 ];
 
 /// The processes under test and how to hurt them.
 struct Harness {
+    /// The `admin` principal's client.
     http: reqwest::Client,
+    access: Access,
     cluster: Cluster,
     gateway: Process,
     workers: Vec<Child>,
     histories: Vec<PathBuf>,
     /// What the hostile client got away with (must stay empty).
     thefts: Vec<String>,
+    /// The hostile client that tries every second; yields its thefts and
+    /// how many rounds it ran.
+    thief: Option<tokio::task::JoinHandle<(Vec<String>, u32)>>,
+    thief_stop: palisade_client::CancellationToken,
 }
 
 impl Harness {
@@ -322,13 +335,13 @@ impl Harness {
                 setup
             })
             .collect();
-        let cluster = Cluster::start_with(dir, setups);
-        let http = http_client();
+        let (cluster, access) = Cluster::start_secure(dir, setups);
+        let http = access.http("admin");
         cluster.leader(&http).await;
         let gateway = spawn_node(NodeSpec {
             // A fixed port, so a restart keeps the address the workers know.
             listen: format!("127.0.0.1:{}", free_ports(1)[0]),
-            ..gateway_for(&cluster, &dir.join("gateway"))
+            ..access.gateway_for(&cluster, &dir.join("gateway"))
         });
         let histories: Vec<PathBuf> = ROLES
             .iter()
@@ -343,16 +356,25 @@ impl Harness {
                 } else {
                     Vec::new()
                 };
-                worker(&cluster, &gateway.url, lease, holder, path, &env)
+                worker(&cluster, &access, &gateway.url, lease, holder, path, &env)
             })
             .collect();
+        let thief_stop = palisade_client::CancellationToken::new();
+        let thief = tokio::spawn(steal_every_second(
+            http.clone(),
+            cluster.urls(),
+            thief_stop.clone(),
+        ));
         Self {
             http,
+            access,
             cluster,
             gateway,
             workers,
             histories,
             thefts: Vec::new(),
+            thief: Some(thief),
+            thief_stop,
         }
     }
 
@@ -437,13 +459,14 @@ impl Harness {
                 cluster.start_node(victim).expect("restart wiped");
                 // Shut out (its acks and votes do not count) until replaced.
                 tokio::time::sleep(Duration::from_millis(300 + schedule.next(700))).await;
-                replace(http, cluster, victim).await;
+                replace(http, &self.access, cluster, victim).await;
             }
             HOSTILE_CLIENT => {
                 let until = Instant::now() + Duration::from_millis(1000 + schedule.next(1000));
                 while Instant::now() < until {
                     let (lease, _) = ROLES[schedule.next(ROLES.len() as u64) as usize];
-                    self.thefts.extend(steal(http, cluster, lease).await);
+                    self.thefts
+                        .extend(steal(http, &cluster.urls()[0], lease).await);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -454,6 +477,16 @@ impl Harness {
     /// Stops the workers cleanly (they log their last held interval) and
     /// reads their histories and the final state of every key written.
     async fn finish(&mut self, faults: Vec<Fault>) -> History {
+        self.thief_stop.cancel();
+        if let Some(thief) = self.thief.take() {
+            let (stolen, rounds) = thief.await.expect("the hostile client");
+            eprintln!("fault suite: the hostile client tried {rounds} rounds");
+            assert!(
+                rounds >= 5,
+                "the hostile client hardly ran: {rounds} rounds"
+            );
+            self.thefts.extend(stolen);
+        }
         for worker in &self.workers {
             signal(worker.id(), "TERM");
         }
@@ -503,11 +536,8 @@ fn keep(seed: u64, histories: &[PathBuf], faults: &[Fault]) -> PathBuf {
 
 /// Removes node `victim` and adds it back (it lost its data), retrying
 /// while leadership moves; panics if that cannot be done in 30 s.
-async fn replace(http: &reqwest::Client, cluster: &Cluster, victim: u64) {
-    let slow = reqwest::Client::builder()
-        .timeout(Duration::from_secs(65))
-        .build()
-        .expect("client");
+async fn replace(http: &reqwest::Client, access: &Access, cluster: &Cluster, victim: u64) {
+    let slow = access.http_with_timeout("admin", Duration::from_secs(65));
     let started = Instant::now();
     let mut removed = false;
     let mut last = String::new();
@@ -544,13 +574,34 @@ async fn replace(http: &reqwest::Client, cluster: &Cluster, victim: u64) {
     panic!("could not replace node {victim}: {last}");
 }
 
-/// One theft attempt with everything `GET` shows of `lease`: renew and
-/// release in the holder's name with its token and grant index, no secret.
+/// The hostile client of the whole run: every second, a theft attempt on
+/// each lease through a node picked in turn, until `stop`.
+async fn steal_every_second(
+    http: reqwest::Client,
+    urls: Vec<String>,
+    stop: palisade_client::CancellationToken,
+) -> (Vec<String>, u32) {
+    let mut stolen = Vec::new();
+    let mut rounds = 0u32;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return (stolen, rounds),
+            _ = tick.tick() => {}
+        }
+        let base = &urls[rounds as usize % urls.len()];
+        for lease in ["orders.alpha", "orders.beta"] {
+            stolen.extend(steal(&http, base, lease).await);
+        }
+        rounds += 1;
+    }
+}
+
+/// One theft attempt with everything `GET` shows of `lease`: renew,
+/// release, and a repeated acquire with a 1 s ttl (which would shorten the
+/// grant) in the holder's name with its token and grant index, no secret.
 /// Returns what succeeded (nothing may).
-async fn steal(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Vec<String> {
-    let Some(base) = cluster.urls().into_iter().next() else {
-        return Vec::new();
-    };
+async fn steal(http: &reqwest::Client, base: &str, lease: &str) -> Vec<String> {
     let Ok(response) = http.get(format!("{base}/v1/leases/{lease}")).send().await else {
         return Vec::new();
     };
@@ -566,21 +617,50 @@ async fn steal(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Vec<St
         "grant_index": shown["modify_index"],
     });
     let mut stolen = Vec::new();
-    for call in ["renew", "release"] {
+    for call in ["renew", "release", "acquire"] {
         let mut body = public.clone();
-        if call == "renew" {
-            body.as_object_mut().map(|b| b.remove("grant_index"));
+        if let Some(fields) = body.as_object_mut() {
+            match call {
+                "renew" => {
+                    fields.remove("grant_index");
+                }
+                "acquire" => {
+                    fields.remove("grant_index");
+                    fields.remove("token");
+                    fields.insert("ttl_ms".into(), 1000.into());
+                }
+                _ => {}
+            }
         }
         let answer = http
             .post(format!("{base}/v1/leases/{lease}/{call}"))
             .json(&body)
             .send()
             .await;
-        if let Ok(answer) = answer {
-            if answer.status().is_success() {
-                stolen.push(format!("{call} {lease} as {}", shown["holder"]));
-            }
+        let Ok(answer) = answer else { continue };
+        if !answer.status().is_success() {
+            continue;
         }
+        let granted: serde_json::Value = answer.json().await.unwrap_or_default();
+        if call == "acquire" && granted["token"] != shown["token"] {
+            // The grant it saw had lapsed meanwhile and the lease was free:
+            // this is a new grant (higher token, its own secret), which
+            // anyone with the acquire right may take. Not a theft; give it
+            // back so the workers are not held up.
+            let release = serde_json::json!({
+                "holder": granted["holder"],
+                "token": granted["token"],
+                "secret": granted["secret"],
+                "grant_index": granted["grant_index"],
+            });
+            let _ = http
+                .post(format!("{base}/v1/leases/{lease}/release"))
+                .json(&release)
+                .send()
+                .await;
+            continue;
+        }
+        stolen.push(format!("{call} {lease} as {}: {granted}", shown["holder"]));
     }
     stolen
 }
@@ -911,4 +991,45 @@ fn the_checker_catches_tokens_going_down_in_commit_order() {
     history.writes[0].version = Some(60);
     history.writes[1].version = Some(50);
     assert_eq!(check(&history, BOUNDS), Vec::<String>::new());
+}
+
+#[test]
+fn a_gap_across_chained_faults_is_bounded_by_the_last_heal() {
+    // No holder from 100 to 150 — longer than a 30 ns gap bound — across
+    // two faults (90..110 and 115..125): allowed only if it ends within
+    // the recovery bound of the last heal (125).
+    let mut history = good_history();
+    history.faults = vec![
+        Fault {
+            kind: KILL_LEADER,
+            from: 90,
+            healed: 110,
+        },
+        Fault {
+            kind: STOP_LEADER,
+            from: 115,
+            healed: 125,
+        },
+    ];
+    let bounds = |recovery_ns| Bounds {
+        max_gap_ns: 30,
+        recovery_ns,
+    };
+    assert_eq!(check(&history, bounds(30)), Vec::<String>::new());
+    let violations = check(&history, bounds(20));
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("L1") && v.contains("last of its faults")),
+        "{violations:?}"
+    );
+    // With one fault only, the gap bound applies as before.
+    history.faults.truncate(1);
+    let violations = check(&history, bounds(1_000));
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("L1: l had no holder for")),
+        "{violations:?}"
+    );
 }

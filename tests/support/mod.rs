@@ -99,6 +99,11 @@ impl Access {
 
     /// An HTTP client that trusts the CA and sends `principal`'s key.
     pub fn http(&self, principal: &str) -> reqwest::Client {
+        self.http_with_timeout(principal, Duration::from_secs(5))
+    }
+
+    /// As [`Access::http`], with another request timeout.
+    pub fn http_with_timeout(&self, principal: &str, timeout: Duration) -> reqwest::Client {
         let pem = std::fs::read(&self.ca).expect("ca.pem");
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(
@@ -106,7 +111,7 @@ impl Access {
             self.key(principal).parse().expect("header"),
         );
         reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
+            .timeout(timeout)
             .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
             .default_headers(headers)
             .build()
@@ -212,7 +217,13 @@ pub fn node_setup(dir: &Path, id: u64, host: &str) -> NodeSetup {
 /// Runs `palisade certs init` into `dir`: certificates for nodes 1..=4 (a
 /// [`Cluster`] runs 1..=3; node 4's is for tests of a non-member).
 pub fn make_certs(dir: &Path) {
-    palisade_local_cluster::make_certs(palisade(), dir, 4).expect("palisade certs init");
+    make_certs_for(dir, &["127.0.0.1"]);
+}
+
+/// As [`make_certs`], server certificates valid for `ips` (the hosts the
+/// nodes listen on, which TLS clients dial).
+pub fn make_certs_for(dir: &Path, ips: &[&str]) {
+    palisade_local_cluster::make_certs(palisade(), dir, 4, ips).expect("palisade certs init");
 }
 
 /// A three-node election cluster of real processes on loopback, with mutual
@@ -248,7 +259,10 @@ impl Cluster {
 
     fn start_configured(dir: &Path, setups: Vec<NodeSetup>, access: Option<&Access>) -> Self {
         let certs = dir.join("certs");
-        make_certs(&certs);
+        let mut hosts: Vec<&str> = setups.iter().map(|s| s.host.as_str()).collect();
+        hosts.push("127.0.0.1");
+        hosts.dedup();
+        make_certs_for(&certs, &hosts);
         let config = ClusterConfig {
             nodes: setups,
             peer_auth: PeerAuth::Certs(certs),
