@@ -99,6 +99,16 @@ impl SecretHash {
         Self(Sha256::digest(secret.expose().as_bytes()).into())
     }
 
+    /// The hash's bytes (for the snapshot encoding).
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A hash from its bytes (as the snapshot encoding stores them).
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
     /// Whether `presented` is the secret of this hash; `false` for `None`.
     /// Compared in constant time.
     pub fn matches(&self, presented: Option<&SecretHash>) -> bool {

@@ -83,6 +83,15 @@ pub struct LeaseTable {
 }
 
 impl LeaseTable {
+    /// The table without its leases (what a snapshot's header holds).
+    pub fn clone_without_leases(&self) -> Self {
+        Self {
+            leases: BTreeMap::new(),
+            signing_key: self.signing_key.clone(),
+            previous_keys: self.previous_keys.clone(),
+        }
+    }
+
     /// Every key the cluster publishes: the signing one first, then the
     /// rotated-out ones not yet retired.
     pub fn published_keys(&self) -> impl Iterator<Item = &SigningKeyRecord> {

@@ -28,6 +28,7 @@ pub mod read_batcher;
 pub mod retirement;
 
 pub mod signing;
+pub mod snapshot_codec;
 pub mod state_machine;
 
 openraft::declare_raft_types!(

@@ -223,25 +223,33 @@ impl PeerClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let response = self
-            .dialer
-            .request(
-                reqwest::Method::POST,
-                self.target,
-                &self.addr,
-                &format!("/raft/{path}"),
-            )
-            .json(request)
-            .timeout(timeout)
-            .send()
+        self.exchange(path, |builder| builder.json(request), timeout)
             .await
-            .map_err(|e| {
-                if e.is_connect() {
-                    RPCError::Unreachable(Unreachable::new(&e))
-                } else {
-                    RPCError::Network(NetworkError::new(&e))
-                }
-            })?;
+    }
+
+    /// One RPC: `body` fills the request; the answer is JSON.
+    async fn exchange<Resp>(
+        &self,
+        path: &str,
+        body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Resp: DeserializeOwned,
+    {
+        let request = self.dialer.request(
+            reqwest::Method::POST,
+            self.target,
+            &self.addr,
+            &format!("/raft/{path}"),
+        );
+        let response = body(request).timeout(timeout).send().await.map_err(|e| {
+            if e.is_connect() {
+                RPCError::Unreachable(Unreachable::new(&e))
+            } else {
+                RPCError::Network(NetworkError::new(&e))
+            }
+        })?;
         if !response.status().is_success() {
             return Err(RPCError::Network(NetworkError::from_string(format!(
                 "node {} answered {} to {path}",
@@ -295,10 +303,20 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let request = (vote, snapshot.meta, snapshot.snapshot.into_inner());
+        let frame = snapshot_frame(&vote, &snapshot.meta, snapshot.snapshot.get_ref())
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        let send = self.exchange(
+            "snapshot",
+            |builder| {
+                builder
+                    .header(http::header::CONTENT_TYPE, "application/octet-stream")
+                    .body(frame)
+            },
+            option.hard_ttl(),
+        );
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            result = self.call("snapshot", &request, option.hard_ttl()) => Ok(result?),
+            result = send => Ok(result?),
         }
     }
 
@@ -427,13 +445,60 @@ fn speaks_for_itself(from: PeerId, vote: &VoteOf<TypeConfig>) -> Result<(), ApiE
     }
 }
 
+/// The largest snapshot a node accepts from a peer: 1 GiB (about ten
+/// million leases in [`crate::snapshot_codec`]'s encoding).
+pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// The snapshot RPC's body: `u32` (little-endian) length of a JSON
+/// `[vote, meta]`, that JSON, then the snapshot data as it is — no JSON
+/// array of numbers around a blob that may be hundreds of megabytes.
+fn snapshot_frame(
+    vote: &VoteOf<TypeConfig>,
+    meta: &openraft::alias::SnapshotMetaOf<TypeConfig>,
+    data: &[u8],
+) -> Result<Vec<u8>, std::io::Error> {
+    let header = serde_json::to_vec(&(vote, meta))?;
+    let len = u32::try_from(header.len()).map_err(std::io::Error::other)?;
+    let mut frame = Vec::with_capacity(4 + header.len() + data.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&header);
+    frame.extend_from_slice(data);
+    Ok(frame)
+}
+
+/// A snapshot RPC's parts: the sender's vote, the snapshot's meta, its data.
+type SnapshotParts = (
+    VoteOf<TypeConfig>,
+    openraft::alias::SnapshotMetaOf<TypeConfig>,
+    Vec<u8>,
+);
+
+/// Splits a [`snapshot_frame`] into vote, meta and data.
+fn parse_snapshot_frame(mut frame: Vec<u8>) -> Result<SnapshotParts, String> {
+    let len = frame
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .ok_or("snapshot frame: truncated")? as usize;
+    let header = frame
+        .get(4..4 + len)
+        .ok_or("snapshot frame: truncated header")?;
+    let (vote, meta) =
+        serde_json::from_slice(header).map_err(|e| format!("snapshot frame: {e}"))?;
+    let data = frame.split_off(4 + len);
+    Ok((vote, meta, data))
+}
+
 /// The routes peers call: `/raft/{append,vote,pre-vote,snapshot,transfer-leader}`.
 fn raft_routes(raft: Arc<Raft>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
-        .route("/raft/snapshot", post(snapshot))
+        .route(
+            "/raft/snapshot",
+            post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
+        )
         .route("/raft/transfer-leader", post(transfer_leader))
         .with_state(raft)
 }
@@ -470,12 +535,9 @@ async fn pre_vote(
 async fn snapshot(
     State(raft): State<Arc<Raft>>,
     Extension(from): Extension<PeerId>,
-    Json((vote, meta, data)): Json<(
-        VoteOf<TypeConfig>,
-        openraft::alias::SnapshotMetaOf<TypeConfig>,
-        Vec<u8>,
-    )>,
+    frame: axum::body::Bytes,
 ) -> RpcResult<SnapshotResponse<TypeConfig>> {
+    let (vote, meta, data) = parse_snapshot_frame(frame.to_vec()).map_err(ApiError::BadRequest)?;
     speaks_for_itself(from, &vote)?;
     let snapshot = Snapshot {
         meta,

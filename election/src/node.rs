@@ -98,6 +98,10 @@ impl ElectionNode {
             enable_pre_vote: Some(true),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: 1000,
+            // Sending a snapshot of 100k leases (~10 MB) takes well over
+            // openraft's 200 ms default; it blocks only that follower's
+            // replication stream.
+            install_snapshot_timeout: 60_000,
             ..Config::default()
         }
         .validate()

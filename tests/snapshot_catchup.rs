@@ -1,0 +1,165 @@
+//! Snapshots of a big table, on real processes: a follower paused while the
+//! leader grants 10 000 leases and purges its log, then resumed, catches
+//! up by snapshot; so does a wiped node added back. 10 000 leases is twice
+//! the size at which the old JSON snapshots (over axum's 2 MiB body limit
+//! and openraft's 200 ms snapshot timeout) left a follower stuck forever.
+//! Both are checked by applied index and by reading a lease from the
+//! node's own state (a watch, which any node answers from what it applied).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{get_json, http_client, node_setup, post_json_once, Cluster};
+
+const LEASES: usize = 10_000;
+
+/// Acquires `LEASES` leases on `base`, 32 at a time.
+async fn grant_many(client: &reqwest::Client, base: &str, prefix: &str) {
+    let mut tasks = Vec::new();
+    for task in 0..32 {
+        let (client, base, prefix) = (client.clone(), base.to_owned(), prefix.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for i in (task..LEASES).step_by(32) {
+                let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
+                let body = json!({"holder": format!("h{i}"), "ttl_ms": 3_600_000});
+                let mut done = false;
+                for _ in 0..20 {
+                    let (status, _) = post_json_once(&client, &url, body.clone()).await;
+                    if status == 200 {
+                        done = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                assert!(done, "acquire {prefix}-{i} failed");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("acquirer");
+    }
+}
+
+async fn cluster_view(client: &reqwest::Client, base: &str) -> Value {
+    get_json(client, &format!("{base}/v1/cluster"), "cluster").await
+}
+
+/// Waits (at most `limit`) until node `url` has applied `index`; returns
+/// how long that took.
+async fn caught_up(client: &reqwest::Client, url: &str, index: u64, limit: Duration) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(answer) = client.get(format!("{url}/v1/cluster")).send().await {
+            if let Ok(view) = answer.json::<Value>().await {
+                if view["applied_index"].as_u64().unwrap_or(0) >= index {
+                    return started.elapsed();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{url} did not apply index {index} within {limit:?}");
+}
+
+/// The lease as node `url` itself applied it.
+async fn local_lease(client: &reqwest::Client, url: &str, lease: &str) -> Value {
+    get_json(
+        client,
+        &format!("{url}/v1/leases/{lease}/watch?index=0&wait_ms=0"),
+        "local lease",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_behind_the_purge_point_catch_up_by_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            setup.args = vec!["--snapshot-every".into(), "500".into()];
+            setup
+        })
+        .collect();
+    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let base = cluster.url(leader);
+    let lagging = cluster.ids().find(|id| *id != leader).expect("a follower");
+
+    // 1. A follower paused while the table grows and the log is purged.
+    cluster.pause(lagging).expect("SIGSTOP");
+    let before = cluster_view(&client, &base).await["last_log_index"]
+        .as_u64()
+        .expect("index");
+    grant_many(&client, &base, "big").await;
+    let view = cluster_view(&client, &base).await;
+    let target = view["last_log_index"].as_u64().expect("index");
+    let purged = view["purged_index"].as_u64().unwrap_or(0);
+    assert!(
+        purged > before,
+        "the leader purged past the paused follower ({before}): {view}"
+    );
+    cluster.resume(lagging).expect("SIGCONT");
+    let took = caught_up(
+        &client,
+        &cluster.url(lagging),
+        target,
+        Duration::from_secs(60),
+    )
+    .await;
+    let lease = local_lease(&client, &cluster.url(lagging), "big-9999").await;
+    assert_eq!(lease["holder"], "h9999", "{lease}");
+    let lagging_view = cluster_view(&client, &cluster.url(lagging)).await;
+    assert!(
+        lagging_view["snapshot_index"].as_u64().unwrap_or(0) > before,
+        "it caught up from a snapshot: {lagging_view}"
+    );
+    eprintln!("paused follower caught up {LEASES} leases in {took:?}");
+
+    // 2. A node whose disk was wiped, removed and added back empty.
+    let leader = cluster.leader(&client).await;
+    let wiped = cluster.ids().find(|id| *id != leader).expect("a follower");
+    cluster.kill(wiped);
+    std::fs::remove_dir_all(&cluster.setup(wiped).data_dir).expect("wipe");
+    let removed = client
+        .delete(format!(
+            "{}/v1/cluster/members/{wiped}",
+            cluster.url(leader)
+        ))
+        .send()
+        .await
+        .expect("remove");
+    assert_eq!(removed.status(), 200, "{:?}", removed.text().await);
+    cluster.start_node(wiped).expect("restart empty");
+    let long = reqwest::Client::builder()
+        .timeout(Duration::from_secs(70))
+        .build()
+        .expect("client");
+    let started = Instant::now();
+    let (status, added) = post_json_once(
+        &long,
+        &format!("{}/v1/cluster/members", cluster.url(leader)),
+        json!({"id": wiped, "addr": cluster.peer_addr(wiped)}),
+    )
+    .await;
+    assert_eq!(status, 200, "{added}");
+    let target = cluster_view(&client, &cluster.url(leader)).await["last_log_index"]
+        .as_u64()
+        .expect("index");
+    caught_up(
+        &client,
+        &cluster.url(wiped),
+        target,
+        Duration::from_secs(60),
+    )
+    .await;
+    let lease = local_lease(&client, &cluster.url(wiped), "big-0").await;
+    assert_eq!(lease["holder"], "h0", "{lease}");
+    eprintln!(
+        "wiped node re-added and caught up {LEASES} leases in {:?}",
+        started.elapsed()
+    );
+}
