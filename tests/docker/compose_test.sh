@@ -11,6 +11,8 @@
 #   4. disconnect an election node from the network and reconnect it: it
 #      catches up;
 #   5. restart the gateway container: the data survived.
+# Clients speak TLS and carry the generated admin key (step 0 checks that
+# a client without one is refused).
 # Tears everything down on exit, failure included. Prints what it checked.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,9 +22,10 @@ export ELECTION1_PORT=27001 ELECTION2_PORT=27002 ELECTION3_PORT=27003 GATEWAY_PO
 export DOCKER_BUILDKIT=0
 compose() { docker-compose -p "$project" "$@"; }
 bin=target/x86_64-unknown-linux-gnu/release/palisade
-E=http://127.0.0.1:27001,http://127.0.0.1:27002,http://127.0.0.1:27003
-G=http://127.0.0.1:28080
-inner_election=http://election1:7001,http://election2:7001,http://election3:7001
+E=https://127.0.0.1:27001,https://127.0.0.1:27002,https://127.0.0.1:27003
+G=https://127.0.0.1:28080
+inner_election=https://election1:7001,https://election2:7001,https://election3:7001
+creds=$(mktemp -d)
 
 step() { echo "--- $*"; }
 ok() { echo "ok: $*"; }
@@ -39,7 +42,7 @@ cleanup() {
   docker rm -f "${project}_worker" >/dev/null 2>&1 || true
   compose down -v --remove-orphans >/dev/null 2>&1 || true
 }
-trap cleanup EXIT
+trap 'cleanup; rm -rf "$creds"' EXIT
 
 step "static binary and offline image"
 RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked --target x86_64-unknown-linux-gnu
@@ -61,6 +64,15 @@ wait_healthy() {
 }
 wait_healthy election1 election2 election3 gateway
 ok "3 election nodes and the gateway are healthy"
+
+step "0. clients need TLS and an API key"
+# The cluster's CA and the admin key, from the volume the one-shot services wrote.
+docker cp "$(compose ps -q policy)":/certs/ca.pem "$creds/ca.pem"
+docker cp "$(compose ps -q policy)":/certs/admin.key "$creds/admin.key"
+if out=$("$bin" lease acquire nokey --holder X --election "$E" --ca "$creds/ca.pem" 2>&1); then fail "acquire without a key: $out"; fi
+echo "$out" | grep -q unauthorized || fail "acquire without a key refused for the wrong reason: $out"
+export PALISADE_CA="$creds/ca.pem" PALISADE_API_KEY_FILE="$creds/admin.key"
+ok "no key: $out; with the generated admin key from here on"
 
 retry() { # retry N CMD...: run CMD until it succeeds, at most N times, 0.2 s apart
   local n=$1; shift
@@ -96,9 +108,9 @@ wait_healthy "election$old"
 ok "leader $old killed; node $new leads; B still holds token $TOKEN_B"
 
 step "3. pause a worker holding a lease past its ttl"
-docker run -d --name "${project}_worker" --network "${project}_default" palisade:local \
-  worker --lease paused --holder W --key paused/worker --ttl-ms 1500 --interval-ms 100 \
-  --election "$inner_election" --gateway http://gateway:8080 >/dev/null
+docker run -d --name "${project}_worker" --network "${project}_default" -v "${project}_certs:/certs:ro" palisade:local \
+  worker --ca /certs/ca.pem --api-key-file /certs/admin.key --lease paused --holder W --key paused/worker --ttl-ms 1500 --interval-ms 100 \
+  --election "$inner_election" --gateway https://gateway:8080 >/dev/null
 retry 100 sh -c "'$bin' object get paused/worker --gateway '$G' >/dev/null 2>&1" || fail "worker never wrote"
 docker pause "${project}_worker" >/dev/null
 C=$("$bin" lease acquire paused --holder C --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
@@ -130,7 +142,8 @@ docker network connect --alias "election$f" "${project}_default" "$container"
 # Ask the node itself (from inside its container: published ports may not
 # follow a container that was disconnected and reconnected).
 caught_up() {
-  applied=$(docker exec "$container" /palisade cluster status --election http://127.0.0.1:7001 --json 2>/dev/null \
+  applied=$(docker exec "$container" /palisade cluster status --election https://127.0.0.1:7001 \
+    --ca /certs/ca.pem --api-key-file /certs/admin.key --json 2>/dev/null \
     | json '["applied_index"]' 2>/dev/null || echo 0)
   [ "${applied:-0}" != None ] && [ "${applied:-0}" -ge "$target" ]
 }
