@@ -33,8 +33,9 @@ struct Shared {
     transport: Arc<Transport>,
     /// The grant this handle holds, with its secret and the acquire's index.
     id: GrantId,
+    /// The ttl of the grant as first acquired (renewals follow the
+    /// leader's answer).
     ttl: Duration,
-    margin: Duration,
     state: Mutex<State>,
     /// Flips to true once, when the lease is lost or released.
     lost: watch::Sender<bool>,
@@ -80,15 +81,13 @@ impl Shared {
 impl Lease {
     pub(crate) fn start(transport: Arc<Transport>, grant: Grant, sent: Instant) -> Self {
         let ttl = Duration::from_millis(grant.ttl_ms);
-        let ratio = transport.config.drift_margin_ratio.clamp(0.0, 0.9);
-        let margin = ttl.mul_f64(ratio).max(Duration::from_millis(1));
+        let margin = margin_for(&transport.config, ttl);
         let (lost, _) = watch::channel(false);
         let jwt = grant.jwt.clone();
         let shared = Arc::new(Shared {
             transport,
             id: grant.id(),
             ttl,
-            margin,
             state: Mutex::new(State {
                 jwt,
                 deadline: sent + ttl - margin,
@@ -271,10 +270,16 @@ impl Drop for Lease {
 
 /// Renews every `ttl * renew_ratio`; retries failures quickly until the
 /// deadline; marks the lease lost on refusal or when the deadline passes.
+/// The drift margin for `ttl`: `ttl * drift_margin_ratio`, at least 1 ms.
+fn margin_for(config: &crate::ClientConfig, ttl: Duration) -> Duration {
+    ttl.mul_f64(config.drift_margin_ratio.clamp(0.0, 0.9))
+        .max(Duration::from_millis(1))
+}
+
 async fn renew_loop(shared: Arc<Shared>) {
-    let every = shared
-        .ttl
-        .mul_f64(shared.transport.config.renew_ratio.clamp(0.05, 0.9));
+    let renew_every =
+        |ttl: Duration| ttl.mul_f64(shared.transport.config.renew_ratio.clamp(0.05, 0.9));
+    let mut every = renew_every(shared.ttl);
     let mut next = Instant::now() + every;
     loop {
         let deadline = shared.state().deadline;
@@ -305,11 +310,17 @@ async fn renew_loop(shared: Arc<Shared>) {
         };
         match renewed {
             Ok(grant) => {
+                // The leader extended the grant by the ttl it answers (the
+                // grant's, which a repeated acquire may have lengthened):
+                // that, not the ttl first asked for, bounds the deadline.
+                let ttl = Duration::from_millis(grant.ttl_ms);
+                let margin = margin_for(&shared.transport.config, ttl);
                 let mut state = shared.state();
                 // Never move the deadline past what this renewal guarantees.
-                state.deadline = state.deadline.max(sent + shared.ttl - shared.margin);
+                state.deadline = state.deadline.max(sent + ttl - margin);
                 state.jwt = grant.jwt;
                 drop(state);
+                every = renew_every(ttl);
                 next = sent + every;
             }
             Err(Error::LeaseLost(reason)) => {
