@@ -9,7 +9,7 @@
 //!   trials);
 //! - with `--ops N`: N acquire+release cycles, then disk use and the nodes' RSS.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,39 @@ pub struct ElectionBench {
     /// mutual TLS between peers costs.
     #[arg(long)]
     insecure_peers: bool,
+    /// Serve clients over TLS (`--client-tls`) and enforce a policy (the
+    /// bench calls as its `admin` principal), to measure what client TLS
+    /// and authorization cost. Needs peer certificates (not with
+    /// --insecure-peers).
+    #[arg(long, conflicts_with = "insecure_peers")]
+    secure_clients: bool,
+}
+
+/// What a client of a `--secure-clients` cluster needs: the CA and the
+/// `admin` API key, from `palisade policy init`; a client with `timeout`
+/// trusting the one and sending the other, and the policy file.
+fn secure_client(
+    palisade: &Path,
+    dir: &Path,
+    timeout: Duration,
+) -> anyhow::Result<(reqwest::Client, PathBuf)> {
+    let status = std::process::Command::new(palisade)
+        .args(["policy", "init", "--keep-existing", "--dir"])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "palisade policy init failed: {status}");
+    let key = std::fs::read_to_string(dir.join("admin.key"))?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-palisade-key", key.trim().parse()?);
+    let ca = std::fs::read(dir.join("certs").join("ca.pem"))?;
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_max_idle_per_host(128)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+        .default_headers(headers)
+        .build()?;
+    Ok((client, dir.join("policy.json")))
 }
 
 impl Failover for Cluster {
@@ -195,8 +228,19 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;
     }
+    let (client, short) = if args.secure_clients {
+        let (client, policy) = secure_client(palisade, dir.path(), Duration::from_secs(5))?;
+        let (short, _) = secure_client(palisade, dir.path(), Duration::from_millis(300))?;
+        config.client_tls = true;
+        config.policy = Some(policy);
+        (client, short)
+    } else {
+        (
+            http_client(Duration::from_secs(5), 128)?,
+            http_client(Duration::from_millis(300), 1)?,
+        )
+    };
     let mut cluster = Cluster::start(palisade, config)?;
-    let client = http_client(Duration::from_secs(5), 128)?;
     let Some(leader) = Failover::leader(&cluster, &client).await else {
         anyhow::bail!("the cluster did not elect a leader");
     };
@@ -271,7 +315,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         );
     }
 
-    let mut failovers = failovers(&mut cluster, &client, args.failovers).await?;
+    let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
 
     let mut footprint = None;
     if let Some(ops) = args.ops {

@@ -295,7 +295,8 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let mut failovers = failovers(&mut cluster, &client, args.failovers).await?;
+    let short = http_client(Duration::from_millis(300), 1)?;
+    let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
     drop(cluster);
 
     let single = Etcd::start(1)?;

@@ -159,9 +159,13 @@ pub trait Failover {
 /// `trials` times: SIGKILL the leader, time until the first successful
 /// probe through a survivor (polled every 5 ms, 300 ms per request), then
 /// restart the victim and let it settle.
+///
+/// `short` sends the probes (300 ms per request; it carries whatever TLS
+/// roots and credentials the cluster needs).
 pub async fn failovers<C: Failover>(
     cluster: &mut C,
     client: &reqwest::Client,
+    short: &reqwest::Client,
     trials: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut windows = Vec::new();
@@ -172,11 +176,8 @@ pub async fn failovers<C: Failover>(
         let survivor = cluster.survivor(leader);
         let killed = Instant::now();
         cluster.kill(leader);
-        let short = reqwest::Client::builder()
-            .timeout(Duration::from_millis(300))
-            .build()?;
         let elapsed = loop {
-            if cluster.probe(&short, survivor, trial).await {
+            if cluster.probe(short, survivor, trial).await {
                 break killed.elapsed();
             }
             if killed.elapsed() > C::LIMIT {
