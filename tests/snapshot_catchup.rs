@@ -22,18 +22,25 @@ fn leases() -> usize {
         .unwrap_or(10_000)
 }
 
-/// Acquires [`leases`] leases on `base`, 32 at a time.
+/// Acquires [`leases`] leases on `base`, 32 at a time (or
+/// `PALISADE_SNAPSHOT_CLIENTS`).
 async fn grant_many(client: &reqwest::Client, base: &str, prefix: &str) {
     let count = leases();
+    let clients: usize = std::env::var("PALISADE_SNAPSHOT_CLIENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(32);
     let mut tasks = Vec::new();
-    for task in 0..32 {
+    for task in 0..clients {
         let (client, base, prefix) = (client.clone(), base.to_owned(), prefix.to_owned());
         tasks.push(tokio::spawn(async move {
-            for i in (task..count).step_by(32) {
+            for i in (task..count).step_by(clients) {
                 let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
                 let body = json!({"holder": format!("h{i}"), "ttl_ms": 3_600_000});
+                // Retried for up to 10 s: a leader change under this load
+                // is not what the test is about.
                 let mut done = false;
-                for _ in 0..20 {
+                for _ in 0..200 {
                     let (status, _) = post_json_once(&client, &url, body.clone()).await;
                     if status == 200 {
                         done = true;
@@ -87,7 +94,18 @@ async fn followers_behind_the_purge_point_catch_up_by_snapshot() {
     let setups = (1..=3)
         .map(|id| {
             let mut setup = node_setup(dir.path(), id, "127.0.0.1");
-            setup.args = vec!["--snapshot-every".into(), "500".into()];
+            // Snapshots often enough that 10 000 grants purge far past the
+            // paused follower; `PALISADE_SNAPSHOT_EVERY` for big tables (a
+            // snapshot of 100k leases every 500 grants is all a 2-core
+            // machine would do).
+            let every = std::env::var("PALISADE_SNAPSHOT_EVERY").unwrap_or_else(|_| "500".into());
+            setup.args = vec!["--snapshot-every".into(), every];
+            setup.env = vec![("RUST_LOG".into(), "warn".into())];
+            // Kept after the run (overwritten by the next) for a look.
+            let logs =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/snapshot_catchup");
+            let _ = std::fs::create_dir_all(&logs);
+            setup.logs = palisade_local_cluster::Logs::File(logs.join(format!("node{id}.log")));
             setup
         })
         .collect();
