@@ -86,6 +86,21 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The lease this command changes, if it is about one.
+    pub fn lease(&self) -> Option<&LeaseName> {
+        match self {
+            Command::Acquire { lease, .. }
+            | Command::Release { lease, .. }
+            | Command::Expire { lease, .. }
+            | Command::Revoke { lease, .. } => Some(lease),
+            Command::RotateKey { .. } | Command::RetireKey { .. } | Command::InstallKey { .. } => {
+                None
+            }
+        }
+    }
+}
+
 /// The SHA-256 of a [`GrantSecret`]: what the log, the table and snapshots
 /// keep instead of the secret, so none of them can be used to take a grant
 /// over. Serialized as hex.

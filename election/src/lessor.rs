@@ -19,6 +19,7 @@ use palisade_names::{FencingToken, LeaseName};
 use tokio::time::Instant;
 
 use crate::lease_table::LeaseTable;
+use crate::state_machine::Touched;
 
 /// One tracked grant.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +35,14 @@ struct State {
     /// The term this node leads, if it leads.
     leading: Option<u64>,
     deadlines: HashMap<LeaseName, Tracked>,
+    /// Incremental reconciles since the last full scan of the table.
+    since_full_scan: u32,
 }
+
+/// A full scan of the table at least every this many incremental
+/// reconciles (1 s at the 10 ms tick): a safety net, the change feed is
+/// complete by construction.
+const FULL_SCAN_EVERY: u32 = 100;
 
 /// Why a renewal was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +73,8 @@ impl Lessor {
         if state.leading != Some(term) {
             state.leading = Some(term);
             state.deadlines.clear();
+            // The next reconcile scans the whole table.
+            state.since_full_scan = FULL_SCAN_EVERY;
         }
     }
 
@@ -137,6 +147,55 @@ impl Lessor {
         Ok(())
     }
 
+    /// As [`Lessor::reconcile`], looking only at the leases `touched` names
+    /// (what applies changed since the last call) instead of the whole
+    /// table — O(changes + tracked) rather than O(table) every tick. Scans
+    /// the whole table when `touched.all`, after a promotion (nothing is
+    /// tracked yet), and every [`FULL_SCAN_EVERY`] calls.
+    pub fn reconcile_changes(
+        &self,
+        table: &LeaseTable,
+        touched: &Touched,
+    ) -> Vec<(LeaseName, FencingToken)> {
+        let full = {
+            let mut state = self.state();
+            if state.leading.is_none() {
+                return Vec::new();
+            }
+            state.since_full_scan += 1;
+            touched.all || state.since_full_scan >= FULL_SCAN_EVERY
+        };
+        if full {
+            return self.reconcile(table);
+        }
+        let mut state = self.state();
+        let now = Instant::now();
+        for lease in &touched.names {
+            match table.leases.get(lease) {
+                Some(record) if record.holder.is_some() => {
+                    let current = state
+                        .deadlines
+                        .get(lease)
+                        .is_some_and(|t| t.token == record.token);
+                    if !current {
+                        state.deadlines.insert(
+                            lease.clone(),
+                            Tracked {
+                                token: record.token,
+                                deadline: now + Duration::from_millis(record.ttl_ms),
+                                expiring: false,
+                            },
+                        );
+                    }
+                }
+                _ => {
+                    state.deadlines.remove(lease);
+                }
+            }
+        }
+        Self::due(&mut state, now)
+    }
+
     /// Brings the tracked grants in line with `table` and returns the grants
     /// whose deadline has passed, marking them as expiring. Returns nothing on
     /// a follower.
@@ -145,6 +204,7 @@ impl Lessor {
         if state.leading.is_none() {
             return Vec::new();
         }
+        state.since_full_scan = 0;
         let now = Instant::now();
         state.deadlines.retain(|lease, tracked| {
             table
@@ -164,6 +224,11 @@ impl Lessor {
                 );
             }
         }
+        Self::due(&mut state, now)
+    }
+
+    /// The tracked grants whose deadline has passed, marked as expiring.
+    fn due(state: &mut State, now: Instant) -> Vec<(LeaseName, FencingToken)> {
         let mut expired = Vec::new();
         for (lease, tracked) in &mut state.deadlines {
             if !tracked.expiring && tracked.deadline <= now {
@@ -220,6 +285,80 @@ mod tests {
             },
         );
         table
+    }
+
+    fn touched(names: &[&str]) -> Touched {
+        Touched {
+            all: false,
+            names: names.iter().map(|n| name(n)).collect(),
+        }
+    }
+
+    /// Between full scans the lessor looks only at the leases applies
+    /// touched: a grant it was told about is tracked and expires, a release
+    /// it was told about is dropped, and an untold change waits for the
+    /// periodic full scan (which the change feed makes unnecessary).
+    #[tokio::test(start_paused = true)]
+    async fn incremental_reconciles_follow_the_touched_leases() {
+        let lessor = Lessor::default();
+        lessor.promote(1);
+        let empty = LeaseTable::default();
+        assert!(
+            lessor.reconcile_changes(&empty, &touched(&[])).is_empty(),
+            "full scan after promotion"
+        );
+        let table = table_with("a", "h", 7, 1000);
+        assert!(lessor
+            .reconcile_changes(&table, &touched(&["a"]))
+            .is_empty());
+        assert!(
+            lessor.remaining_ms(&name("a"), FencingToken(7)).is_some(),
+            "tracked"
+        );
+        // "b" is granted, but nobody says so: not tracked until a full scan.
+        let mut both = table.clone();
+        both.apply(
+            8,
+            &Command::Acquire {
+                lease: name("b"),
+                holder: "h".into(),
+                ttl_ms: 1000,
+                secret: None,
+            },
+        );
+        assert!(lessor.reconcile_changes(&both, &touched(&[])).is_empty());
+        assert!(lessor.remaining_ms(&name("b"), FencingToken(8)).is_none());
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert_eq!(
+            lessor.reconcile_changes(&both, &touched(&[])),
+            vec![(name("a"), FencingToken(7))],
+            "the touched grant expires"
+        );
+        for _ in 0..FULL_SCAN_EVERY {
+            let _ = lessor.reconcile_changes(&both, &touched(&[]));
+        }
+        assert!(
+            lessor.remaining_ms(&name("b"), FencingToken(8)).is_some(),
+            "the full scan found b"
+        );
+        // A release it is told about drops the grant at once.
+        let mut released = both.clone();
+        released.leases.remove(&name("b"));
+        assert!(lessor
+            .reconcile_changes(&released, &touched(&["b"]))
+            .is_empty());
+        assert!(lessor.remaining_ms(&name("b"), FencingToken(8)).is_none());
+        // A follower tracks nothing, whatever it is told.
+        lessor.demote();
+        assert!(lessor
+            .reconcile_changes(
+                &both,
+                &Touched {
+                    all: true,
+                    names: Vec::new()
+                }
+            )
+            .is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -268,6 +268,8 @@ async fn leader_duties(
     let installing_key = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
         tick.tick().await;
+        // Drained on every node, leader or not, so the feed stays small.
+        let touched = shared.take_touched();
         let metrics = raft.metrics().borrow_watched().clone();
         let leading =
             metrics.state == ServerState::Leader && metrics.current_leader == Some(metrics.id);
@@ -291,7 +293,7 @@ async fn leader_duties(
         let (expired, has_key, retiring) = shared.read(|s| {
             let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
             (
-                lessor.reconcile(&s.table),
+                lessor.reconcile_changes(&s.table, &touched),
                 s.table.signing_key.is_some(),
                 retirer.due(metrics.current_term, previous),
             )

@@ -41,9 +41,51 @@ pub struct SharedState {
     pub state: Arc<RwLock<AppliedState>>,
     /// The last applied index, bumped after every apply batch.
     pub changes: watch::Sender<u64>,
+    /// Which leases applies changed since the lessor last looked
+    /// ([`SharedState::take_touched`]), so it need not scan the table.
+    touched: Arc<std::sync::Mutex<Touched>>,
 }
 
+/// Leases changed since the last [`SharedState::take_touched`].
+#[derive(Debug, Default)]
+pub struct Touched {
+    /// Everything may have changed (a snapshot was installed, or more
+    /// changed than [`MAX_TOUCHED`]): look at the whole table.
+    pub all: bool,
+    /// The leases changed, in apply order (repeats possible).
+    pub names: Vec<palisade_names::LeaseName>,
+}
+
+/// More changes than this between two looks collapse into `all` (memory
+/// stays bounded when nobody looks, as on a follower between ticks).
+const MAX_TOUCHED: usize = 65_536;
+
 impl SharedState {
+    /// The leases changed since the last call (everything, the first time).
+    pub fn take_touched(&self) -> Touched {
+        std::mem::take(
+            &mut *self
+                .touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    fn touch(&self, lease: Option<&palisade_names::LeaseName>) {
+        let mut touched = self
+            .touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match lease {
+            _ if touched.all => {}
+            Some(lease) if touched.names.len() < MAX_TOUCHED => touched.names.push(lease.clone()),
+            _ => {
+                touched.all = true;
+                touched.names = Vec::new();
+            }
+        }
+    }
+
     /// Reads the applied state.
     pub fn read<T>(&self, f: impl FnOnce(&AppliedState) -> T) -> T {
         let guard = self
@@ -113,6 +155,10 @@ impl StateMachine {
             shared: SharedState {
                 state: Arc::new(RwLock::new(state)),
                 changes,
+                touched: Arc::new(std::sync::Mutex::new(Touched {
+                    all: true,
+                    names: Vec::new(),
+                })),
             },
             db: db.clone(),
             snapshots,
@@ -184,7 +230,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 state.last_applied = Some(entry.log_id);
                 match &entry.payload {
                     EntryPayload::Blank => CommandResult::None,
-                    EntryPayload::Normal(command) => state.table.apply(index, command),
+                    EntryPayload::Normal(command) => {
+                        if let Some(lease) = command.lease() {
+                            self.shared.touch(Some(lease));
+                        }
+                        state.table.apply(index, command)
+                    }
                     EntryPayload::Membership(membership) => {
                         state.membership = StoredMembershipOf::<TypeConfig>::new(
                             Some(entry.log_id),
@@ -224,6 +275,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.store_snapshot(meta, &data).await?;
         let applied = state.last_applied.as_ref().map_or(0, |id| id.index);
         self.shared.write(|current| *current = state);
+        self.shared.touch(None);
         self.shared.changes.send_replace(applied);
         Ok(())
     }
