@@ -185,10 +185,18 @@ async fn a_third_party_with_everything_get_shows_cannot_use_a_grant() {
     lease.release().await.expect("the owner's release works");
 }
 
+/// GET, retried for up to 5 s while the node answers 503 (a node that
+/// has not yet heard of the new leader cannot forward).
 async fn get(client: &reqwest::Client, url: &str) -> (u16, Value) {
-    let answer = client.get(url).send().await.expect("answer");
-    let status = answer.status().as_u16();
-    (status, answer.json().await.unwrap_or(Value::Null))
+    for _ in 0..100 {
+        let answer = client.get(url).send().await.expect("answer");
+        let status = answer.status().as_u16();
+        if status != 503 {
+            return (status, answer.json().await.unwrap_or(Value::Null));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{url}: 503 for 5 s");
 }
 
 async fn orders_http_put(
