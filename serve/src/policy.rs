@@ -502,8 +502,10 @@ mod tests {
             add(dir.path(), "admin", &operator()).is_err(),
             "names are unique"
         );
-        let mut orders = Rules::default();
-        orders.acquire = vec!["orders.".into()];
+        let orders = Rules {
+            acquire: vec!["orders.".into()],
+            ..Rules::default()
+        };
         add(dir.path(), "orders", &orders).expect("a second principal");
         let policy = Policy::load(&path).expect("loads");
         let orders_key = read_key(&dir.path().join("orders.key")).expect("key");
