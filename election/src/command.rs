@@ -76,6 +76,16 @@ pub enum Command {
         /// The retired key's id.
         kid: String,
     },
+    /// Forget free leases: each record leaves the table if it is still free
+    /// and unchanged since `modify_index`. Proposed by the leader for leases
+    /// free for longer than its reclaim delay, so a table of names used once
+    /// does not grow forever. Tokens stay monotonic: they are log indexes,
+    /// not counters kept in the record.
+    Reclaim {
+        /// The leases, each with the `modify_index` of the release or expiry
+        /// that freed it (a lease changed since is left alone).
+        leases: Vec<(LeaseName, u64)>,
+    },
     /// Install the cluster's signing key, if it has none yet. Proposed by the
     /// first leader; the key travels in the log so every node can sign.
     InstallKey {
@@ -94,9 +104,11 @@ impl Command {
             | Command::Release { lease, .. }
             | Command::Expire { lease, .. }
             | Command::Revoke { lease, .. } => Some(lease),
-            Command::RotateKey { .. } | Command::RetireKey { .. } | Command::InstallKey { .. } => {
-                None
-            }
+            // A reclaimed lease was free and stays free: nobody waits on it.
+            Command::Reclaim { .. }
+            | Command::RotateKey { .. }
+            | Command::RetireKey { .. }
+            | Command::InstallKey { .. } => None,
         }
     }
 }
@@ -232,6 +244,7 @@ impl std::fmt::Display for Command {
             }
             Command::Expire { lease, token } => write!(f, "expire {lease} (token {token})"),
             Command::Revoke { lease, token } => write!(f, "revoke {lease} (token {token})"),
+            Command::Reclaim { leases } => write!(f, "reclaim {} free leases", leases.len()),
             // Never print the secret.
             Command::InstallKey { kid, .. } => write!(f, "install signing key {kid}"),
             Command::RotateKey { kid, .. } => write!(f, "rotate to signing key {kid}"),

@@ -70,6 +70,10 @@ pub struct ElectionConfig {
     /// A snapshot is built every this many log entries; older entries are
     /// purged. Default 10 000.
     pub snapshot_every: u64,
+    /// A free lease's record leaves the table this long after it was freed
+    /// (its name used again later starts afresh, with a higher token).
+    /// Default 5 min.
+    pub reclaim_after: Duration,
 }
 
 impl ElectionConfig {
@@ -97,6 +101,7 @@ impl ElectionConfig {
             max_waiters: 10_000,
             quorum_timeout: Duration::from_secs(2),
             snapshot_every: 10_000,
+            reclaim_after: Duration::from_secs(300),
         }
     }
 

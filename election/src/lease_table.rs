@@ -197,6 +197,18 @@ impl LeaseTable {
                 }
                 _ => CommandResult::Lost,
             },
+            Command::Reclaim { leases } => {
+                for (lease, modify_index) in leases {
+                    if self
+                        .leases
+                        .get(lease)
+                        .is_some_and(|r| r.holder.is_none() && r.modify_index == *modify_index)
+                    {
+                        self.leases.remove(lease);
+                    }
+                }
+                CommandResult::None
+            }
             Command::RotateKey { kid, secret } => {
                 let known = self.published_keys().any(|k| k.kid == *kid);
                 if !known {
@@ -415,6 +427,38 @@ mod tests {
     }
 
     #[test]
+    fn reclaim_forgets_only_free_unchanged_leases_and_tokens_keep_rising() {
+        let mut table = LeaseTable::default();
+        table.apply(3, &acquire("a", "x"));
+        table.apply(4, &acquire("b", "x"));
+        let release = Command::Release {
+            lease: name("a"),
+            holder: "x".into(),
+            token: FencingToken(3),
+            grant_index: None,
+            secret: None,
+        };
+        assert_eq!(table.apply(5, &release), CommandResult::Freed);
+        let reclaim = |leases: &[(&str, u64)]| Command::Reclaim {
+            leases: leases.iter().map(|(l, m)| (name(l), *m)).collect(),
+        };
+        // Held, or changed since the index named: left alone.
+        table.apply(6, &reclaim(&[("b", 4), ("a", 3), ("nope", 1)]));
+        assert!(table.leases.contains_key("a") && table.leases.contains_key("b"));
+        table.apply(7, &reclaim(&[("a", 5)]));
+        assert!(!table.leases.contains_key("a"), "free and unchanged: gone");
+        // The next grant's token is still above every earlier one.
+        assert!(matches!(
+            table.apply(8, &acquire("a", "y")),
+            CommandResult::Granted {
+                token: FencingToken(8),
+                new_grant: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn expire_frees_only_the_grant_it_names() {
         let mut table = LeaseTable::default();
         table.apply(3, &acquire("a", "x"));
@@ -505,9 +549,12 @@ mod tests {
                     secret: None,
                 }
             ),
-            (lease, 0u64..40).prop_map(|(l, t)| Command::Expire {
+            (lease.clone(), 0u64..40).prop_map(|(l, t)| Command::Expire {
                 lease: name(l),
                 token: FencingToken(t)
+            }),
+            (lease, 0u64..40).prop_map(|(l, m)| Command::Reclaim {
+                leases: vec![(name(l), m)],
             }),
         ]
     }
@@ -524,6 +571,12 @@ mod tests {
                 let index = i as u64 + 1;
                 let before = table.clone();
                 let result = table.apply(index, command);
+                if let Command::Reclaim { leases } = command {
+                    for (lease, _) in leases {
+                        let held = before.leases.get(lease).is_some_and(|r| r.holder.is_some());
+                        prop_assert!(!held || table.leases.contains_key(lease), "reclaimed a held lease");
+                    }
+                }
                 if let (Command::Acquire { lease, holder, .. }, CommandResult::Granted { token, new_grant, .. }) = (command, &result) {
                     let previous = before.leases.get(lease).and_then(|r| r.holder.clone());
                     if *new_grant {

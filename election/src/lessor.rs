@@ -11,7 +11,8 @@
 //!   caller proposes an `Expire` for each through Raft. From that moment a
 //!   renewal of that grant is refused, even before the `Expire` commits.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -35,6 +36,18 @@ struct State {
     /// The term this node leads, if it leads.
     leading: Option<u64>,
     deadlines: HashMap<LeaseName, Tracked>,
+    /// When to look at a grant again, earliest first: an entry's time is
+    /// never later than its grant's deadline (deadlines only move later,
+    /// and every new deadline pushes an entry), so popping the due entries
+    /// finds every passed deadline without walking the tracked grants.
+    /// Stale entries (a renewed, released or replaced grant) are dropped or
+    /// pushed back when popped.
+    checks: BinaryHeap<Reverse<(Instant, LeaseName, FencingToken)>>,
+    /// Free leases and when this leader saw them freed, with the
+    /// `modify_index` of the change that freed them; `freed_order` is the
+    /// same in order of that time (stale entries skipped when popped).
+    freed: HashMap<LeaseName, (Instant, u64)>,
+    freed_order: VecDeque<(Instant, LeaseName, u64)>,
     /// Incremental reconciles since the last full scan of the table.
     since_full_scan: u32,
 }
@@ -59,6 +72,49 @@ pub struct Lessor {
     state: Mutex<State>,
 }
 
+impl State {
+    /// Tracks `lease`'s grant `token` with a deadline `ttl` from `now`.
+    fn track(&mut self, lease: &LeaseName, token: FencingToken, now: Instant, ttl: Duration) {
+        let deadline = now + ttl;
+        self.deadlines.insert(
+            lease.clone(),
+            Tracked {
+                token,
+                deadline,
+                expiring: false,
+            },
+        );
+        self.checks.push(Reverse((deadline, lease.clone(), token)));
+    }
+
+    /// Notes that `lease` is free since `modify_index` (a no-op if already
+    /// noted for that change).
+    fn note_free(&mut self, lease: &LeaseName, modify_index: u64, now: Instant) {
+        if self
+            .freed
+            .get(lease)
+            .is_some_and(|(_, m)| *m == modify_index)
+        {
+            return;
+        }
+        self.freed.insert(lease.clone(), (now, modify_index));
+        self.freed_order
+            .push_back((now, lease.clone(), modify_index));
+    }
+
+    /// Drops check entries of grants no longer tracked once they outnumber
+    /// the tracked grants by far (renewals only move deadlines later, so
+    /// entries pile up only under churn of grants).
+    fn compact(&mut self) {
+        if self.checks.len() > 2 * self.deadlines.len() + 1024 {
+            let deadlines = &self.deadlines;
+            self.checks.retain(|Reverse((_, lease, token))| {
+                deadlines.get(lease).is_some_and(|t| t.token == *token)
+            });
+        }
+    }
+}
+
 impl Lessor {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
@@ -73,6 +129,9 @@ impl Lessor {
         if state.leading != Some(term) {
             state.leading = Some(term);
             state.deadlines.clear();
+            state.checks.clear();
+            state.freed.clear();
+            state.freed_order.clear();
             // The next reconcile scans the whole table.
             state.since_full_scan = FULL_SCAN_EVERY;
         }
@@ -83,6 +142,9 @@ impl Lessor {
         let mut state = self.state();
         state.leading = None;
         state.deadlines.clear();
+        state.checks.clear();
+        state.freed = HashMap::new();
+        state.freed_order = VecDeque::new();
     }
 
     /// The term this node leads, if any.
@@ -96,14 +158,7 @@ impl Lessor {
     pub fn granted(&self, lease: &LeaseName, token: FencingToken, ttl: Duration) {
         let mut state = self.state();
         if state.leading.is_some() {
-            state.deadlines.insert(
-                lease.clone(),
-                Tracked {
-                    token,
-                    deadline: Instant::now() + ttl,
-                    expiring: false,
-                },
-            );
+            state.track(lease, token, Instant::now(), ttl);
         }
     }
 
@@ -129,20 +184,18 @@ impl Lessor {
                 if tracked.expiring || tracked.deadline <= now {
                     return Err(RenewRefused::Expired);
                 }
+                let earlier = now + ttl < tracked.deadline;
                 tracked.deadline = now + ttl;
+                if earlier {
+                    // Check entries must not be later than the deadline.
+                    state
+                        .checks
+                        .push(Reverse((now + ttl, lease.clone(), token)));
+                }
             }
             // Not tracked yet (fresh leader, or a grant committed by an
             // earlier leader): a full ttl from now, as reconcile would give.
-            _ => {
-                state.deadlines.insert(
-                    lease.clone(),
-                    Tracked {
-                        token,
-                        deadline: now + ttl,
-                        expiring: false,
-                    },
-                );
-            }
+            _ => state.track(lease, token, now, ttl),
         }
         Ok(())
     }
@@ -178,19 +231,20 @@ impl Lessor {
                         .get(lease)
                         .is_some_and(|t| t.token == record.token);
                     if !current {
-                        state.deadlines.insert(
-                            lease.clone(),
-                            Tracked {
-                                token: record.token,
-                                deadline: now + Duration::from_millis(record.ttl_ms),
-                                expiring: false,
-                            },
-                        );
+                        let ttl = Duration::from_millis(record.ttl_ms);
+                        state.track(lease, record.token, now, ttl);
                     }
                 }
-                _ => {
+                Some(record) => {
+                    state.deadlines.remove(lease);
+                    state.note_free(lease, record.modify_index, now);
+                }
+                None => {
                     state.deadlines.remove(lease);
                 }
+            }
+            if table.leases.get(lease).is_some_and(|r| r.holder.is_some()) {
+                state.freed.remove(lease);
             }
         }
         Self::due(&mut state, now)
@@ -212,39 +266,113 @@ impl Lessor {
                 .get(lease)
                 .is_some_and(|r| r.holder.is_some() && r.token == tracked.token)
         });
+        state.freed.retain(|lease, (_, m)| {
+            table
+                .leases
+                .get(lease)
+                .is_some_and(|r| r.holder.is_none() && r.modify_index == *m)
+        });
         for (lease, record) in &table.leases {
-            if record.holder.is_some() && !state.deadlines.contains_key(lease) {
-                state.deadlines.insert(
-                    lease.clone(),
-                    Tracked {
-                        token: record.token,
-                        deadline: now + Duration::from_millis(record.ttl_ms),
-                        expiring: false,
-                    },
-                );
+            if record.holder.is_none() {
+                state.note_free(lease, record.modify_index, now);
+            } else if !state.deadlines.contains_key(lease) {
+                let ttl = Duration::from_millis(record.ttl_ms);
+                state.track(lease, record.token, now, ttl);
             }
         }
+        state.compact();
         Self::due(&mut state, now)
     }
 
-    /// The tracked grants whose deadline has passed, marked as expiring.
+    /// The tracked grants whose deadline has passed, marked as expiring:
+    /// O(due entries · log n), not O(tracked).
     fn due(state: &mut State, now: Instant) -> Vec<(LeaseName, FencingToken)> {
         let mut expired = Vec::new();
-        for (lease, tracked) in &mut state.deadlines {
-            if !tracked.expiring && tracked.deadline <= now {
-                tracked.expiring = true;
-                expired.push((lease.clone(), tracked.token));
+        let mut later = Vec::new();
+        while let Some(Reverse((at, _, _))) = state.checks.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, lease, token))) = state.checks.pop() else {
+                break;
+            };
+            match state.deadlines.get_mut(&lease) {
+                Some(tracked) if tracked.token == token && !tracked.expiring => {
+                    if tracked.deadline <= now {
+                        tracked.expiring = true;
+                        expired.push((lease, token));
+                    } else {
+                        // Renewed since this entry was pushed.
+                        later.push(Reverse((tracked.deadline, lease, token)));
+                    }
+                }
+                // Released, replaced by a newer grant, or already expiring.
+                _ => {}
             }
         }
+        state.checks.extend(later);
+        state.compact();
         expired
+    }
+
+    /// Up to `max` leases free since at least `after` ago (on this leader's
+    /// clock), each with the `modify_index` that freed it, for a `Reclaim`.
+    /// Each is handed out once; one whose `Reclaim` did not commit is found
+    /// again by the next full scan and waits `after` again.
+    pub fn reclaimable(
+        &self,
+        table: &LeaseTable,
+        after: Duration,
+        max: usize,
+    ) -> Vec<(LeaseName, u64)> {
+        let mut state = self.state();
+        if state.leading.is_none() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let mut out = Vec::new();
+        while out.len() < max {
+            match state.freed_order.front() {
+                Some((at, _, _)) if *at + after <= now => {}
+                _ => break,
+            }
+            let Some((at, lease, modify_index)) = state.freed_order.pop_front() else {
+                break;
+            };
+            if state.freed.get(&lease) != Some(&(at, modify_index)) {
+                continue; // superseded by a later change
+            }
+            state.freed.remove(&lease);
+            let still_free = table
+                .leases
+                .get(&lease)
+                .is_some_and(|r| r.holder.is_none() && r.modify_index == modify_index);
+            if still_free {
+                out.push((lease, modify_index));
+            }
+        }
+        if state.freed_order.len() > 2 * state.freed.len() + 1024 {
+            let freed = &state.freed;
+            let kept: VecDeque<_> = state
+                .freed_order
+                .iter()
+                .filter(|(at, lease, m)| freed.get(lease) == Some(&(*at, *m)))
+                .cloned()
+                .collect();
+            state.freed_order = kept;
+        }
+        out
     }
 
     /// The `Expire` for `lease`/`token` could not be committed (leadership
     /// lost, no quorum): let the next reconcile try again.
     pub fn expire_failed(&self, lease: &LeaseName, token: FencingToken) {
-        if let Some(tracked) = self.state().deadlines.get_mut(lease) {
+        let mut state = self.state();
+        if let Some(tracked) = state.deadlines.get_mut(lease) {
             if tracked.token == token {
                 tracked.expiring = false;
+                let deadline = tracked.deadline;
+                state.checks.push(Reverse((deadline, lease.clone(), token)));
             }
         }
     }
@@ -359,6 +487,147 @@ mod tests {
                 }
             )
             .is_empty());
+    }
+
+    fn table_of(held: &HashMap<LeaseName, (FencingToken, tokio::time::Instant)>) -> LeaseTable {
+        let mut table = LeaseTable::default();
+        for (lease, (token, _)) in held {
+            table.leases.insert(
+                lease.clone(),
+                crate::lease_table::LeaseRecord {
+                    holder: Some("h".into()),
+                    token: *token,
+                    ttl_ms: 1000,
+                    transitions: 1,
+                    modify_index: token.0,
+                    grant_index: token.0,
+                    secret: None,
+                    revoked: false,
+                },
+            );
+        }
+        table
+    }
+
+    /// The deadline-ordered checks find exactly the passed deadlines, as a
+    /// walk over every tracked grant would, through grants, renewals with
+    /// varied ttls, releases and newer grants.
+    #[tokio::test(start_paused = true)]
+    async fn due_grants_match_a_full_walk() {
+        let lessor = Lessor::default();
+        lessor.promote(1);
+        let mut expected: HashMap<LeaseName, (FencingToken, tokio::time::Instant)> = HashMap::new();
+        let mut next_token = 1;
+        let mut seed = 7u64;
+        let mut random = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _round in 0..200 {
+            for _ in 0..20 {
+                let lease = name(&format!("l{}", random(300)));
+                let ttl = Duration::from_millis(50 + random(500));
+                let now = tokio::time::Instant::now();
+                match expected.get(&lease).copied() {
+                    Some((token, deadline)) if deadline > now && random(2) == 0 => {
+                        lessor.renew(&lease, token, ttl).expect("renew");
+                        expected.insert(lease, (token, now + ttl));
+                    }
+                    Some((token, deadline)) if deadline > now => {
+                        // Released: the feed tells the lessor.
+                        let _ = token;
+                        expected.remove(&lease);
+                        let table = table_of(&expected);
+                        let _ = lessor.reconcile_changes(&table, &touched(&[lease.as_str()]));
+                    }
+                    Some(_) => {}
+                    None => {
+                        next_token += 1;
+                        lessor.granted(&lease, FencingToken(next_token), ttl);
+                        expected.insert(lease, (FencingToken(next_token), now + ttl));
+                    }
+                }
+            }
+            tokio::time::advance(Duration::from_millis(random(60))).await;
+            let now = tokio::time::Instant::now();
+            let mut due = lessor.reconcile_changes(&table_of(&expected), &touched(&[]));
+            due.sort();
+            let mut want: Vec<_> = expected
+                .iter()
+                .filter(|(_, (_, deadline))| *deadline <= now)
+                .map(|(lease, (token, _))| (lease.clone(), *token))
+                .collect();
+            want.sort();
+            assert_eq!(due, want);
+            for (lease, _) in want {
+                expected.remove(&lease);
+                // The Expire applied: the feed drops it.
+                let table = table_of(&expected);
+                let _ = lessor.reconcile_changes(&table, &touched(&[lease.as_str()]));
+            }
+        }
+    }
+
+    /// A lease freed (release or expiry, through the feed) is handed out for
+    /// reclaiming once `after` has passed, once; one granted again in
+    /// between, or changed since, is not.
+    #[tokio::test(start_paused = true)]
+    async fn free_leases_are_reclaimable_after_the_delay() {
+        let after = Duration::from_secs(60);
+        let lessor = Lessor::default();
+        lessor.promote(1);
+        let mut table = table_with("a", "x", 3, 1000);
+        table.apply(
+            4,
+            &Command::Acquire {
+                lease: name("b"),
+                holder: "x".into(),
+                ttl_ms: 1000,
+                secret: None,
+            },
+        );
+        let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
+        for (lease, token, index) in [("a", 3, 5), ("b", 4, 6)] {
+            table.apply(
+                index,
+                &Command::Expire {
+                    lease: name(lease),
+                    token: FencingToken(token),
+                },
+            );
+        }
+        let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
+        tokio::time::advance(after - Duration::from_millis(1)).await;
+        assert!(lessor.reclaimable(&table, after, 10).is_empty(), "not yet");
+        // "b" is granted again before the delay ends.
+        table.apply(
+            7,
+            &Command::Acquire {
+                lease: name("b"),
+                holder: "y".into(),
+                ttl_ms: 100_000,
+                secret: None,
+            },
+        );
+        let _ = lessor.reconcile_changes(&table, &touched(&["b"]));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(lessor.reclaimable(&table, after, 10), vec![(name("a"), 5)]);
+        assert!(
+            lessor.reclaimable(&table, after, 10).is_empty(),
+            "handed out once"
+        );
+        // A full scan finds a free lease whose Reclaim never committed; the
+        // delay starts again from the scan.
+        let _ = lessor.reconcile(&table);
+        assert!(lessor.reclaimable(&table, after, 10).is_empty());
+        tokio::time::advance(after).await;
+        assert_eq!(lessor.reclaimable(&table, after, 10), vec![(name("a"), 5)]);
+        // A follower reclaims nothing.
+        lessor.demote();
+        let _ = lessor.reconcile(&table);
+        assert!(lessor.reclaimable(&table, Duration::ZERO, 10).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -189,6 +189,7 @@ impl ElectionNode {
                 lessor,
                 // The longest ttl, plus the second JWT `exp` rounds up to.
                 KeyRetirer::new(config.ttl_range.1 + Duration::from_secs(2)),
+                config.reclaim_after,
             )),
             tokio::spawn(report_waiting(raft.clone(), config)),
             tokio::spawn(forget_removed_nodes(raft, incarnations.clone())),
@@ -249,8 +250,12 @@ impl ElectionNode {
     }
 }
 
+/// The most free leases one `Reclaim` entry names (~50 KB).
+const RECLAIM_BATCH: usize = 1000;
+
 /// What the leader alone does: track lease deadlines (promote on taking over,
-/// demote on losing it), propose `Expire` for passed deadlines, and install the
+/// demote on losing it), propose `Expire` for passed deadlines, `Reclaim` for
+/// leases free for `reclaim_after`, retire rotated-out keys, and install the
 /// signing key if the cluster has none.
 async fn leader_duties(
     raft: Arc<Raft>,
@@ -258,6 +263,7 @@ async fn leader_duties(
     shared: SharedState,
     lessor: Arc<Lessor>,
     mut retirer: KeyRetirer,
+    reclaim_after: Duration,
 ) {
     let retirer_failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let mut tick = tokio::time::interval(Duration::from_millis(10));
@@ -266,6 +272,8 @@ async fn leader_duties(
     // a failed proposal (a fresh leader refusing writes for a moment) is
     // retried on the next tick.
     let installing_key = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Set while a Reclaim proposal is in flight: one at a time.
+    let reclaiming = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
         tick.tick().await;
         // Drained on every node, leader or not, so the feed stays small.
@@ -290,14 +298,37 @@ async fn leader_duties(
             );
             lessor.promote(metrics.current_term);
         }
-        let (expired, has_key, retiring) = shared.read(|s| {
+        let reclaim_now = !reclaiming.load(std::sync::atomic::Ordering::SeqCst);
+        let (expired, reclaim, has_key, retiring) = shared.read(|s| {
             let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
+            let expired = lessor.reconcile_changes(&s.table, &touched);
+            let reclaim = if reclaim_now {
+                lessor.reclaimable(&s.table, reclaim_after, RECLAIM_BATCH)
+            } else {
+                Vec::new()
+            };
             (
-                lessor.reconcile_changes(&s.table, &touched),
+                expired,
+                reclaim,
                 s.table.signing_key.is_some(),
                 retirer.due(metrics.current_term, previous),
             )
         });
+        if !reclaim.is_empty() {
+            reclaiming.store(true, std::sync::atomic::Ordering::SeqCst);
+            let (proposer, reclaiming) = (proposer.clone(), reclaiming.clone());
+            tokio::spawn(async move {
+                let count = reclaim.len();
+                let command = Command::Reclaim { leases: reclaim };
+                match proposer.propose(command).await {
+                    Ok(_) => tracing::debug!(count, "reclaimed free leases"),
+                    Err(err) => {
+                        tracing::debug!(%err, "could not reclaim free leases; the next full scan finds them again")
+                    }
+                }
+                reclaiming.store(false, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
         for kid in std::mem::take(
             &mut *retirer_failures
                 .lock()

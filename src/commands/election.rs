@@ -75,6 +75,11 @@ pub struct ElectionArgs {
     /// one more gets 429 with Retry-After.
     #[arg(long, default_value_t = 10_000)]
     max_waiters: usize,
+    /// A free lease's record is forgotten this long after it was freed, in ms
+    /// (GET and watch then answer 404 for it; a later grant still gets a
+    /// higher token).
+    #[arg(long, default_value_t = 300_000)]
+    reclaim_after_ms: u64,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -133,6 +138,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     );
     config.snapshot_every = args.snapshot_every;
     config.max_waiters = args.max_waiters;
+    config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
