@@ -30,6 +30,7 @@ pub mod retirement;
 pub mod signing;
 pub mod snapshot_codec;
 pub mod state_machine;
+pub mod waiters;
 
 openraft::declare_raft_types!(
     /// Palisade's Raft types: lease commands in, command results out.

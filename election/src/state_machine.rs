@@ -44,6 +44,9 @@ pub struct SharedState {
     /// Which leases applies changed since the lessor last looked
     /// ([`SharedState::take_touched`]), so it need not scan the table.
     touched: Arc<std::sync::Mutex<Touched>>,
+    /// Per-lease wakeups (and acquire queues): apply rings the leases it
+    /// changes, so a waiter wakes only for its own lease.
+    pub bells: Arc<crate::waiters::Bells>,
 }
 
 /// Leases changed since the last [`SharedState::take_touched`].
@@ -159,6 +162,7 @@ impl StateMachine {
                     all: true,
                     names: Vec::new(),
                 })),
+                bells: Arc::default(),
             },
             db: db.clone(),
             snapshots,
@@ -245,6 +249,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     }
                 }
             });
+            // Rung after the write lock is released: a woken waiter reads
+            // the table with this entry applied.
+            if let EntryPayload::Normal(command) = &entry.payload {
+                if let Some(lease) = command.lease() {
+                    self.shared.bells.ring(lease);
+                }
+            }
             if let Some(responder) = responder {
                 responder.send(result);
             }
@@ -277,6 +288,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.shared.write(|current| *current = state);
         self.shared.touch(None);
         self.shared.changes.send_replace(applied);
+        self.shared.bells.ring_all();
         Ok(())
     }
 

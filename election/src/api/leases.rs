@@ -20,7 +20,9 @@ use super::extract::{check_holder, check_wait, Checked, LeaseCall};
 use super::state::ApiState;
 use crate::command::{Command, CommandResult, SecretHash};
 use crate::error::ApiError;
+use crate::lease_table::LeaseRecord;
 use crate::lessor::RenewRefused;
+use crate::waiters::Bell;
 use crate::ElectionConfig;
 
 /// `POST /v1/leases/{name}/acquire`.
@@ -169,8 +171,22 @@ pub(super) async fn acquire(
         None => generate_secret()?,
     };
     let hash = SecretHash::of(&secret);
+    let waits = body.wait_ms.is_some_and(|w| w > 0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(body.wait_ms.unwrap_or(0));
+    // Subscribed before the first look at the table, so no change is missed.
+    let mut bell = state.shared.bells.subscribe(&lease);
     loop {
+        // Blocking acquirers queue: while others are ahead and the lease is
+        // free (being handed to the head), wait; a call that does not wait
+        // is told who the lease is going to.
+        if !bell.may_propose() && is_free(&state, &lease) {
+            if !waits {
+                return Err(handed_to_earlier_waiter(&state, &lease, &bell));
+            }
+            if !wait_until(&state, &lease, &mut bell, Turn::Mine, deadline).await {
+                return Err(handed_to_earlier_waiter(&state, &lease, &bell));
+            }
+        }
         let command = Command::Acquire {
             lease: lease.clone(),
             holder: body.holder.clone(),
@@ -219,8 +235,12 @@ pub(super) async fn acquire(
                     Extended::NotHeld | Extended::Revoked | Extended::No(RenewRefused::Expired) => {
                         // Wait for the Expire to free the lease, then ask
                         // for a fresh grant (with a new token).
+                        // (The loop's first check sends it to the queue
+                        // if others queued meanwhile.)
                         let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
-                        if !wait_until_free(&state, &lease, settle.max(deadline)).await {
+                        if !wait_until(&state, &lease, &mut bell, Turn::Any, settle.max(deadline))
+                            .await
+                        {
                             return Err(ApiError::NoQuorum(format!(
                                 "the previous grant of {lease} is expiring; retry"
                             )));
@@ -229,8 +249,12 @@ pub(super) async fn acquire(
                 }
             }
             CommandResult::Held { holder, token } => {
-                if !wait_until_free(&state, &lease, deadline).await {
+                if !waits {
                     return Err(ApiError::Held { holder, token });
+                }
+                bell.queue(&body.holder);
+                if !wait_until(&state, &lease, &mut bell, Turn::Mine, deadline).await {
+                    return Err(held_now(&state, &lease, &bell, holder, token));
                 }
             }
             other => return Err(ApiError::Internal(format!("acquire answered {other:?}"))),
@@ -238,25 +262,79 @@ pub(super) async fn acquire(
     }
 }
 
-/// Waits until the table shows `lease` free, or `deadline`. True if free.
-async fn wait_until_free(
+fn is_free(state: &ApiState, lease: &LeaseName) -> bool {
+    state
+        .shared
+        .read(|s| s.table.leases.get(lease).is_none_or(|r| r.holder.is_none()))
+}
+
+/// Waits until `lease` is free and, with `Turn::Mine`, this call may
+/// propose (it heads the queue, or nobody queues); or until `deadline`.
+/// True if that came. Wakes only for changes to this lease and its queue.
+async fn wait_until(
     state: &ApiState,
     lease: &LeaseName,
+    bell: &mut Bell,
+    turn: Turn,
     deadline: tokio::time::Instant,
 ) -> bool {
-    let mut changes = state.shared.changes.subscribe();
     loop {
-        let free = state
-            .shared
-            .read(|s| s.table.leases.get(lease).is_none_or(|r| r.holder.is_none()));
-        if free {
+        if is_free(state, lease) && (turn == Turn::Any || bell.may_propose()) {
             return true;
         }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => {}
-            _ => return false,
+        if tokio::time::timeout_at(deadline, bell.rung())
+            .await
+            .is_err()
+        {
+            return false;
         }
     }
+}
+
+/// Whose turn a waiting acquire waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Its own place in the queue.
+    Mine,
+    /// Anyone's: just the lease being free.
+    Any,
+}
+
+/// 409 `held` for a call whose wait ended: the holder now, or (the lease
+/// being free) the earlier waiter it is being handed to — never a holder
+/// that has already left.
+fn held_now(
+    state: &ApiState,
+    lease: &LeaseName,
+    bell: &Bell,
+    holder: String,
+    token: FencingToken,
+) -> ApiError {
+    let record = state.shared.read(|s| s.table.leases.get(lease).cloned());
+    match record {
+        Some(LeaseRecord {
+            holder: Some(holder),
+            token,
+            ..
+        }) => ApiError::Held { holder, token },
+        Some(record) => ApiError::Held {
+            holder: bell.head_holder().unwrap_or(holder),
+            token: record.token,
+        },
+        None => ApiError::Held {
+            holder: bell.head_holder().unwrap_or(holder),
+            token,
+        },
+    }
+}
+
+/// 409 `held` for a call that found the lease free but others queued first.
+fn handed_to_earlier_waiter(state: &ApiState, lease: &LeaseName, bell: &Bell) -> ApiError {
+    let token = state
+        .shared
+        .read(|s| s.table.leases.get(lease).map(|r| r.token))
+        .unwrap_or_default();
+    held_now(state, lease, bell, String::new(), token)
 }
 
 pub(super) async fn renew(

@@ -156,7 +156,7 @@ pub(super) async fn watch(
     let _waiting = state.waiter()?;
     let after = query.index.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
-    let mut changes = state.shared.changes.subscribe();
+    let mut bell = state.shared.bells.subscribe(&lease);
     loop {
         let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
         let index = record.as_ref().map_or(0, |r| r.modify_index);
@@ -169,11 +169,6 @@ pub(super) async fn watch(
                 .insert(INDEX_HEADER, HeaderValue::from(index));
             return Ok(response);
         }
-        if tokio::time::timeout_at(deadline, changes.changed())
-            .await
-            .is_ok_and(|r| r.is_err())
-        {
-            return Err(ApiError::Internal("state machine stopped".into()));
-        }
+        let _ = tokio::time::timeout_at(deadline, bell.rung()).await;
     }
 }

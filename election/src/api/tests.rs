@@ -571,6 +571,80 @@ async fn waiting_calls_over_the_cap_get_a_fast_429() {
     assert_eq!(status, StatusCode::OK, "permits come back");
 }
 
+/// Blocking acquirers of a held lease are served first come, first served,
+/// and each handoff costs one log entry (the release, then the head's
+/// acquire: tokens two apart), not one per waiter; a waiter whose wait ends
+/// hears who holds the lease now; a watch wakes only for its own lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_lease_goes_to_the_longest_waiter_with_one_entry() {
+    let node = std::sync::Arc::new(node().await);
+    let acquire = |holder: &str, wait_ms: u64| json!({"holder": holder, "ttl_ms": 60_000, "wait_ms": wait_ms});
+    let (status, first) = node.post("/v1/leases/q/acquire", acquire("a", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let other = node.post("/v1/leases/other/acquire", acquire("z", 0)).await;
+    assert_eq!(other.0, StatusCode::OK);
+    // A watch on another lease sleeps through everything below.
+    let other_index = other.1["token"].as_u64().expect("token");
+    let watcher = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let uri = format!("/v1/leases/other/watch?index={other_index}&wait_ms=3000");
+            let (status, _) = node.call(Method::GET, &uri, None).await;
+            (status, started.elapsed())
+        })
+    };
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let node = node.clone();
+        waiters.push(tokio::spawn(async move {
+            node.post("/v1/leases/q/acquire", acquire(&format!("w{i}"), 20_000))
+                .await
+        }));
+        // Each is queued before the next arrives.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut holder, mut token) = ("a".to_owned(), first["token"].as_u64().expect("token"));
+    let mut secret = first["secret"].as_str().expect("secret").to_owned();
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        let release = json!({"holder": holder, "token": token, "secret": secret});
+        let (status, body) = node.post("/v1/leases/q/release", release).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, grant) = waiter.await.expect("join");
+        assert_eq!(status, StatusCode::OK, "{grant}");
+        assert_eq!(grant["holder"], format!("w{i}"), "first come, first served");
+        let next = grant["token"].as_u64().expect("token");
+        // Each waiter's first try was an entry (answered Held); after that,
+        // a handoff is the release and the head's acquire.
+        let expected = if i == 0 {
+            other_index + 5 + 2
+        } else {
+            token + 2
+        };
+        assert_eq!(next, expected, "release + one acquire per handoff");
+        (holder, token) = (format!("w{i}"), next);
+        secret = grant["secret"].as_str().expect("secret").to_owned();
+    }
+    // A waiter whose wait ends is told the holder now.
+    let (status, body) = node
+        .post("/v1/leases/q/acquire", acquire("late", 300))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["holder"], "w4");
+    assert_eq!(body["token"], token);
+    let (status, waited) = watcher.await.expect("join");
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "woken by another lease after {waited:?}"
+    );
+    assert_eq!(
+        node._node.state.shared.bells.leases_waited_on(),
+        0,
+        "nothing left queued"
+    );
+}
+
 /// A node with a policy: every call needs a known key (401), and a
 /// principal only reaches the leases and calls its rights name (403);
 /// refusals change nothing. JWKS and health stay open.
