@@ -42,11 +42,29 @@ impl Drop for FlusherTask {
     }
 }
 
-/// Held by a writer from before its transaction until its write is durable.
+/// Held from before a write's transaction until the write is durable. It
+/// is owned (not borrowed), so the durability wait can outlive the request
+/// that started the write: a writer that disconnects, or whose request hits
+/// its deadline, while waiting for the flush must not let readers see its
+/// write before it is on disk.
 #[derive(Debug)]
-pub(crate) struct PendingWrite<'a>(&'a GroupCommit);
+pub(crate) struct PendingWrite(Arc<GroupCommit>);
 
-impl Drop for PendingWrite<'_> {
+impl PendingWrite {
+    /// Waits until the write is durable, in a task of its own: the wait
+    /// (and this guard) end with the flush, not with the caller's future.
+    pub(crate) async fn durable(self) -> Result<(), StoreError> {
+        let wait = tokio::spawn(async move {
+            let result = self.0.wait_durable().await;
+            drop(self);
+            result
+        });
+        wait.await
+            .map_err(|e| StoreError::Engine(format!("durability wait failed: {e}")))?
+    }
+}
+
+impl Drop for PendingWrite {
     fn drop(&mut self) {
         self.0.pending_writes.fetch_sub(1, Ordering::SeqCst);
     }
@@ -86,12 +104,19 @@ impl GroupCommit {
         (this, FlusherTask(task))
     }
 
-    /// Marks a write as started; keep the guard until it is durable.
-    pub(crate) fn begin_write(&self) -> Result<PendingWrite<'_>, StoreError> {
+    /// Marks a write as started; keep the guard until it is durable
+    /// ([`PendingWrite::durable`]).
+    pub(crate) fn begin_write(self: &Arc<Self>) -> Result<PendingWrite, StoreError> {
         self.pending_writes.fetch_add(1, Ordering::SeqCst);
-        let guard = PendingWrite(self);
+        let guard = PendingWrite(self.clone());
         self.check_healthy()?;
         Ok(guard)
+    }
+
+    /// Writes whose durability wait has not ended.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> u64 {
+        self.pending_writes.load(Ordering::SeqCst)
     }
 
     /// Waits until everything finished before this call is on disk.

@@ -113,14 +113,17 @@ impl SledStore {
             if token < fence {
                 return Err(StoreError::Stale { token, fence });
             }
-            if token > fence {
-                self.fences.insert(lease.as_str(), &token.0.to_be_bytes())?;
-            }
-            effect(&self.objects)?
+            (|| {
+                if token > fence {
+                    self.fences.insert(lease.as_str(), &token.0.to_be_bytes())?;
+                }
+                effect(&self.objects)
+            })()
         };
-        self.commit.wait_durable().await?;
-        drop(pending);
-        Ok(value)
+        // Whatever reached the trees (even a failed effect's fence) stays
+        // pending for readers until durable, even if this future is dropped.
+        pending.durable().await?;
+        Ok(value?)
     }
 }
 
@@ -227,5 +230,43 @@ impl FencedStore for SledStore {
         let found = self.fences.get(lease.as_str())?;
         self.commit.wait_readable().await?;
         Ok(found.map_or(FencingToken(0), |bytes| FencingToken(decode_u64(&bytes))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::Context;
+
+    use super::*;
+
+    /// A put whose request is dropped while it waits for its flush (the
+    /// client went away, or the request hit its deadline) stays pending: a
+    /// reader still waits for the flush before it sees the value (S4).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_put_keeps_readers_waiting_for_its_flush() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = SledStore::open(&SledStoreConfig::new(dir.path())).expect("open");
+        let key = ObjectKey::new("jobs/a").expect("key");
+        let mut put = Box::pin(store.put(&key, b"v".to_vec(), FencingToken(3)));
+        let waker = std::task::Waker::noop();
+        let polled = put.as_mut().poll(&mut Context::from_waker(waker));
+        assert!(polled.is_pending(), "the write waits for its flush");
+        drop(put);
+        // Nothing else has run on this thread: the flush has not happened.
+        assert_eq!(
+            store.commit.pending(),
+            1,
+            "the dropped write is still pending"
+        );
+        let read = store.get(&key).await.expect("get").expect("the value");
+        assert_eq!(read.value, b"v");
+        for _ in 0..100 {
+            if store.commit.pending() == 0 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the durability wait never ended");
     }
 }
