@@ -183,14 +183,14 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::command::Command;
     use palisade_names::GrantSecret;
 
     /// A state with `n` leases in every shape: held with a secret, free,
     /// revoked, and a grant from before secrets.
-    fn state(n: u64) -> AppliedState {
+    pub(crate) fn state(n: u64) -> AppliedState {
         let mut state = AppliedState::default();
         state.table.apply(
             1,

@@ -121,6 +121,9 @@ pub struct StateMachine {
     shared: SharedState,
     db: sled::Db,
     snapshots: sled::Tree,
+    /// Serializes "is the stored snapshot older?" and the write: a snapshot
+    /// built before an install finished must not replace the installed one.
+    store_lock: Arc<std::sync::Mutex<()>>,
 }
 
 /// The current snapshot's metadata (JSON) and data ([`snapshot_codec`]),
@@ -166,6 +169,7 @@ impl StateMachine {
             },
             db: db.clone(),
             snapshots,
+            store_lock: Arc::default(),
         })
     }
 
@@ -175,18 +179,40 @@ impl StateMachine {
     }
 
     /// Stores a snapshot's metadata and encoded data in one batch (and
-    /// drops an earlier version's JSON snapshot), durably.
+    /// drops an earlier version's JSON snapshot), durably — unless the
+    /// stored snapshot is newer (a snapshot built from the state before an
+    /// install finishes after it: the state must never go back). True if
+    /// stored.
     async fn store_snapshot(
         &self,
         meta: &SnapshotMetaOf<TypeConfig>,
         data: &[u8],
-    ) -> io::Result<()> {
-        let mut batch = sled::Batch::default();
-        batch.insert(META, serde_json::to_vec(meta).map_err(io_err)?);
-        batch.insert(DATA, data);
-        batch.remove(LEGACY);
-        self.snapshots.apply_batch(batch).map_err(io_err)?;
-        crate::log_store::flush(&self.db).await
+    ) -> io::Result<bool> {
+        {
+            let _one_at_a_time = self
+                .store_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let stored = self.snapshots.get(META).map_err(io_err)?;
+            let stored: Option<SnapshotMetaOf<TypeConfig>> = stored
+                .map(|bytes| serde_json::from_slice(&bytes))
+                .transpose()
+                .map_err(io_err)?;
+            if stored.is_some_and(|stored| stored.last_log_id > meta.last_log_id) {
+                tracing::info!(
+                    stale = ?meta.last_log_id,
+                    "a snapshot older than the stored one was not stored"
+                );
+                return Ok(false);
+            }
+            let mut batch = sled::Batch::default();
+            batch.insert(META, serde_json::to_vec(meta).map_err(io_err)?);
+            batch.insert(DATA, data);
+            batch.remove(LEGACY);
+            self.snapshots.apply_batch(batch).map_err(io_err)?;
+        }
+        crate::log_store::flush(&self.db).await?;
+        Ok(true)
     }
 }
 
@@ -205,7 +231,12 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             };
             snapshot_codec::encode(state).map(|data| (meta, data))
         })?;
-        self.store_snapshot(&meta, &data).await?;
+        if !self.store_snapshot(&meta, &data).await? {
+            // An install overtook this build: hand openraft the newer one.
+            if let Some(current) = self.get_current_snapshot().await? {
+                return Ok(current);
+            }
+        }
         Ok(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
             snapshot: Cursor::new(data),
@@ -283,7 +314,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         } else {
             snapshot_codec::encode(&state)?
         };
-        self.store_snapshot(meta, &data).await?;
+        if !self.store_snapshot(meta, &data).await? {
+            return Err(io_err(format!(
+                "refused to install snapshot {:?}: older than the stored one",
+                meta.last_log_id
+            )));
+        }
         let applied = state.last_applied.as_ref().map_or(0, |id| id.index);
         self.shared.write(|current| *current = state);
         self.shared.touch(None);
@@ -315,5 +351,75 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             snapshot: Cursor::new(data),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot_codec::tests::state;
+
+    fn meta_of(state: &AppliedState) -> SnapshotMetaOf<TypeConfig> {
+        SnapshotMetaOf::<TypeConfig> {
+            last_log_id: state.last_applied,
+            last_membership: state.membership.clone(),
+        }
+    }
+
+    /// Install, then a snapshot built from the state before the install
+    /// finishes late: the newer snapshot stays, in memory, on disk and after
+    /// a restart; the late build hands back the installed snapshot.
+    #[tokio::test]
+    async fn a_snapshot_built_before_an_install_never_replaces_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = sled::open(dir.path()).expect("sled");
+        let mut machine = StateMachine::open(&db).expect("open");
+        // A build reads the current (older) state under the read lock...
+        let older = state(100);
+        machine.shared.write(|s| *s = older.clone());
+        let builder = machine.clone();
+        let late = snapshot_codec::encode(&older).expect("encode");
+        // ...and an install of a newer snapshot completes before it stores.
+        let newer = state(300);
+        let data = snapshot_codec::encode(&newer).expect("encode");
+        machine
+            .install_snapshot(&meta_of(&newer), Cursor::new(data))
+            .await
+            .expect("install");
+        assert_eq!(machine.shared.read(|s| s.table.leases.len()), 300);
+        assert!(!builder
+            .store_snapshot(&meta_of(&older), &late)
+            .await
+            .expect("store"));
+        let current = machine
+            .get_current_snapshot()
+            .await
+            .expect("read")
+            .expect("a snapshot");
+        assert_eq!(current.meta.last_log_id, newer.last_applied);
+        assert_eq!(
+            snapshot_codec::decode(current.snapshot.get_ref())
+                .expect("decode")
+                .table,
+            newer.table
+        );
+        // A build now snapshots the installed state.
+        let built = machine.clone().build_snapshot().await.expect("build");
+        assert_eq!(built.meta.last_log_id, newer.last_applied);
+        // An older snapshot offered for install is refused, state untouched.
+        let stale = snapshot_codec::encode(&older).expect("encode");
+        assert!(machine
+            .install_snapshot(&meta_of(&older), Cursor::new(stale))
+            .await
+            .is_err());
+        assert_eq!(machine.shared.read(|s| s.table.leases.len()), 300);
+        // Restart: the installed state comes back.
+        drop((machine, builder));
+        drop(db);
+        let db = sled::open(dir.path()).expect("reopen");
+        let machine = StateMachine::open(&db).expect("open");
+        let (applied, leases) = machine.shared.read(|s| (s.last_applied, s.table.clone()));
+        assert_eq!(applied, newer.last_applied);
+        assert_eq!(leases, newer.table);
     }
 }
