@@ -11,7 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{get_json, http_client, node_setup, post_json_once, Cluster};
+use support::{caught_up, get_json, http_client, node_setup, post_json_once, Cluster};
 
 /// How many leases: 10 000, or `PALISADE_SNAPSHOT_LEASES` (the 100k
 /// measurement in BENCHMARKS.md runs this test in release with 100 000).
@@ -25,57 +25,15 @@ fn leases() -> usize {
 /// Acquires [`leases`] leases on `base`, 32 at a time (or
 /// `PALISADE_SNAPSHOT_CLIENTS`).
 async fn grant_many(client: &reqwest::Client, base: &str, prefix: &str) {
-    let count = leases();
     let clients: usize = std::env::var("PALISADE_SNAPSHOT_CLIENTS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(32);
-    let mut tasks = Vec::new();
-    for task in 0..clients {
-        let (client, base, prefix) = (client.clone(), base.to_owned(), prefix.to_owned());
-        tasks.push(tokio::spawn(async move {
-            for i in (task..count).step_by(clients) {
-                let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
-                let body = json!({"holder": format!("h{i}"), "ttl_ms": 3_600_000});
-                // Retried for up to 10 s: a leader change under this load
-                // is not what the test is about.
-                let mut done = false;
-                for _ in 0..200 {
-                    let (status, _) = post_json_once(&client, &url, body.clone()).await;
-                    if status == 200 {
-                        done = true;
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                assert!(done, "acquire {prefix}-{i} failed");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("acquirer");
-    }
+    support::grant_many(client, base, prefix, leases(), clients).await;
 }
 
 async fn cluster_view(client: &reqwest::Client, base: &str) -> Value {
     get_json(client, &format!("{base}/v1/cluster"), "cluster").await
-}
-
-/// Waits (at most `limit`) until node `url` has applied `index`; returns
-/// how long that took.
-async fn caught_up(client: &reqwest::Client, url: &str, index: u64, limit: Duration) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if let Ok(answer) = client.get(format!("{url}/v1/cluster")).send().await {
-            if let Ok(view) = answer.json::<Value>().await {
-                if view["applied_index"].as_u64().unwrap_or(0) >= index {
-                    return started.elapsed();
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{url} did not apply index {index} within {limit:?}");
 }
 
 /// The lease as node `url` itself applied it.

@@ -13,6 +13,12 @@
 //!   fault), renews, releases and re-acquires with a 1 s ttl the held
 //!   leases with everything `GET` shows (holder, token, index) and no
 //!   secret, as a principal with every right: every attempt must fail;
+//! - a follower SIGSTOPped while the leader grants 2 000 more leases and
+//!   purges its log past it (snapshots every 500 entries; the table grows
+//!   with every such fault): resumed, it must catch up by snapshot within
+//!   30 s and show the newest lease from its own state;
+//! - 200 blocking acquirers queued on one lease, which passes down the
+//!   queue (each waiter releases once granted): none may be refused 409;
 //! - network partitions that drop real packets (`netns.rs`): the Raft leader
 //!   isolated, a follower isolated (majority/minority), and a bridge (the
 //!   leader cut from one follower, both still reaching the third);
@@ -164,6 +170,17 @@ const ISOLATE_FOLLOWER: &str = "partition: follower isolated (majority/minority)
 const BRIDGE: &str = "partition: bridge (leader cut from one follower)";
 const WIPE_FOLLOWER: &str = "follower wiped, restarted with its flags, then replaced";
 const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows";
+const LAGGING_FOLLOWER: &str = "follower lagging past the purge point, big table";
+const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
+
+/// Leases granted (and kept, ttl 1 h) while a follower is paused: with
+/// snapshots every [`SNAPSHOT_EVERY`] entries and openraft keeping 1 000
+/// entries after one, enough to purge past the paused follower, so it can
+/// only catch up by snapshot; the table grows with every such fault.
+const BULK_PER_FAULT: usize = 2_000;
+const SNAPSHOT_EVERY: &str = "500";
+/// Blocking acquirers queued in one "many waiters" fault.
+const WAITERS: usize = 200;
 
 #[test]
 fn safety_and_liveness_hold_under_faults() {
@@ -223,6 +240,8 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         KILL_GATEWAY,
         WIPE_FOLLOWER,
         HOSTILE_CLIENT,
+        LAGGING_FOLLOWER,
+        MANY_WAITERS,
     ];
     if partitions {
         kinds.extend([ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE]);
@@ -329,6 +348,7 @@ impl Harness {
                     "127.0.0.1".into()
                 };
                 let mut setup = node_setup(dir, id, &host);
+                setup.args = vec!["--snapshot-every".into(), SNAPSHOT_EVERY.into()];
                 if id == 3 {
                     setup.env = drift_env(faketime, 1.0 + drift);
                 }
@@ -469,6 +489,52 @@ impl Harness {
                         .extend(steal(http, &cluster.urls()[0], lease).await);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+            }
+            LAGGING_FOLLOWER => {
+                let leader = cluster.leader(http).await;
+                let victim = follower(leader, schedule);
+                let base = cluster.url(leader);
+                let view: serde_json::Value =
+                    support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
+                let before = view["last_log_index"].as_u64().unwrap_or(0);
+                cluster.pause(victim).expect("SIGSTOP");
+                let prefix = format!("bulk.{}", monotonic_ns());
+                support::grant_many(http, &base, &prefix, BULK_PER_FAULT, 16).await;
+                let view: serde_json::Value =
+                    support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
+                let target = view["last_log_index"].as_u64().unwrap_or(0);
+                let purged = view["purged_index"].as_u64().unwrap_or(0);
+                cluster.resume(victim).expect("SIGCONT");
+                assert!(
+                    purged > before,
+                    "the leader did not purge past the paused follower ({before}): {view}"
+                );
+                let url = cluster.url(victim);
+                support::caught_up(http, &url, target, Duration::from_secs(30)).await;
+                // Its own state shows the leases granted while it slept.
+                let last = format!(
+                    "{url}/v1/leases/{prefix}-{}/watch?index=0&wait_ms=0",
+                    BULK_PER_FAULT - 1
+                );
+                let lease: serde_json::Value = support::get_json(http, &last, "lease").await;
+                assert!(
+                    lease["holder"].is_string(),
+                    "{url} does not show {last}: {lease}"
+                );
+            }
+            MANY_WAITERS => {
+                let base = cluster.url(cluster.leader(http).await);
+                let lease = format!("queue.{}", monotonic_ns());
+                let outcomes = queue_through(http, &base, &lease, WAITERS).await;
+                // Every waiter is served within its wait: a 409 would mean
+                // one was passed over or timed out in the queue.
+                let refused: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+                assert!(
+                    refused.is_empty(),
+                    "{} of {WAITERS} waiters were not served, e.g. {:?}",
+                    refused.len(),
+                    &refused[..refused.len().min(3)]
+                );
             }
             other => unreachable!("unknown fault {other}"),
         }
@@ -666,6 +732,72 @@ async fn steal(http: &reqwest::Client, base: &str, lease: &str) -> Vec<String> {
 }
 
 /// A follower of `leader`, picked by the schedule.
+/// Holds `lease`, queues `waiters` blocking acquirers on it (arriving 5 ms
+/// apart), then releases it: each waiter, once granted, releases at once,
+/// so the lease passes down the queue. A waiter answered 503 (leadership
+/// moved: the queue is the old leader's) asks again, as the SDK does, until
+/// its 25 s are up. Each waiter's outcome: its token, or what it got instead.
+async fn queue_through(
+    http: &reqwest::Client,
+    base: &str,
+    lease: &str,
+    waiters: usize,
+) -> Vec<Result<u64, String>> {
+    let acquire = format!("{base}/v1/leases/{lease}/acquire");
+    let release = format!("{base}/v1/leases/{lease}/release");
+    let gate = serde_json::json!({"holder": "gate", "ttl_ms": 10_000});
+    let (status, gate) = support::post_json(http, &acquire, gate).await;
+    assert_eq!(status, 200, "{gate}");
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let (http, acquire, release) = (http.clone(), acquire.clone(), release.clone());
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("waiter-{i}");
+            let until = Instant::now() + Duration::from_secs(25);
+            let grant = loop {
+                let left = until.saturating_duration_since(Instant::now());
+                let body = serde_json::json!({
+                    "holder": holder, "ttl_ms": 60_000,
+                    "wait_ms": left.saturating_sub(Duration::from_secs(2)).as_millis() as u64,
+                });
+                let answer = http.post(&acquire).timeout(left).json(&body).send().await;
+                let answer = answer.map_err(|e| e.to_string())?;
+                let status = answer.status().as_u16();
+                let grant: serde_json::Value = answer.json().await.unwrap_or_default();
+                match status {
+                    200 => break grant,
+                    503 if Instant::now() + Duration::from_secs(3) < until => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => return Err(format!("{status} {grant}")),
+                }
+            };
+            let freed = serde_json::json!({
+                "holder": holder, "token": grant["token"], "secret": grant["secret"],
+            });
+            let (status, body) = support::post_json(&http, &release, freed).await;
+            if status != 200 {
+                return Err(format!("{status} on release: {body}"));
+            }
+            Ok(grant["token"].as_u64().unwrap_or(0))
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let freed =
+        serde_json::json!({"holder": "gate", "token": gate["token"], "secret": gate["secret"]});
+    let (status, body) = support::post_json(http, &release, freed).await;
+    assert!(
+        status == 200 || status == 409,
+        "gate release: {status} {body}"
+    );
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap_or_else(|e| Err(e.to_string())));
+    }
+    outcomes
+}
+
 fn follower(leader: u64, schedule: &mut Schedule) -> u64 {
     let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     followers[schedule.next(2) as usize]

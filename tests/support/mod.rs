@@ -418,3 +418,60 @@ pub fn sdk(cluster: &Cluster, gateway: Option<&Process>) -> palisade_client::Cli
     config.gateway = gateway.map(|g| g.url.clone());
     palisade_client::Client::new(config)
 }
+
+/// Acquires `count` leases named `{prefix}-{i}` on `base` (ttl 1 h),
+/// `clients` at a time; each acquire is retried for up to 10 s (a leader
+/// change under this load is not what the callers test).
+pub async fn grant_many(
+    client: &reqwest::Client,
+    base: &str,
+    prefix: &str,
+    count: usize,
+    clients: usize,
+) {
+    let mut tasks = Vec::new();
+    for task in 0..clients {
+        let (client, base, prefix) = (client.clone(), base.to_owned(), prefix.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for i in (task..count).step_by(clients) {
+                let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
+                let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": 3_600_000});
+                let mut done = false;
+                for _ in 0..200 {
+                    let (status, _) = post_json_once(&client, &url, body.clone()).await;
+                    if status == 200 {
+                        done = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                assert!(done, "acquire {prefix}-{i} failed");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("acquirer");
+    }
+}
+
+/// Waits (at most `limit`) until node `url` has applied `index`; returns
+/// how long that took.
+pub async fn caught_up(
+    client: &reqwest::Client,
+    url: &str,
+    index: u64,
+    limit: Duration,
+) -> Duration {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(answer) = client.get(format!("{url}/v1/cluster")).send().await {
+            if let Ok(view) = answer.json::<serde_json::Value>().await {
+                if view["applied_index"].as_u64().unwrap_or(0) >= index {
+                    return started.elapsed();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{url} did not apply index {index} within {limit:?}");
+}
