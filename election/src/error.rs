@@ -16,7 +16,8 @@ pub enum ApiError {
     /// known API key.
     #[error("{0}")]
     Unauthorized(String),
-    /// 404: never granted, or no such route.
+    /// 404: no record of the lease (never granted, or reclaimed), or no such
+    /// route.
     #[error("{0}")]
     NotFound(String),
     /// 403 `forbidden`: the caller is authenticated but may not do this

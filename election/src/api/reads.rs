@@ -81,7 +81,9 @@ pub(super) struct ListQuery {
 }
 
 fn never_granted(lease: &LeaseName) -> ApiError {
-    ApiError::NotFound(format!("lease {lease} was never granted"))
+    ApiError::NotFound(format!(
+        "lease {lease} has no record: never granted, or free and reclaimed"
+    ))
 }
 
 pub(super) async fn get_lease(
