@@ -74,6 +74,12 @@ pub struct ElectionConfig {
     /// (its name used again later starts afresh, with a higher token).
     /// Default 5 min.
     pub reclaim_after: Duration,
+    /// An acquire naming a lease the table does not hold yet is refused
+    /// (429 `too_many_leases`) once the table has this many; checked on the
+    /// leader before proposing, so concurrent acquires may pass it by the
+    /// number in flight. Bounds the table's memory (~200 bytes per lease
+    /// plus its name, on every node). Default 1 000 000.
+    pub max_leases: usize,
 }
 
 impl ElectionConfig {
@@ -102,6 +108,7 @@ impl ElectionConfig {
             quorum_timeout: Duration::from_secs(2),
             snapshot_every: 10_000,
             reclaim_after: Duration::from_secs(300),
+            max_leases: 1_000_000,
         }
     }
 

@@ -46,6 +46,10 @@ pub enum ApiError {
     /// 429 `too_many_waiters`: this node's cap on blocking calls is reached.
     #[error("{0}")]
     TooManyWaiters(String),
+    /// 429 `too_many_leases`: the table is at the cluster's cap on leases
+    /// and this acquire names a new one.
+    #[error("{0}")]
+    TooManyLeases(String),
     /// 503 `no_quorum`: no leader, or the leader cannot reach a quorum.
     #[error("{0}")]
     NoQuorum(String),
@@ -69,6 +73,7 @@ impl ApiError {
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
+            ApiError::TooManyLeases(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
             ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -80,6 +80,10 @@ pub struct ElectionArgs {
     /// higher token).
     #[arg(long, default_value_t = 300_000)]
     reclaim_after_ms: u64,
+    /// Leases the table may hold (held or free, not yet reclaimed); an
+    /// acquire of a new name beyond it gets 429 `too_many_leases`.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_leases: usize,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -139,6 +143,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     config.snapshot_every = args.snapshot_every;
     config.max_waiters = args.max_waiters;
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
+    config.max_leases = args.max_leases;
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));

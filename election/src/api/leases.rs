@@ -173,6 +173,17 @@ pub(super) async fn acquire(
     let hash = SecretHash::of(&secret);
     let waits = body.wait_ms.is_some_and(|w| w > 0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(body.wait_ms.unwrap_or(0));
+    // A new name must fit under the cap on the table's size.
+    let full = state.shared.read(|s| {
+        !s.table.leases.contains_key(&lease) && s.table.leases.len() >= state.config.max_leases
+    });
+    if full {
+        return Err(ApiError::TooManyLeases(format!(
+            "the cluster holds {} leases, its cap; free leases are reclaimed {} s after they end",
+            state.config.max_leases,
+            state.config.reclaim_after.as_secs()
+        )));
+    }
     // Subscribed before the first look at the table, so no change is missed.
     let mut bell = state.shared.bells.subscribe(&lease);
     loop {

@@ -571,6 +571,31 @@ async fn waiting_calls_over_the_cap_get_a_fast_429() {
     assert_eq!(status, StatusCode::OK, "permits come back");
 }
 
+/// At the cap on the table's size, an acquire of a new name is a fast 429
+/// that changes nothing; names already in the table are still granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_table_refuses_new_names_only() {
+    let node = node_with(|config| config.max_leases = 2).await;
+    let acquire = |holder: &str| json!({"holder": holder, "ttl_ms": 5000});
+    for name in ["a", "b"] {
+        let (status, body) = node
+            .post(&format!("/v1/leases/{name}/acquire"), acquire("x"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = node.post("/v1/leases/c/acquire", acquire("x")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(error_code(&body), "too_many_leases");
+    let (status, _) = node.call(Method::GET, "/v1/leases/c", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
+    let (status, body) = node.post("/v1/leases/a/acquire", acquire("y")).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "an existing name is served: {body}"
+    );
+}
+
 /// Blocking acquirers of a held lease are served first come, first served,
 /// and each handoff costs one log entry (the release, then the head's
 /// acquire: tokens two apart), not one per waiter; a waiter whose wait ends
