@@ -11,6 +11,11 @@ use clap::Parser;
 
 use commands::Cli;
 
+/// mimalloc gives memory back to the OS once a big table shrinks (see
+/// BENCHMARKS.md, "reclamation"); glibc's malloc kept most of it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
