@@ -104,7 +104,7 @@ impl Failover for Cluster {
 }
 
 /// Each running node's resident set, in KiB.
-fn rss_kib(cluster: &Cluster) -> Vec<u64> {
+pub(crate) fn rss_kib(cluster: &Cluster) -> Vec<u64> {
     cluster
         .ids()
         .filter_map(|id| cluster.node(id))
@@ -122,7 +122,7 @@ fn rss_kib(cluster: &Cluster) -> Vec<u64> {
 }
 
 /// Bytes in files under `path`.
-fn disk_bytes(path: &Path) -> u64 {
+pub(crate) fn disk_bytes(path: &Path) -> u64 {
     std::fs::read_dir(path)
         .map(|entries| {
             entries
@@ -163,7 +163,7 @@ async fn call(
 
 /// What renew and release present for `grant`: its holder, token and
 /// secret (the node chose the secret, since the acquire named none).
-fn holder_token(grant: &Value) -> Value {
+pub(crate) fn holder_token(grant: &Value) -> Value {
     json!({"holder": "bench", "token": grant["token"], "secret": grant["secret"]})
 }
 
@@ -195,7 +195,12 @@ fn renew_lease(concurrency: usize, task: usize) -> String {
 }
 
 /// Renew `lease`, presenting `held` (its [`holder_token`]).
-async fn renew(client: &reqwest::Client, base: &str, lease: &str, held: &Value) -> OpResult {
+pub(crate) async fn renew(
+    client: &reqwest::Client,
+    base: &str,
+    lease: &str,
+    held: &Value,
+) -> OpResult {
     call(
         client,
         reqwest::Method::POST,
@@ -206,7 +211,7 @@ async fn renew(client: &reqwest::Client, base: &str, lease: &str, held: &Value) 
     .map(drop)
 }
 
-async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
+pub(crate) async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
     let response = client.post(url).json(body).send().await.ok()?;
     if !response.status().is_success() {
         return None;

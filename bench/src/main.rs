@@ -6,13 +6,15 @@
 //!   percentiles, errors by kind), the table, and the failover trials any
 //!   replicated system runs through the `Failover` trait.
 //! - `gateway.rs`, `election.rs`, `etcd.rs`: one benchmark each; each uses
-//!   `load`, none uses another. Palisade's processes come from
+//!   `load`, none uses another. `scale.rs` (big table, many watchers,
+//!   reclamation) borrows `election.rs`'s request helpers. Palisade's processes come from
 //!   `palisade-local-cluster`, started from the binary `--palisade` names.
 
 mod election;
 mod etcd;
 mod gateway;
 mod load;
+mod scale;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +44,10 @@ enum Command {
     Election(election::ElectionBench),
     /// The same work against etcd (needs `etcd` on PATH), for ratios.
     Etcd(etcd::EtcdBench),
+    /// Renewals with a big table and many idle watchers against an empty
+    /// table; memory and disk per held lease; memory after a million names
+    /// used once and reclaimed.
+    Scale(scale::ScaleBench),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +73,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => gateway::run(args, &palisade(cli.palisade)?).await,
         Command::Election(args) => election::run(args, &palisade(cli.palisade)?).await,
         Command::Etcd(args) => etcd::run(args).await,
+        Command::Scale(args) => scale::run(args, &palisade(cli.palisade)?).await,
     }
 }
 

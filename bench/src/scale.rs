@@ -1,0 +1,331 @@
+//! `palisade-bench scale`: what a big table and many waiters cost, on a
+//! real 3-node cluster (mutual TLS between peers, plain HTTP clients).
+//!
+//! 1. Empty table: renew/s and p99 at `--concurrency`, the nodes' RSS.
+//! 2. `--leases` held leases (ttl 1 h) granted, then `--watchers` idle
+//!    watches (spread over the three nodes, re-issued as they return), and
+//!    the same renew load again: the ratio is what the table and the
+//!    watchers cost. RSS and disk with the table.
+//! 3. The held leases released, then `--names` distinct names each
+//!    acquired and released once; after `--reclaim-after-ms` (passed to
+//!    the nodes) and a margin, the table is empty again: RSS then, against
+//!    the empty-table RSS of step 1.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth};
+use serde_json::{json, Value};
+
+use crate::election::{disk_bytes, holder_token, post, renew, rss_kib};
+use crate::load::{http_client, load, print_table, Failover};
+
+#[derive(Debug, Args)]
+pub struct ScaleBench {
+    /// Held leases in step 2.
+    #[arg(long, default_value_t = 100_000)]
+    leases: usize,
+    /// Idle watchers in step 2.
+    #[arg(long, default_value_t = 5_000)]
+    watchers: usize,
+    /// Distinct names acquired and released once in step 3 (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    names: usize,
+    /// The nodes' `--reclaim-after-ms`.
+    #[arg(long, default_value_t = 10_000)]
+    reclaim_after_ms: u64,
+    /// Renewing tasks.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Seconds per renew measurement.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `count` calls of `op(i)` from `tasks` tasks; returns the seconds.
+async fn spread<F, Fut>(count: usize, tasks: usize, op: F) -> f64
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (op, next) = (op.clone(), next.clone());
+        handles.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= count {
+                    return;
+                }
+                op(i).await;
+            }
+        }));
+    }
+    for handle in handles {
+        let _ = handle.await;
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// Acquires `lease` (ttl `ttl_ms`), retrying 503s for a few seconds.
+async fn acquire(client: &reqwest::Client, base: &str, lease: &str, ttl_ms: u64) -> Option<Value> {
+    let url = format!("{base}/v1/leases/{lease}/acquire");
+    for _ in 0..50 {
+        if let Some(grant) = post(client, &url, &json!({"holder": "bench", "ttl_ms": ttl_ms})).await
+        {
+            return Some(grant);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+async fn release(client: &reqwest::Client, base: &str, lease: &str, grant: &Value) {
+    let url = format!("{base}/v1/leases/{lease}/release");
+    let _ = post(client, &url, &holder_token(grant)).await;
+}
+
+/// Renew load: one held lease per task, renewed back to back.
+async fn renew_load(
+    client: &reqwest::Client,
+    base: &str,
+    (tag, what): (&str, &str),
+    concurrency: usize,
+    duration: Duration,
+) -> crate::load::Figures {
+    let mut grants = Vec::new();
+    for task in 0..concurrency {
+        let lease = format!("renew-{tag}-{task}");
+        let grant = acquire(client, base, &lease, 60_000).await;
+        grants.push(grant.as_ref().map_or(Value::Null, holder_token));
+    }
+    let grants = Arc::new(grants);
+    let (c, base, tag) = (client.clone(), base.to_owned(), tag.to_owned());
+    load(
+        &format!("renew, {what}"),
+        concurrency,
+        duration,
+        move |task, _| {
+            let (c, base, held) = (c.clone(), base.clone(), grants.clone());
+            let lease = format!("renew-{tag}-{task}");
+            async move { renew(&c, &base, &lease, &held[task]).await }
+        },
+    )
+    .await
+}
+
+/// Leases in the leader's table (pages through the list).
+async fn table_size(client: &reqwest::Client, base: &str) -> u64 {
+    let mut count = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/v1/leases?limit=1000");
+        if let Some(after) = &after {
+            url.push_str(&format!("&after={after}"));
+        }
+        let Ok(answer) = client.get(&url).send().await else {
+            return count;
+        };
+        let Ok(page) = answer.json::<Value>().await else {
+            return count;
+        };
+        count += page["leases"].as_array().map_or(0, Vec::len) as u64;
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => return count,
+        }
+    }
+}
+
+pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    make_certs(palisade, &certs, 3, &[])?;
+    let mut config = ClusterConfig::new(dir.path(), 3, PeerAuth::Certs(certs));
+    for node in &mut config.nodes {
+        node.env = vec![("RUST_LOG".into(), "error".into())];
+        node.logs = Logs::Inherit;
+        node.args = vec![
+            "--reclaim-after-ms".into(),
+            args.reclaim_after_ms.to_string(),
+        ];
+    }
+    let client = http_client(Duration::from_secs(10), 256)?;
+    let cluster = Cluster::start(palisade, config)?;
+    let Some(leader) = Failover::leader(&cluster, &client).await else {
+        anyhow::bail!("the cluster did not elect a leader");
+    };
+    let base = cluster.url(leader);
+    let duration = Duration::from_secs(args.seconds);
+    let mut report = serde_json::Map::new();
+    let mut results = Vec::new();
+
+    // 1. Empty table.
+    report.insert("rss_kib_empty".into(), json!(rss_kib(&cluster)));
+    results.push(
+        renew_load(
+            &client,
+            &base,
+            ("empty", "empty table"),
+            args.concurrency,
+            duration,
+        )
+        .await,
+    );
+
+    // 2. A big table and idle watchers.
+    let grants: Arc<std::sync::Mutex<Vec<Value>>> =
+        Arc::new(std::sync::Mutex::new(vec![Value::Null; args.leases]));
+    let (c, b, g) = (client.clone(), base.clone(), grants.clone());
+    let seconds = spread(args.leases, 64, move |i| {
+        let (c, b, g) = (c.clone(), b.clone(), g.clone());
+        async move {
+            if let Some(grant) = acquire(&c, &b, &format!("big-{i}"), 3_600_000).await {
+                g.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = grant;
+            }
+        }
+    })
+    .await;
+    report.insert("grant_seconds".into(), json!(seconds));
+    report.insert("rss_kib_with_table".into(), json!(rss_kib(&cluster)));
+    report.insert(
+        "disk_bytes_per_node_with_table".into(),
+        json!(cluster
+            .ids()
+            .map(|id| disk_bytes(&cluster.setup(id).data_dir))
+            .collect::<Vec<_>>()),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let watch_client = http_client(Duration::from_secs(90), args.watchers)?;
+    let urls: Vec<String> = cluster.urls();
+    let mut watchers = Vec::new();
+    for w in 0..args.watchers {
+        let (c, stop, answered) = (watch_client.clone(), stop.clone(), answered.clone());
+        let url = format!(
+            "{}/v1/leases/big-{}/watch?index={}&wait_ms=60000",
+            urls[w % urls.len()],
+            w % args.leases.max(1),
+            u64::MAX
+        );
+        watchers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match c.get(&url).send().await {
+                    Ok(answer) => {
+                        let _ = answer.bytes().await;
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        }));
+        if w % 100 == 99 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Let them all arrive and settle into waiting.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let label = format!("{} leases + {} watchers", args.leases, args.watchers);
+    results.push(
+        renew_load(
+            &client,
+            &base,
+            ("loaded", &label),
+            args.concurrency,
+            duration,
+        )
+        .await,
+    );
+    report.insert(
+        "rss_kib_with_table_and_watchers".into(),
+        json!(rss_kib(&cluster)),
+    );
+    report.insert(
+        "watch_answers_during_run".into(),
+        json!(answered.load(Ordering::Relaxed)),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for watcher in watchers {
+        watcher.abort();
+    }
+    drop(watch_client);
+
+    // 3. Release everything; a million names used once; reclaimed.
+    let held: Vec<Value> = std::mem::take(
+        &mut *grants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let held = Arc::new(held);
+    let (c, b, h) = (client.clone(), base.clone(), held.clone());
+    spread(args.leases, 64, move |i| {
+        let (c, b, h) = (c.clone(), b.clone(), h.clone());
+        async move {
+            if !h[i].is_null() {
+                release(&c, &b, &format!("big-{i}"), &h[i]).await;
+            }
+        }
+    })
+    .await;
+    if args.names > 0 {
+        let (c, b) = (client.clone(), base.clone());
+        let seconds = spread(args.names, 64, move |i| {
+            let (c, b) = (c.clone(), b.clone());
+            async move {
+                let lease = format!("name-{i}");
+                if let Some(grant) = acquire(&c, &b, &lease, 60_000).await {
+                    release(&c, &b, &lease, &grant).await;
+                }
+            }
+        })
+        .await;
+        report.insert("names".into(), json!(args.names));
+        report.insert("names_seconds".into(), json!(seconds));
+        report.insert("rss_kib_after_names".into(), json!(rss_kib(&cluster)));
+        report.insert(
+            "table_after_names".into(),
+            json!(table_size(&client, &base).await),
+        );
+    }
+    // Wait for reclamation: the table back to (about) empty, bounded.
+    let waited = Instant::now();
+    let limit = Duration::from_millis(args.reclaim_after_ms) + Duration::from_secs(120);
+    let mut left = table_size(&client, &base).await;
+    while left > 2 * args.concurrency as u64 && waited.elapsed() < limit {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        left = table_size(&client, &base).await;
+    }
+    report.insert("table_after_reclaim".into(), json!(left));
+    report.insert(
+        "reclaim_wait_seconds".into(),
+        json!(waited.elapsed().as_secs_f64()),
+    );
+    report.insert("rss_kib_after_reclaim".into(), json!(rss_kib(&cluster)));
+    report.insert(
+        "disk_bytes_per_node_after_reclaim".into(),
+        json!(cluster
+            .ids()
+            .map(|id| disk_bytes(&cluster.setup(id).data_dir))
+            .collect::<Vec<_>>()),
+    );
+
+    if args.json {
+        let out = json!({"load": results, "footprint": report});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&results);
+        for (key, value) in &report {
+            println!("{key}: {value}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
