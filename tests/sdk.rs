@@ -53,6 +53,54 @@ async fn the_lease_is_lost_when_renewals_fail() {
     assert!(matches!(refused, Err(Error::LeaseLost(_))), "{refused:?}");
 }
 
+/// Renewals follow the ttl the leader answers, not the one first asked
+/// for: after the holder re-acquires its grant with a longer ttl (same
+/// secret), the SDK's next renewal moves the safe deadline by the longer
+/// ttl.
+#[tokio::test]
+async fn renewals_use_the_ttl_the_leader_answers() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = sdk(&cluster, None);
+    let http = http_client();
+    let leader = cluster.leader(&http).await;
+    let lease = client
+        .acquire("ttl-follow", "h", Duration::from_millis(1000), None)
+        .await
+        .expect("acquire");
+    let before = lease.deadline() - tokio::time::Instant::now();
+    assert!(before <= Duration::from_millis(1000), "{before:?}");
+    let secret = lease.id().secret.expect("a secret");
+    let (status, grant) = support::post_json(
+        &http,
+        &format!("{}/v1/leases/ttl-follow/acquire", cluster.url(leader)),
+        serde_json::json!({"holder": "h", "ttl_ms": 8000, "secret": secret.expose()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{grant}");
+    assert_eq!(grant["ttl_ms"], 8000);
+    assert_eq!(grant["token"], lease.token(), "the same grant");
+    // Renewals run every ttl/3 (333 ms); the first after the re-acquire
+    // answers 8 s.
+    let started = Instant::now();
+    let mut left = Duration::ZERO;
+    while started.elapsed() < Duration::from_secs(3) {
+        left = lease.deadline() - tokio::time::Instant::now();
+        if left > Duration::from_secs(5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        left > Duration::from_secs(5),
+        "the deadline still follows the 1 s ttl: {left:?} left"
+    );
+    assert!(lease.is_held());
+    // (No release through this handle: the raw re-acquire replaced it as
+    // the grant's latest handle, so its release frees nothing, by design.)
+}
+
 /// S3: dropping a lease (which releases it in the background) and acquiring
 /// it again at once under the same holder never leaves the new handle
 /// believing in a grant the late release freed. Without the SDK's release

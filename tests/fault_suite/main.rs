@@ -336,6 +336,18 @@ struct Harness {
     thief_stop: palisade_client::CancellationToken,
 }
 
+/// A run that panics (a violation, a fault that could not be injected)
+/// must not leave its workers running: they would load the machine for
+/// whatever runs next.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+    }
+}
+
 impl Harness {
     /// Three election nodes (node 3 drifting fast), a gateway, and the
     /// workers of `ROLES` (w2 drifting slow).
