@@ -13,7 +13,7 @@
 //!   fault), renews, releases and re-acquires with a 1 s ttl the held
 //!   leases with everything `GET` shows (holder, token, index) and no
 //!   secret, as a principal with every right: every attempt must fail;
-//! - a follower SIGSTOPped while the leader grants 2 000 more leases and
+//! - a follower SIGSTOPped while the leader grants batches of 2 000 leases and
 //!   purges its log past it (snapshots every 500 entries; the table grows
 //!   with every such fault): resumed, it must catch up by snapshot within
 //!   30 s and show the newest lease from its own state;
@@ -173,10 +173,11 @@ const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows
 const LAGGING_FOLLOWER: &str = "follower lagging past the purge point, big table";
 const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
 
-/// Leases granted (and kept, ttl 1 h) while a follower is paused: with
-/// snapshots every [`SNAPSHOT_EVERY`] entries and openraft keeping 1 000
-/// entries after one, enough to purge past the paused follower, so it can
-/// only catch up by snapshot; the table grows with every such fault.
+/// Leases granted (and kept, ttl 1 h) per batch while a follower is paused:
+/// with snapshots every [`SNAPSHOT_EVERY`] entries and openraft keeping
+/// 1 000 entries after one, a batch or two purge past the paused follower,
+/// so it can only catch up by snapshot; the table grows with every such
+/// fault.
 const BULK_PER_FAULT: usize = 2_000;
 const SNAPSHOT_EVERY: &str = "500";
 /// Blocking acquirers queued in one "many waiters" fault.
@@ -510,10 +511,21 @@ impl Harness {
                     support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
                 let before = view["last_log_index"].as_u64().unwrap_or(0);
                 cluster.pause(victim).expect("SIGSTOP");
-                let prefix = format!("bulk.{}", monotonic_ns());
-                support::grant_many(http, &base, &prefix, BULK_PER_FAULT, 16).await;
-                let view: serde_json::Value =
-                    support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
+                // Batches until the leader has purged past the follower
+                // (it purges a little after each snapshot), at most 4x.
+                let run = monotonic_ns();
+                let (mut batch, mut view) = (0, serde_json::Value::Null);
+                while batch < 4 {
+                    let prefix = format!("bulk.{run}.{batch}");
+                    support::grant_many(http, &base, &prefix, BULK_PER_FAULT, 16).await;
+                    batch += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    view = support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
+                    if view["purged_index"].as_u64().unwrap_or(0) > before {
+                        break;
+                    }
+                }
+                let prefix = format!("bulk.{run}.{}", batch - 1);
                 let target = view["last_log_index"].as_u64().unwrap_or(0);
                 let purged = view["purged_index"].as_u64().unwrap_or(0);
                 cluster.resume(victim).expect("SIGCONT");
