@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    commands::init_tracing();
+    commands::init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -21,6 +21,7 @@ pub mod incarnation;
 pub mod lease_table;
 pub mod lessor;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod propose;

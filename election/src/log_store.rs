@@ -44,7 +44,10 @@ impl SledLogStore {
     ///
     /// # Errors
     /// sled's error, as `io::Error`.
-    pub fn open(db: &sled::Db) -> io::Result<Self> {
+    pub fn open(
+        db: &sled::Db,
+        fsync_seconds: prometheus_client::metrics::histogram::Histogram,
+    ) -> io::Result<Self> {
         let (flushes, pending) = mpsc::channel::<IOFlushed<TypeConfig>>();
         let flusher_db = db.clone();
         std::thread::Builder::new()
@@ -53,7 +56,9 @@ impl SledLogStore {
                 while let Ok(first) = pending.recv() {
                     let mut batch = vec![first];
                     batch.extend(pending.try_iter());
+                    let started = std::time::Instant::now();
                     let result = flusher_db.flush().map(drop);
+                    fsync_seconds.observe(started.elapsed().as_secs_f64());
                     for callback in batch {
                         callback.io_completed(result.as_ref().map(|_| ()).map_err(io_err));
                     }

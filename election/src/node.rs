@@ -86,9 +86,9 @@ impl ElectionNode {
             .open()
             .map_err(io_err)?;
         let incarnations = Arc::new(Incarnations::open(&db)?);
-        let log_store = SledLogStore::open(&db)?;
         let state_machine = StateMachine::open(&db)?;
         let shared = state_machine.shared();
+        let log_store = SledLogStore::open(&db, shared.metrics.log_fsync_seconds.clone())?;
 
         let raft_config = Config {
             cluster_name: "palisade".into(),
@@ -168,7 +168,12 @@ impl ElectionNode {
         let lessor = Arc::new(Lessor::default());
         let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
         let config = Arc::new(config);
-        let proposer = Proposer::new(raft.clone(), config.id, config.quorum_timeout);
+        let proposer = Proposer::new(
+            raft.clone(),
+            config.id,
+            config.quorum_timeout,
+            shared.metrics.proposal_failures.clone(),
+        );
         let state = ApiState {
             raft: raft.clone(),
             proposer: proposer.clone(),
@@ -274,11 +279,18 @@ async fn leader_duties(
     let installing_key = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Set while a Reclaim proposal is in flight: one at a time.
     let reclaiming = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut seen_leader = None;
     loop {
         tick.tick().await;
         // Drained on every node, leader or not, so the feed stays small.
         let touched = shared.take_touched();
         let metrics = raft.metrics().borrow_watched().clone();
+        if metrics.current_leader != seen_leader {
+            if seen_leader.is_some() {
+                shared.metrics.leader_changes.inc();
+            }
+            seen_leader = metrics.current_leader;
+        }
         let leading =
             metrics.state == ServerState::Leader && metrics.current_leader == Some(metrics.id);
         if !leading {

@@ -34,13 +34,25 @@ pub struct Proposer {
     /// How long a proposal may take before the caller gets
     /// [`ProposeError::NoQuorum`].
     timeout: Duration,
+    /// Counts proposals that did not apply.
+    failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl Proposer {
     /// A proposer for `raft` (node `me`) whose proposals give up after
     /// `timeout`.
-    pub fn new(raft: Arc<Raft>, me: NodeId, timeout: Duration) -> Self {
-        Self { raft, me, timeout }
+    pub fn new(
+        raft: Arc<Raft>,
+        me: NodeId,
+        timeout: Duration,
+        failures: prometheus_client::metrics::counter::Counter,
+    ) -> Self {
+        Self {
+            raft,
+            me,
+            timeout,
+            failures,
+        }
     }
 
     /// Proposes `command` and waits for it to apply. A fresh leader may refuse
@@ -54,7 +66,10 @@ impl Proposer {
     pub async fn propose(&self, command: Command) -> Result<CommandResult, ProposeError> {
         let response = self
             .write(|| self.raft.client_write(command.clone()))
-            .await?;
+            .await
+            .inspect_err(|_| {
+                self.failures.inc();
+            })?;
         Ok(response.data)
     }
 

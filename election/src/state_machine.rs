@@ -47,6 +47,8 @@ pub struct SharedState {
     /// Per-lease wakeups (and acquire queues): apply rings the leases it
     /// changes, so a waiter wakes only for its own lease.
     pub bells: Arc<crate::waiters::Bells>,
+    /// The node's metrics (apply counts grants, releases, expiries...).
+    pub metrics: Arc<crate::metrics::ElectionMetrics>,
 }
 
 /// Leases changed since the last [`SharedState::take_touched`].
@@ -166,6 +168,7 @@ impl StateMachine {
                     names: Vec::new(),
                 })),
                 bells: Arc::default(),
+                metrics: Arc::default(),
             },
             db: db.clone(),
             snapshots,
@@ -269,7 +272,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         if let Some(lease) = command.lease() {
                             self.shared.touch(Some(lease));
                         }
-                        state.table.apply(index, command)
+                        let before = state.table.leases.len();
+                        let result = state.table.apply(index, command);
+                        let removed = before.saturating_sub(state.table.leases.len());
+                        self.shared.metrics.applied(command, &result, removed);
+                        result
                     }
                     EntryPayload::Membership(membership) => {
                         state.membership = StoredMembershipOf::<TypeConfig>::new(

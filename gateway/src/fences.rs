@@ -27,19 +27,24 @@ struct BumpRequest {
     token: Option<u64>,
 }
 
-/// `GET /v1/fences/{lease}`.
+/// `GET /v1/fences/{lease}`: the fence, and the writes refused below it
+/// (`refused`: count and the last, with its holder and address).
 pub async fn get<S: FencedStore>(
     State(state): State<AppState<S>>,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let lease = lease_name(uri.path(), PREFIX)?;
     let fence = state.store.fence(&lease).await?;
-    Ok(Json(json!({ "lease": lease.as_str(), "fence": fence.0 })))
+    let refused = state.observer.refusals(lease.as_str());
+    Ok(Json(
+        json!({ "lease": lease.as_str(), "fence": fence.0, "refused": refused }),
+    ))
 }
 
 /// `POST /v1/fences/{lease}`: raises the fence to the JWT's token.
 pub async fn bump<S: FencedStore>(
     State(state): State<AppState<S>>,
+    peer: crate::objects::Peer,
     uri: Uri,
     token: Result<LeaseToken, ApiError>,
     headers: HeaderMap,
@@ -59,6 +64,7 @@ pub async fn bump<S: FencedStore>(
             )));
         }
     }
-    let fence = state.store.bump_fence(&lease, token.token).await?;
+    let fence = state.store.bump_fence(&lease, token.token).await;
+    let fence = crate::objects::audited(&state, &lease, lease.as_str(), &token, &peer, fence)?;
     Ok(Json(json!({ "lease": lease.as_str(), "fence": fence.0 })))
 }

@@ -17,6 +17,7 @@ pub mod fences;
 pub mod key_path;
 pub mod keys;
 pub mod objects;
+pub mod observe;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,6 +94,8 @@ pub struct AppState<S> {
     pub config: Arc<GatewayConfig>,
     /// Who may read and write which leases' objects; `None`: everyone.
     pub policy: Option<Arc<palisade_serve::policy::Policy>>,
+    /// Metrics and the fencing audit.
+    pub observer: Arc<observe::Observer>,
 }
 
 impl<S> Clone for AppState<S> {
@@ -102,6 +105,7 @@ impl<S> Clone for AppState<S> {
             verifier: self.verifier.clone(),
             config: self.config.clone(),
             policy: self.policy.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -143,12 +147,19 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
                 .route_layer(authorize),
         )
         .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz::<S>))
+        .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .with_state(state.clone())
         .layer(axum::middleware::from_fn_with_state(
             timeout,
             request_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.observer.clone(),
+            observe::measure,
         ));
     routes.layer(
         ServiceBuilder::new()
@@ -169,6 +180,38 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
 
 async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: 200 once the store answers and the keys tokens are
+/// checked with are loaded (a JWKS fetched at least once); else 503 saying
+/// which.
+async fn readyz<S: FencedStore>(State(state): State<AppState<S>>) -> Response {
+    let probe = palisade_store::LeaseName::new("palisade-readyz").ok();
+    let store_ok = match probe {
+        Some(lease) => state.store.fence(&lease).await.is_ok(),
+        None => false,
+    };
+    let keys_ok = match state.verifier.keys() {
+        KeySource::Pem(_) => true,
+        KeySource::Jwks(cache) => !cache.is_empty(),
+    };
+    let reason = match (store_ok, keys_ok) {
+        (false, _) => Some("the store does not answer"),
+        (true, false) => Some("no signing keys fetched from the cluster yet"),
+        (true, true) => None,
+    };
+    let status = if reason.is_none() {
+        http::StatusCode::OK
+    } else {
+        http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = serde_json::json!({ "ready": reason.is_none(), "reason": reason });
+    (status, Json(body)).into_response()
+}
+
+/// `GET /metrics`: Prometheus text format.
+async fn metrics<S: FencedStore>(State(state): State<AppState<S>>) -> Response {
+    observe::metrics(State(state.observer.clone())).await
 }
 
 async fn empty_key() -> ApiError {

@@ -44,9 +44,44 @@ pub(crate) async fn read_body(
     })
 }
 
+/// The caller's address, when the server knows it (not in process tests).
+pub(crate) type Peer = Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;
+
+/// Passes a store answer through; a refusal for a stale token is first
+/// recorded in the fencing audit (and logged), with the JWT's holder and
+/// the caller's address.
+pub(crate) fn audited<S, T>(
+    state: &AppState<S>,
+    lease: &palisade_store::LeaseName,
+    key: &str,
+    token: &LeaseToken,
+    peer: &Peer,
+    answer: Result<T, palisade_store::StoreError>,
+) -> Result<T, ApiError> {
+    if let Err(palisade_store::StoreError::Stale {
+        token: stale,
+        fence,
+    }) = &answer
+    {
+        state.observer.refused(
+            lease.as_str(),
+            crate::observe::Refused {
+                token: stale.0,
+                fence: fence.0,
+                holder: token.claims.sub.clone(),
+                key: key.to_owned(),
+                peer: peer.as_ref().map(|p| p.0 .0.to_string()),
+                at_unix_ms: crate::observe::now_unix_ms(),
+            },
+        );
+    }
+    Ok(answer?)
+}
+
 /// `PUT /v1/objects/{key}`: stores the body if the token passes the fence.
 pub async fn put<S: FencedStore>(
     State(state): State<AppState<S>>,
+    peer: Peer,
     uri: Uri,
     token: Result<LeaseToken, ApiError>,
     headers: HeaderMap,
@@ -56,7 +91,8 @@ pub async fn put<S: FencedStore>(
     let token = token?;
     token.require_lease(key.lease())?;
     let value = read_body(&headers, body, state.config.max_value_bytes).await?;
-    let written = state.store.put(&key, value.to_vec(), token.token).await?;
+    let written = state.store.put(&key, value.to_vec(), token.token).await;
+    let written = audited(&state, key.lease(), key.as_str(), &token, &peer, written)?;
     Ok(Json(json!({
         "key": key.as_str(),
         "version": written.version,
@@ -91,13 +127,15 @@ pub async fn get<S: FencedStore>(
 /// fence, and raises the fence even when there was nothing to remove.
 pub async fn delete<S: FencedStore>(
     State(state): State<AppState<S>>,
+    peer: Peer,
     uri: Uri,
     token: Result<LeaseToken, ApiError>,
 ) -> Result<Response, ApiError> {
     let key = key_of(&uri)?;
     let token = token?;
     token.require_lease(key.lease())?;
-    let deleted = state.store.delete(&key, token.token).await?;
+    let deleted = state.store.delete(&key, token.token).await;
+    let deleted = audited(&state, key.lease(), key.as_str(), &token, &peer, deleted)?;
     Ok(Json(json!({
         "key": key.as_str(),
         "deleted": deleted.existed,

@@ -62,6 +62,7 @@ fn fixture_with_policy(
         )),
         config: Arc::new(config),
         policy,
+        observer: Default::default(),
     };
     Fixture {
         app: palisade_gateway::router(state),

@@ -116,6 +116,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         verifier: Arc::new(Verifier::new(keys, args.exp_leeway_secs)),
         config: Arc::new(config.clone()),
         policy,
+        observer: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -21,8 +21,21 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "palisade", version, about)]
 pub struct Cli {
+    /// Log lines as `text` (colour only on a terminal) or `json` (one
+    /// object per line, for log shippers).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PALISADE_LOG_FORMAT")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable; ANSI colour only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,14 +73,21 @@ enum Command {
     Worker(worker::WorkerArgs),
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`), as `format`
+/// says.
+pub fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
 }
 
 /// Runs the parsed command.

@@ -5,9 +5,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use http::StatusCode;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::Instant as _;
 use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -69,9 +72,90 @@ pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Val
     Ok(Json(json!({ "kid": kid })))
 }
 
-/// `GET /healthz`: the process answers.
+/// `GET /healthz` and `GET /livez`: the process answers.
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// How long a leader may go without a quorum's acknowledgement and still
+/// call itself ready: a few election timeouts.
+fn quorum_silence_limit(config: &ElectionConfig) -> std::time::Duration {
+    config.election_timeout.1 * 3
+}
+
+/// `GET /readyz`: 200 when this node can serve — it knows a leader, the
+/// cluster has its signing key, it has applied everything it knows
+/// committed, and (if it leads) a quorum acknowledged it recently; else 503
+/// naming what is missing.
+pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
+    let metrics = state.raft.metrics().borrow_watched().clone();
+    let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
+    let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
+    let has_key = state.shared.read(|s| s.table.signing_key.is_some());
+    let leading = metrics.current_leader == Some(state.config.id);
+    let quorum_silent = leading
+        && metrics
+            .last_quorum_acked
+            .as_ref()
+            .is_none_or(|acked| acked.elapsed() > quorum_silence_limit(&state.config));
+    let problem = if metrics.current_leader.is_none() {
+        Some("no leader known".to_owned())
+    } else if quorum_silent {
+        Some("this leader has not heard from a quorum recently".to_owned())
+    } else if !has_key {
+        Some("the cluster has no signing key yet".to_owned())
+    } else if applied < committed {
+        Some(format!(
+            "applied {applied} of {committed} committed entries"
+        ))
+    } else {
+        None
+    };
+    let body = json!({
+        "ready": problem.is_none(),
+        "reason": problem,
+        "leader": metrics.current_leader,
+        "applied_index": applied,
+        "commit_index": committed,
+    });
+    let status = if problem.is_none() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
+    let raft = state.raft.metrics().borrow_watched().clone();
+    let (held, records) = state.shared.read(|s| {
+        let held = s
+            .table
+            .leases
+            .values()
+            .filter(|r| r.holder.is_some())
+            .count();
+        (held as u64, s.table.leases.len() as u64)
+    });
+    let now = crate::metrics::Snapshot {
+        has_leader: raft.current_leader.is_some(),
+        is_leader: raft.current_leader == Some(state.config.id),
+        term: raft.current_term,
+        commit_index: raft.cluster_committed.as_ref().map_or(0, |id| id.index),
+        applied_index: raft.last_applied.as_ref().map_or(0, |id| id.index),
+        leases_held: held,
+        leases_in_table: records,
+        waiters: (state.config.max_waiters - state.waiters.available_permits()) as u64,
+    };
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.shared.metrics.render(now),
+    )
+        .into_response()
 }
 
 /// `POST /v1/cluster/members`: a node to add.

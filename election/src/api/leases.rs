@@ -352,15 +352,32 @@ pub(super) async fn renew(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<HolderToken>,
 ) -> Result<Json<Grant>, ApiError> {
+    let started = std::time::Instant::now();
+    let answer = renew_now(&state, lease, body).await;
+    if answer.is_ok() {
+        let metrics = &state.shared.metrics;
+        metrics.renewals.inc();
+        metrics
+            .renew_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+    answer
+}
+
+async fn renew_now(
+    state: &ApiState,
+    lease: LeaseName,
+    body: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
     // A renewal writes nothing, but only a confirmed leader may answer it.
     state.confirm_leadership().await?;
     let presented = body.secret_hash();
-    match extend(&state, &lease, &body.holder, body.token, presented.as_ref()) {
+    match extend(state, &lease, &body.holder, body.token, presented.as_ref()) {
         Extended::Yes {
             ttl_ms,
             grant_index,
         } => grant(
-            &state,
+            state,
             lease,
             body.holder,
             body.token,

@@ -1,0 +1,246 @@
+//! Prometheus metrics of an election node (`GET /metrics`, text format).
+//!
+//! Counters move where the event happens: lease grants, releases, expiries,
+//! revocations and reclaims in apply (so every node counts what it applied,
+//! as etcd does), renewals in the renew handler, leader changes in the
+//! leader's duty loop, proposal failures in the proposer, log fsyncs in the
+//! flusher thread. Gauges (leader, term, indexes, leases held, waiters) are
+//! read from Raft's metrics and the table when scraped. No per-lease labels.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::command::{Command, CommandResult};
+
+/// Latency buckets in seconds: 50 µs .. ~1.6 s.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+/// The node's metrics. Cheap to share (`Arc`); every metric is itself a
+/// handle.
+#[derive(Debug)]
+pub struct ElectionMetrics {
+    registry: Registry,
+    /// New grants applied.
+    pub grants: Counter,
+    /// Renewals answered (leader only).
+    pub renewals: Counter,
+    /// Releases applied.
+    pub releases: Counter,
+    /// Expiries applied.
+    pub expiries: Counter,
+    /// Revocations applied.
+    pub revocations: Counter,
+    /// Free lease records reclaimed.
+    pub reclaimed: Counter,
+    /// Times this node saw the leader change (to another node or to none).
+    pub leader_changes: Counter,
+    /// Proposals that did not apply (no quorum, refused, fatal).
+    pub proposal_failures: Counter,
+    /// Renewal latency on the leader, in seconds.
+    pub renew_seconds: Histogram,
+    /// Raft log fsync time, in seconds.
+    pub log_fsync_seconds: Histogram,
+    has_leader: Gauge,
+    is_leader: Gauge,
+    term: Gauge,
+    commit_index: Gauge,
+    applied_index: Gauge,
+    leases_held: Gauge,
+    leases_in_table: Gauge,
+    waiters: Gauge,
+}
+
+/// What a scrape reads from the node at that moment.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Snapshot {
+    /// A leader is known.
+    pub has_leader: bool,
+    /// This node is it.
+    pub is_leader: bool,
+    /// The current term.
+    pub term: u64,
+    /// The committed index as this node knows it.
+    pub commit_index: u64,
+    /// The last applied index.
+    pub applied_index: u64,
+    /// Leases with a holder.
+    pub leases_held: u64,
+    /// Records in the table (held and free, not yet reclaimed).
+    pub leases_in_table: u64,
+    /// Blocking calls waiting on this node.
+    pub waiters: u64,
+}
+
+impl Default for ElectionMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let this = Self {
+            grants: Counter::default(),
+            renewals: Counter::default(),
+            releases: Counter::default(),
+            expiries: Counter::default(),
+            revocations: Counter::default(),
+            reclaimed: Counter::default(),
+            leader_changes: Counter::default(),
+            proposal_failures: Counter::default(),
+            renew_seconds: latency(),
+            log_fsync_seconds: latency(),
+            has_leader: Gauge::default(),
+            is_leader: Gauge::default(),
+            term: Gauge::default(),
+            commit_index: Gauge::default(),
+            applied_index: Gauge::default(),
+            leases_held: Gauge::default(),
+            leases_in_table: Gauge::default(),
+            waiters: Gauge::default(),
+            registry: Registry::default(),
+        };
+        let counters = [
+            (
+                "palisade_lease_grants",
+                "New lease grants applied",
+                &this.grants,
+            ),
+            (
+                "palisade_lease_renewals",
+                "Lease renewals answered by this node as leader",
+                &this.renewals,
+            ),
+            (
+                "palisade_lease_releases",
+                "Lease releases applied",
+                &this.releases,
+            ),
+            (
+                "palisade_lease_expiries",
+                "Lease expiries applied",
+                &this.expiries,
+            ),
+            (
+                "palisade_lease_revocations",
+                "Lease revocations applied",
+                &this.revocations,
+            ),
+            (
+                "palisade_lease_reclaimed",
+                "Free lease records reclaimed",
+                &this.reclaimed,
+            ),
+            (
+                "palisade_election_leader_changes",
+                "Leader changes seen by this node",
+                &this.leader_changes,
+            ),
+            (
+                "palisade_election_proposal_failures",
+                "Proposals that did not apply",
+                &this.proposal_failures,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        let gauges = [
+            (
+                "palisade_election_has_leader",
+                "1 if this node knows a leader",
+                &this.has_leader,
+            ),
+            (
+                "palisade_election_is_leader",
+                "1 if this node is the leader",
+                &this.is_leader,
+            ),
+            (
+                "palisade_election_term",
+                "The current Raft term",
+                &this.term,
+            ),
+            (
+                "palisade_election_commit_index",
+                "The committed log index as this node knows it",
+                &this.commit_index,
+            ),
+            (
+                "palisade_election_applied_index",
+                "The last applied log index",
+                &this.applied_index,
+            ),
+            (
+                "palisade_leases_held",
+                "Leases with a holder",
+                &this.leases_held,
+            ),
+            (
+                "palisade_leases_in_table",
+                "Lease records in the table, held or free",
+                &this.leases_in_table,
+            ),
+            (
+                "palisade_election_waiters",
+                "Blocking acquires and watches waiting on this node",
+                &this.waiters,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            registry.register(name, help, gauge.clone());
+        }
+        registry.register_with_unit(
+            "palisade_lease_renew_duration",
+            "Renewal latency on the leader",
+            Unit::Seconds,
+            this.renew_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "palisade_election_log_fsync_duration",
+            "Raft log fsync time",
+            Unit::Seconds,
+            this.log_fsync_seconds.clone(),
+        );
+        Self { registry, ..this }
+    }
+}
+
+impl ElectionMetrics {
+    /// Counts what applying `command` did (`reclaimed`: records a `Reclaim`
+    /// removed).
+    pub fn applied(&self, command: &Command, result: &CommandResult, reclaimed: usize) {
+        match (command, result) {
+            (
+                Command::Acquire { .. },
+                CommandResult::Granted {
+                    new_grant: true, ..
+                },
+            ) => self.grants.inc(),
+            (Command::Release { .. }, CommandResult::Freed) => self.releases.inc(),
+            (Command::Expire { .. }, CommandResult::Freed) => self.expiries.inc(),
+            (Command::Revoke { .. }, CommandResult::Revoked) => self.revocations.inc(),
+            (Command::Reclaim { .. }, _) => self.reclaimed.inc_by(reclaimed as u64),
+            _ => 0,
+        };
+    }
+
+    /// The text exposition, with the gauges set from `now`.
+    pub fn render(&self, now: Snapshot) -> String {
+        let set = |gauge: &Gauge, value: u64| {
+            gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        set(&self.has_leader, u64::from(now.has_leader));
+        set(&self.is_leader, u64::from(now.is_leader));
+        set(&self.term, now.term);
+        set(&self.commit_index, now.commit_index);
+        set(&self.applied_index, now.applied_index);
+        set(&self.leases_held, now.leases_held);
+        set(&self.leases_in_table, now.leases_in_table);
+        set(&self.waiters, now.waiters);
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}

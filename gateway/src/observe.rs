@@ -1,0 +1,234 @@
+//! What an operator sees of the gateway: Prometheus metrics (`GET /metrics`)
+//! and the fencing audit — every write refused for a stale token is logged
+//! with its lease, key, token, the fence, the JWT's holder and the peer
+//! address, and counted per lease (`GET /v1/fences/{lease}` shows the count
+//! and the last one). That is how the paused old leader still trying to
+//! write is found.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
+
+/// Leases whose refusals are remembered; past it the one refused longest
+/// ago is forgotten (its count too).
+const AUDITED_LEASES: usize = 10_000;
+
+/// Labels of a write's outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    op: &'static str,
+    result: &'static str,
+}
+
+/// Labels of a request's duration.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    method: String,
+    status: u16,
+}
+
+/// One refused write.
+#[derive(Debug, Clone, Serialize)]
+pub struct Refused {
+    /// The token the write carried.
+    pub token: u64,
+    /// The fence it was below.
+    pub fence: u64,
+    /// The JWT's `sub`: who the cluster granted that token to.
+    pub holder: String,
+    /// The object key (the lease's name for a fence bump).
+    pub key: String,
+    /// Where the request came from, if known.
+    pub peer: Option<String>,
+    /// When, in ms since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// A lease's refused writes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Refusals {
+    /// Writes refused for a stale token since the gateway started.
+    pub count: u64,
+    /// The latest.
+    pub last: Option<Refused>,
+}
+
+/// The gateway's metrics and fencing audit.
+#[derive(Debug)]
+pub struct Observer {
+    registry: Registry,
+    writes: Family<WriteLabels, Counter>,
+    requests: Family<RequestLabels, Histogram>,
+    refused: Mutex<HashMap<String, Refusals>>,
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let writes = Family::<WriteLabels, Counter>::default();
+        let requests = Family::<RequestLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
+        );
+        registry.register(
+            "palisade_gateway_writes",
+            "Fenced writes (put, delete, fence bump) by outcome",
+            writes.clone(),
+        );
+        registry.register_with_unit(
+            "palisade_gateway_request_duration",
+            "Request duration by route, method and status",
+            Unit::Seconds,
+            requests.clone(),
+        );
+        Self {
+            registry,
+            writes,
+            requests,
+            refused: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Observer {
+    /// Records a write refused because `refused.token` is below the fence,
+    /// and logs it.
+    pub fn refused(&self, lease: &str, refused: Refused) {
+        tracing::warn!(
+            target: "palisade::fence",
+            lease,
+            key = %refused.key,
+            token = refused.token,
+            fence = refused.fence,
+            holder = %refused.holder,
+            peer = refused.peer.as_deref().unwrap_or("-"),
+            "refused a write with a stale token"
+        );
+        let mut leases = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !leases.contains_key(lease) && leases.len() >= AUDITED_LEASES {
+            let oldest = leases
+                .iter()
+                .min_by_key(|(_, r)| r.last.as_ref().map_or(0, |l| l.at_unix_ms))
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                leases.remove(&oldest);
+            }
+        }
+        let entry = leases.entry(lease.to_owned()).or_default();
+        entry.count += 1;
+        entry.last = Some(refused);
+    }
+
+    /// `lease`'s refused writes.
+    pub fn refusals(&self, lease: &str) -> Refusals {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(lease)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    fn observe(&self, route: &'static str, method: &http::Method, status: u16, took: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                method: method.as_str().to_owned(),
+                status,
+            })
+            .observe(took.as_secs_f64());
+        let op = match (route, method) {
+            ("/v1/objects", &http::Method::PUT) => "put",
+            ("/v1/objects", &http::Method::DELETE) => "delete",
+            ("/v1/fences", &http::Method::POST) => "fence_bump",
+            _ => return,
+        };
+        let result = match status {
+            200..=299 => "accepted",
+            400 => "bad_request",
+            401 => "unauthorized",
+            403 => "forbidden",
+            408 => "timeout",
+            409 => "stale_token",
+            413 => "too_large",
+            500..=599 => "error",
+            _ => "other",
+        };
+        self.writes.get_or_create(&WriteLabels { op, result }).inc();
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The route a path belongs to (a fixed set: no per-key labels).
+fn route_of(path: &str) -> &'static str {
+    [
+        "/v1/objects",
+        "/v1/fences",
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/metrics",
+    ]
+    .into_iter()
+    .find(|route| path.starts_with(route))
+    .unwrap_or("other")
+}
+
+/// Middleware: times every request and counts write outcomes.
+pub async fn measure(
+    State(observer): State<std::sync::Arc<Observer>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = route_of(request.uri().path());
+    let method = request.method().clone();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    observer.observe(
+        route,
+        &method,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(observer): State<std::sync::Arc<Observer>>) -> Response {
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        observer.render(),
+    )
+        .into_response()
+}
