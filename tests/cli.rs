@@ -163,6 +163,30 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         "{}",
         String::from_utf8_lossy(&granted.stderr)
     );
+    // `cluster status`: one row per node, each from its own view.
+    let all: Vec<String> = (0..3)
+        .map(|i| format!("http://127.0.0.1:{}", ports[0] + i))
+        .collect();
+    let status = palisade()
+        .args(["cluster", "status", "--election", &all.join(",")])
+        .args(["--api-key-file", key_file.to_str().expect("utf8")])
+        .output()
+        .expect("run the CLI");
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{table}");
+    let rows: Vec<&str> = table.lines().skip(1).take(3).collect();
+    assert!(
+        rows.iter().filter(|r| r.contains("Leader")).count() == 1
+            && rows.iter().filter(|r| r.contains("Follower")).count() == 2,
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("leader: node ")),
+        "{table}"
+    );
     Command::new("kill")
         .args(["-TERM", &dev.id().to_string()])
         .status()

@@ -28,7 +28,7 @@ pub struct GatewayTarget {
 }
 
 /// This client's API key, for servers that run with a policy.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Credentials {
     /// The API key to send (`x-palisade-key`).
     #[arg(

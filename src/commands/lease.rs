@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use palisade_client::{Client, ClientConfig, Error, GrantId, GrantSecret};
 
 /// Where the election cluster (and gateway) are.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Endpoints {
     /// Election node URLs, comma-separated; any node will do.
     #[arg(
@@ -341,7 +341,8 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
 /// `palisade cluster status|rotate-key|add|remove`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Leader, term, members and indexes, as one node sees them.
+    /// Every node's role, term, applied index and lag, as a table (each
+    /// endpoint asked for its own view).
     Status {
         #[command(flatten)]
         endpoints: Endpoints,
@@ -409,21 +410,83 @@ pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
             })
         }
     };
-    Ok(match endpoints.client()?.cluster().await {
-        Ok(status) => {
-            let readable = format!(
-                "node {} ({}) sees leader {} in term {}; commit {} applied {}; members {}",
-                status["node_id"],
-                status["state"].as_str().unwrap_or("?"),
-                status["leader"],
-                status["term"],
-                status["commit_index"],
-                status["applied_index"],
-                status["members"]
-            );
-            print(endpoints.json, &status, readable);
-            ExitCode::SUCCESS
+    status(&endpoints).await
+}
+
+/// `palisade cluster status`: every endpoint's own view, as a table (node,
+/// role, term, applied index, lag behind the highest commit index seen,
+/// client and peer address); `--json` prints the first answering node's
+/// whole document with every node's under `"nodes"`.
+async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    let mut views = Vec::new();
+    for url in &endpoints.election {
+        let one = Endpoints {
+            election: vec![url.clone()],
+            ..endpoints.clone()
+        };
+        views.push((url.clone(), one.client()?.cluster().await));
+    }
+    let answered: Vec<&serde_json::Value> =
+        views.iter().filter_map(|(_, v)| v.as_ref().ok()).collect();
+    let Some(first) = answered.first() else {
+        return Ok(match views.into_iter().find_map(|(_, v)| v.err()) {
+            Some(err) => fail(&err),
+            None => {
+                eprintln!("error: no election endpoints given");
+                ExitCode::from(2)
+            }
+        });
+    };
+    if endpoints.json {
+        let mut document = (*first).clone();
+        document["nodes"] = views
+            .iter()
+            .map(|(url, view)| match view {
+                Ok(view) => view.clone(),
+                Err(err) => serde_json::json!({ "url": url, "error": err.to_string() }),
+            })
+            .collect();
+        println!("{document}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let commit = answered
+        .iter()
+        .filter_map(|v| v["commit_index"].as_u64())
+        .max()
+        .unwrap_or(0);
+    println!(
+        "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} PEER",
+        "NODE", "ROLE", "TERM", "APPLIED", "LAG", "CLIENT"
+    );
+    for (url, view) in &views {
+        match view {
+            Ok(view) => {
+                let id = view["node_id"].as_u64().unwrap_or(0);
+                let applied = view["applied_index"].as_u64().unwrap_or(0);
+                let peer = view["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|m| m["id"].as_u64() == Some(id))
+                    .and_then(|m| m["addr"].as_str())
+                    .unwrap_or("-");
+                println!(
+                    "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} {peer}",
+                    id,
+                    view["state"].as_str().unwrap_or("?"),
+                    view["term"].as_u64().unwrap_or(0),
+                    applied,
+                    commit.saturating_sub(applied),
+                    url,
+                );
+            }
+            Err(err) => println!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
         }
-        Err(err) => fail(&err),
-    })
+    }
+    let leader = answered
+        .iter()
+        .find_map(|v| v["leader"].as_u64())
+        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
+    println!("leader: {leader}; commit index {commit}");
+    Ok(ExitCode::SUCCESS)
 }
