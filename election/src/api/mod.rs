@@ -20,6 +20,7 @@ mod reads;
 mod state;
 #[cfg(test)]
 mod tests;
+mod ui;
 
 use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, post, MethodRouter};
@@ -95,6 +96,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/livez", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
         .route("/metrics", get(cluster::metrics))
+        .route(
+            "/ui",
+            needs(get(ui::page), Need::Prefix(Right::Read))
+                .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
+        )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

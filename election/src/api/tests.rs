@@ -806,3 +806,81 @@ async fn a_policy_limits_principals_to_their_prefixes_and_rights() {
         StatusCode::OK
     );
 }
+
+/// The status page escapes what clients chose (a holder named like a
+/// script renders as text); under a policy it needs the read right on its
+/// prefix, from the header or a `palisade_key` cookie — and that cookie
+/// opens no other route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_escapes_client_text_and_honours_the_policy() {
+    use palisade_serve::policy::{key_digest, Policy};
+    let reader = "pal_reader_key_for_the_ui_test_0000001";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{
+            "reader": {{"keys": ["{}"], "acquire": ["ui."], "read": ["ui."]}}
+        }}}}"#,
+        key_digest(reader)
+    ))
+    .expect("policy");
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy))).await;
+    let with = |cookie: Option<&str>, header: Option<&str>, method: Method, uri: &str| {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        if let Some(key) = header {
+            request = request.header(palisade_serve::policy::KEY_HEADER, key);
+        }
+        request
+    };
+    let evil = "<script>alert('owned')</script>";
+    let acquire = with(None, Some(reader), Method::POST, "/v1/leases/ui.x/acquire")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"holder": evil, "ttl_ms": 5000}).to_string(),
+        ))
+        .expect("request");
+    let (status, body) = node.send(acquire).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let page = |request: http::request::Builder| {
+        let app = node.app.clone();
+        async move {
+            let response = app
+                .oneshot(request.body(Body::empty()).expect("request"))
+                .await
+                .expect("answer");
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let (status, _) = page(with(None, None, Method::GET, "/ui?prefix=ui.")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = page(with(None, Some(reader), Method::GET, "/ui")).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "the whole table needs read on \"\""
+    );
+    let cookie = format!("theme=dark; palisade_key={reader}");
+    let (status, html) = page(with(Some(&cookie), None, Method::GET, "/ui?prefix=ui.")).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;"),
+        "{html}"
+    );
+    assert!(!html.contains(evil), "{html}");
+    assert!(html.contains("id=\"leader\">node 1<"), "{html}");
+    // The cookie is honoured on /ui only.
+    let renew = with(Some(&cookie), None, Method::POST, "/v1/leases/ui.x/acquire")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"holder": "thief", "ttl_ms": 5000}).to_string(),
+        ))
+        .expect("request");
+    let (status, _) = node.send(renew).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a cookie opens no write");
+}

@@ -1,0 +1,181 @@
+//! `GET /ui`: a status page, rendered on the server from this node's own
+//! state (no script, no external asset): the node, the leader, term and
+//! indexes, the members, and one page of leases (holder, token, time left
+//! as the leader sees it). It refreshes itself every 2 s (`<meta
+//! refresh>`). Every value from a client — lease names, holders — is
+//! HTML-escaped.
+//!
+//! Under a policy the page needs the `read` right on its `prefix` (as the
+//! list does); a browser that cannot send `x-palisade-key` may carry the key
+//! in a `palisade_key` cookie, honoured on this read-only route alone (see
+//! [`key_from_cookie`]), so no state-changing call can be made with it.
+
+use std::fmt::Write as _;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use openraft::async_runtime::WatchReceiver;
+use serde::Deserialize;
+
+use super::state::ApiState;
+use crate::error::ApiError;
+
+/// Leases on one page.
+const PAGE: usize = 200;
+
+/// `GET /ui?prefix=`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UiQuery {
+    /// Only leases whose names start with this.
+    #[serde(default)]
+    prefix: String,
+}
+
+/// Escapes text for HTML element content and attribute values.
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Middleware on `/ui` only: a `palisade_key` cookie stands for the
+/// `x-palisade-key` header when the header is absent.
+pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Response {
+    let header = palisade_serve::policy::KEY_HEADER;
+    if !request.headers().contains_key(header) {
+        let key = request
+            .headers()
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(name, _)| *name == "palisade_key")
+            .and_then(|(_, value)| http::HeaderValue::from_str(value).ok());
+        if let Some(key) = key {
+            request.headers_mut().insert(header, key);
+        }
+    }
+    next.run(request).await
+}
+
+pub(super) async fn page(
+    State(state): State<ApiState>,
+    query: Result<Query<UiQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let metrics = state.raft.metrics().borrow_watched().clone();
+    let me = state.config.id;
+    let role = format!("{:?}", metrics.state);
+    let leader = metrics
+        .current_leader
+        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
+    let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
+    let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"2\">\
+         <title>Palisade node {me}</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head><body>\
+         <h1>Palisade election node {me}</h1>\
+         <p>role <b id=\"role\">{}</b> · leader <b id=\"leader\">{}</b> · term <b id=\"term\">{}</b> \
+         · commit {} · applied {}</p><h2>Members</h2><table id=\"members\"><tr><th>node</th><th>peer address</th><th></th></tr>",
+        escape(&role),
+        escape(&leader),
+        metrics.current_term,
+        committed,
+        applied,
+    );
+    for (id, node) in metrics.membership_config.membership().nodes() {
+        let mark = if Some(*id) == metrics.current_leader {
+            "leader"
+        } else {
+            ""
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{id}</td><td>{}</td><td>{mark}</td></tr>",
+            escape(&node.addr)
+        );
+    }
+    html.push_str("</table>");
+    let (rows, total) = state.shared.read(|s| {
+        let matching = s
+            .table
+            .leases
+            .range::<str, _>((
+                std::ops::Bound::Included(query.prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(name, _)| name.as_str().starts_with(query.prefix.as_str()));
+        let mut rows = Vec::new();
+        let mut total = 0usize;
+        for (name, record) in matching {
+            total += 1;
+            if rows.len() < PAGE {
+                rows.push((name.clone(), record.clone()));
+            }
+        }
+        (rows, total)
+    });
+    let _ = write!(
+        html,
+        "<h2>Leases</h2><p>{} of {total} with prefix “{}”{}</p>\
+         <table id=\"leases\"><tr><th>lease</th><th>holder</th><th>token</th><th>time left</th><th>changes</th></tr>",
+        rows.len(),
+        escape(&query.prefix),
+        if state.is_leader() {
+            ""
+        } else {
+            " (time left is known on the leader only)"
+        },
+    );
+    for (name, record) in &rows {
+        let left = record
+            .holder
+            .as_ref()
+            .and_then(|_| state.lessor.remaining_ms(name, record.token))
+            .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
+        let holder = record.holder.as_deref().map_or_else(
+            || "<i>free</i>".to_owned(),
+            |h| format!("<span class=\"holder\">{}</span>", escape(h)),
+        );
+        let _ = write!(
+            html,
+            "<tr><td class=\"lease\">{}</td><td>{holder}</td><td>{}</td><td>{left}</td><td>{}</td></tr>",
+            escape(name.as_str()),
+            record.token,
+            record.transitions,
+        );
+    }
+    html.push_str("</table></body></html>");
+    Ok(Html(html).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn markup_is_escaped() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+    }
+}
