@@ -27,6 +27,8 @@ struct BumpRequest {
     token: Option<u64>,
 }
 
+#[utoipa::path(get, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = crate::openapi::LeaseNameParam, Path, description = "The lease")),
+    responses((status = 200, body = crate::openapi::Fence), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)))]
 /// `GET /v1/fences/{lease}`: the fence, and the writes refused below it
 /// (`refused`: count and the last, with its holder and address).
 pub async fn get<S: FencedStore>(
@@ -42,6 +44,8 @@ pub async fn get<S: FencedStore>(
 }
 
 /// `POST /v1/fences/{lease}`: raises the fence to the JWT's token.
+#[utoipa::path(post, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = crate::openapi::LeaseNameParam, Path, description = "The lease")),
+    responses((status = 200, body = crate::openapi::Fence), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
 pub async fn bump<S: FencedStore>(
     State(state): State<AppState<S>>,
     peer: crate::objects::Peer,

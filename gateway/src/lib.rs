@@ -18,6 +18,7 @@ pub mod key_path;
 pub mod keys;
 pub mod objects;
 pub mod observe;
+pub mod openapi;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -146,10 +147,11 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
                 .post(fences::bump::<S>)
                 .route_layer(authorize),
         )
-        .route("/healthz", get(healthz))
-        .route("/livez", get(healthz))
+        .route("/healthz", get(livez))
+        .route("/livez", get(livez))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics::<S>))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone())
@@ -178,10 +180,15 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
     )
 }
 
-async fn healthz() -> Json<serde_json::Value> {
+/// `GET /livez` (and `/healthz`): the process answers.
+#[utoipa::path(get, path = "/livez", tag = "health",
+    responses((status = 200, body = Object, description = "The process answers")))]
+async fn livez() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Object, description = "ready"), (status = 503, body = Object, description = "not ready, with a reason")))]
 /// `GET /readyz`: 200 once the store answers and the keys tokens are
 /// checked with are loaded (a JWKS fetched at least once); else 503 saying
 /// which.
@@ -210,6 +217,8 @@ async fn readyz<S: FencedStore>(State(state): State<AppState<S>>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format")))]
 async fn metrics<S: FencedStore>(State(state): State<AppState<S>>) -> Response {
     observe::metrics(State(state.observer.clone())).await
 }

@@ -79,6 +79,9 @@ pub(crate) fn audited<S, T>(
 }
 
 /// `PUT /v1/objects/{key}`: stores the body if the token passes the fence.
+#[utoipa::path(put, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = crate::openapi::Written), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
 pub async fn put<S: FencedStore>(
     State(state): State<AppState<S>>,
     peer: Peer,
@@ -102,6 +105,10 @@ pub async fn put<S: FencedStore>(
 }
 
 /// `GET /v1/objects/{key}`: the bytes, with `ETag` and `Fencing-Token`.
+#[utoipa::path(get, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+    responses((status = 200, body = Vec<u8>, content_type = "application/octet-stream",
+        headers(("etag" = u64, description = "The version"), ("fencing-token" = u64, description = "The token that wrote it"))),
+        (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 404, body = crate::openapi::ErrorBody)))]
 pub async fn get<S: FencedStore>(
     State(state): State<AppState<S>>,
     uri: Uri,
@@ -123,6 +130,8 @@ pub async fn get<S: FencedStore>(
     Ok(response)
 }
 
+#[utoipa::path(delete, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+    responses((status = 200, body = crate::openapi::Deleted), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
 /// `DELETE /v1/objects/{key}`: removes the object if the token passes the
 /// fence, and raises the fence even when there was nothing to remove.
 pub async fn delete<S: FencedStore>(

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::extract::{Checked, CheckedJson};
+use super::openapi::ErrorBody;
 use super::state::ApiState;
 use crate::command::{Command, KeySecret};
 use crate::error::ApiError;
@@ -23,6 +24,9 @@ use crate::signing::{generate_key, Signer};
 use crate::{ElectionConfig, NodeId, TypeConfig};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
+    responses((status = 200, body = Object, description = "This node's view: node_id, state, leader, term, members, last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     let metrics = state.raft.metrics().borrow_watched().clone();
     let members: Vec<Value> = metrics
@@ -47,6 +51,8 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
 
 /// `GET /v1/jwks`: the public keys — the signing one first, then rotated-out
 /// ones until they are retired (none before the first leader installed one).
+#[utoipa::path(get, path = "/v1/jwks", tag = "cluster",
+    responses((status = 200, body = Object, description = "A JWK set: Ed25519 keys by kid, the signing one first")))]
 pub(super) async fn jwks(State(state): State<ApiState>) -> Json<Value> {
     let keys: Vec<Value> = state.shared.read(|s| {
         s.table
@@ -61,6 +67,8 @@ pub(super) async fn jwks(State(state): State<ApiState>) -> Json<Value> {
 /// `POST /v1/cluster/rotate-key`: a new signing key through the log. New
 /// grants and renewals are signed with it at once; the old key stays in the
 /// JWKS until every token it signed has expired, then the leader retires it.
+#[utoipa::path(post, path = "/v1/cluster/rotate-key", tag = "cluster",
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The new key's kid")))]
 pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let (kid, secret) = generate_key();
     let command = Command::RotateKey {
@@ -73,6 +81,8 @@ pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Val
 }
 
 /// `GET /healthz` and `GET /livez`: the process answers.
+#[utoipa::path(get, path = "/livez", tag = "health",
+    responses((status = 200, body = Object, description = "The process answers")))]
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -87,6 +97,8 @@ fn quorum_silence_limit(config: &ElectionConfig) -> std::time::Duration {
 /// cluster has its signing key, it has applied everything it knows
 /// committed, and (if it leads) a quorum acknowledged it recently; else 503
 /// naming what is missing.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Object, description = "ready"), (status = 503, body = Object, description = "not ready, with a reason")))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     let metrics = state.raft.metrics().borrow_watched().clone();
     let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
@@ -127,6 +139,8 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format")))]
 pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
     let raft = state.raft.metrics().borrow_watched().clone();
     let (held, records) = state.shared.read(|s| {
@@ -159,7 +173,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
 }
 
 /// `POST /v1/cluster/members`: a node to add.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AddMember {
     id: NodeId,
@@ -228,6 +242,8 @@ fn voters(state: &ApiState) -> Vec<NodeId> {
 /// Adds a node: first as a learner that catches up (by snapshot and log),
 /// then as a voter. A node that lost its data joins this way under its old
 /// id after `remove`: its new incarnation is learned afresh.
+#[utoipa::path(post, path = "/v1/cluster/members", tag = "cluster", request_body = AddMember,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The node, now a voter")))]
 pub(super) async fn add_member(
     State(state): State<ApiState>,
     CheckedJson(body): CheckedJson<AddMember>,
@@ -272,6 +288,9 @@ pub(super) async fn add_member(
 
 /// `DELETE /v1/cluster/members/{id}`: removes a node from the membership
 /// (a voter or a learner). The last voter is never removed.
+#[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster",
+    params(("id" = u64, Path, description = "The node id")),
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The node removed")))]
 pub(super) async fn remove_member(
     State(state): State<ApiState>,
     Path(id): Path<String>,

@@ -106,8 +106,36 @@ async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Resu
         ));
     }
     let bytes = read_body(body).await?;
-    serde_json::from_slice(&bytes)
+    let mut value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
+    integral_floats_to_integers(&mut value);
+    serde_json::from_value(value)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// `7.0` is the integer 7 to JSON Schema (and to every JavaScript
+/// client): numbers with no fraction become integers before typed
+/// decoding, so a schema-valid body is never refused for writing one.
+fn integral_floats_to_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if !n.is_u64() && !n.is_i64() => {
+            if let Some(f) = n.as_f64() {
+                // Exactly representable integers only (below 2^53).
+                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+                    *value = if f >= 0.0 {
+                        serde_json::Value::from(f as u64)
+                    } else {
+                        serde_json::Value::from(f as i64)
+                    };
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(integral_floats_to_integers)
+        }
+        _ => {}
+    }
 }
 
 /// A holder name: 1..=[`MAX_HOLDER_LEN`] bytes, no control characters.

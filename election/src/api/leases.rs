@@ -17,6 +17,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{check_holder, check_wait, Checked, LeaseCall};
+use super::openapi::{ErrorBody, LeaseNameParam};
 use super::state::ApiState;
 use crate::command::{Command, CommandResult, SecretHash};
 use crate::error::ApiError;
@@ -26,14 +27,28 @@ use crate::waiters::Bell;
 use crate::ElectionConfig;
 
 /// `POST /v1/leases/{name}/acquire`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AcquireRequest {
+    /// Who asks: 1..=256 bytes, no control characters (the schema says 64
+    /// characters, which always fit in 256 bytes).
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     holder: String,
+    /// How long the grant lasts without renewal: within the node's
+    /// `--min-ttl-ms..=--max-ttl-ms` (the schema states the defaults).
+    #[schema(minimum = 500, maximum = 3_600_000)]
     ttl_ms: u64,
+    /// Wait up to this long for a held lease (at most the node's max wait,
+    /// 60 s).
+    #[schema(maximum = 60_000)]
     wait_ms: Option<u64>,
     /// The grant's secret, chosen by the client (so that a retried acquire
     /// is recognised as the same client); the node makes one when absent.
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
     secret: Option<GrantSecret>,
 }
 
@@ -54,16 +69,24 @@ impl Checked for AcquireRequest {
 }
 
 /// `POST /v1/leases/{name}/renew` and `.../release`: names one grant.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct HolderToken {
+    /// The holder the grant was made to.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     holder: String,
+    #[schema(value_type = u64)]
     token: FencingToken,
     /// The grant's `grant_index` as the holder's handle knows it (release
     /// only; see `LeaseRecord::grant_index`).
     #[serde(default)]
     grant_index: Option<u64>,
     /// The secret the acquire answered (required for grants that have one).
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
     secret: Option<GrantSecret>,
 }
 
@@ -80,10 +103,12 @@ impl Checked for HolderToken {
 }
 
 /// A grant, as acquire and renew answer it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Grant {
+    #[schema(value_type = String)]
     lease: LeaseName,
     holder: String,
+    #[schema(value_type = u64)]
     token: FencingToken,
     ttl_ms: u64,
     /// The lease token: a JWT signed by the cluster's key.
@@ -95,6 +120,7 @@ pub(super) struct Grant {
     /// The grant's secret: only in the answer to the acquire, never in a
     /// renewal, a read or an error.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     secret: Option<GrantSecret>,
 }
 
@@ -107,10 +133,12 @@ fn generate_secret() -> Result<GrantSecret, ApiError> {
 }
 
 /// What release answers.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Released {
+    #[schema(value_type = String)]
     lease: LeaseName,
     released: bool,
+    #[schema(value_type = u64)]
     token: FencingToken,
 }
 
@@ -155,6 +183,11 @@ fn stopped_leading() -> ApiError {
     ApiError::NoQuorum("this node stopped leading; retry".into())
 }
 
+/// Grants the lease if it is free (or waits `wait_ms` for it).
+#[utoipa::path(post, path = "/v1/leases/{name}/acquire", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = AcquireRequest,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Grant)))]
 pub(super) async fn acquire(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
@@ -348,6 +381,11 @@ fn handed_to_earlier_waiter(state: &ApiState, lease: &LeaseName, bell: &Bell) ->
     held_now(state, lease, bell, String::new(), token)
 }
 
+/// Extends a grant by its ttl (leader confirmed with a quorum).
+#[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = HolderToken,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Grant)))]
 pub(super) async fn renew(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<HolderToken>,
@@ -442,6 +480,11 @@ fn extend(
     })
 }
 
+/// Frees a grant.
+#[utoipa::path(post, path = "/v1/leases/{name}/release", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = HolderToken,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Released)))]
 pub(super) async fn release(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<HolderToken>,
@@ -465,9 +508,10 @@ pub(super) async fn release(
 }
 
 /// `POST /v1/leases/{name}/revoke`: names the grant by its token.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RevokeRequest {
+    #[schema(value_type = u64)]
     token: FencingToken,
 }
 
@@ -478,10 +522,12 @@ impl Checked for RevokeRequest {
 }
 
 /// What revoke answers.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Revoked {
+    #[schema(value_type = String)]
     lease: LeaseName,
     revoked: bool,
+    #[schema(value_type = u64)]
     token: FencingToken,
     /// When the grant runs out, as the leader sees it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -492,6 +538,10 @@ pub(super) struct Revoked {
 /// `LeaseRevoke`): renewals stop at once, and the lease is free once the
 /// grant's current deadline passes — never earlier, so a holder that still
 /// believes it holds is never overlapped (S3).
+#[utoipa::path(post, path = "/v1/leases/{name}/revoke", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = RevokeRequest,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Revoked)))]
 pub(super) async fn revoke(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<RevokeRequest>,

@@ -16,6 +16,7 @@ mod cluster;
 mod extract;
 mod forward;
 mod leases;
+pub mod openapi;
 mod reads;
 mod state;
 #[cfg(test)]
@@ -96,6 +97,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/livez", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
         .route("/metrics", get(cluster::metrics))
+        .route("/openapi.json", get(openapi::serve))
         .route(
             "/ui",
             needs(get(ui::page), Need::Prefix(Right::Read))

@@ -12,6 +12,7 @@ use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{check_wait, LeasePath};
+use super::openapi::{ErrorBody, LeaseNameParam};
 use super::state::ApiState;
 use crate::error::ApiError;
 use crate::lease_table::LeaseRecord;
@@ -20,11 +21,13 @@ use crate::lease_table::LeaseRecord;
 const INDEX_HEADER: &str = "x-palisade-index";
 
 /// One lease, as reads and watches show it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct LeaseView {
+    #[schema(value_type = String)]
     lease: LeaseName,
     /// `None` when free.
     holder: Option<String>,
+    #[schema(value_type = u64)]
     token: FencingToken,
     ttl_ms: u64,
     transitions: u64,
@@ -58,10 +61,11 @@ impl LeaseView {
 }
 
 /// `GET /v1/leases`: one page, in name order.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct LeaseList {
     leases: Vec<LeaseView>,
     /// Pass as `after` for the next page; `None` on the last one.
+    #[schema(value_type = Option<String>)]
     next: Option<LeaseName>,
 }
 
@@ -69,7 +73,8 @@ pub(super) struct LeaseList {
 pub const MAX_PAGE: usize = 1000;
 
 /// `GET /v1/leases?prefix=&after=&limit=`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     /// Only names starting with this.
@@ -77,6 +82,7 @@ pub(super) struct ListQuery {
     /// Only names after this one (the `next` of the previous page).
     after: Option<String>,
     /// At most this many (1..=1000; default 1000).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
@@ -86,6 +92,9 @@ fn never_granted(lease: &LeaseName) -> ApiError {
     ))
 }
 
+#[utoipa::path(get, path = "/v1/leases/{name}", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseView)))]
 pub(super) async fn get_lease(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
@@ -96,6 +105,8 @@ pub(super) async fn get_lease(
     Ok(Json(LeaseView::new(&state, &lease, &record)))
 }
 
+#[utoipa::path(get, path = "/v1/leases", tag = "leases", params(ListQuery),
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseList)))]
 pub(super) async fn list_leases(
     State(state): State<ApiState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -136,10 +147,14 @@ pub(super) async fn list_leases(
 }
 
 /// `GET /v1/leases/{name}/watch?index=&wait_ms=`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct WatchQuery {
+    /// Answer once the lease's `modify_index` exceeds this.
     index: Option<u64>,
+    /// Wait at most this long (default 30 000, at most the node's max wait).
+    #[param(maximum = 60000)]
     wait_ms: Option<u64>,
 }
 
@@ -147,6 +162,9 @@ pub(super) struct WatchQuery {
 /// `index` (at once if it already does), or after `wait_ms` with the current
 /// state. Served from this node's applied state. The answer's
 /// `X-Palisade-Index` header is the `index` for the next call.
+#[utoipa::path(get, path = "/v1/leases/{name}/watch", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease"), WatchQuery),
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseView, headers(("x-palisade-index" = u64, description = "The index for the next watch")))))]
 pub(super) async fn watch(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,

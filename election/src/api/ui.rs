@@ -19,6 +19,7 @@ use axum::response::{Html, IntoResponse, Response};
 use openraft::async_runtime::WatchReceiver;
 use serde::Deserialize;
 
+use super::openapi::ErrorBody;
 use super::state::ApiState;
 use crate::error::ApiError;
 
@@ -26,7 +27,8 @@ use crate::error::ApiError;
 const PAGE: usize = 200;
 
 /// `GET /ui?prefix=`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UiQuery {
     /// Only leases whose names start with this.
@@ -71,6 +73,9 @@ pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Respons
     next.run(request).await
 }
 
+#[utoipa::path(get, path = "/ui", tag = "health", params(UiQuery),
+    responses((status = 200, body = String, content_type = "text/html", description = "The status page"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn page(
     State(state): State<ApiState>,
     query: Result<Query<UiQuery>, QueryRejection>,
