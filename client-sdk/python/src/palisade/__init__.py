@@ -1,0 +1,65 @@
+"""Palisade's Python client: leases that are safe by default.
+
+- :class:`Client` talks to the election cluster (any node; bounded retries
+  with backoff and jitter on transport errors, 503 and 429, never on 409 or
+  any other 4xx) and to a storage gateway.
+- :meth:`Client.lease` / :meth:`Client.acquire` give a :class:`Lease` that
+  raises the gateway fence first, renews itself in a background thread every
+  third of its ttl, keeps a safe deadline on :func:`time.monotonic` from the
+  *send* time of the request, refuses writes locally after it, stamps its JWT
+  on every write, and turns a 409 ``stale_token`` into :class:`LeaseLost`
+  (precisely :class:`Fenced`).
+- :class:`Elector` runs work only while leading.
+
+Errors are all :class:`PalisadeError`; :class:`LeaseLost` means "stop
+leading", :class:`Unavailable` transport trouble, :class:`Held` someone else
+holds the lease.
+"""
+
+from ._client import DEFAULT_ELECTION, DEFAULT_GATEWAY, Client, check_lease_name
+from ._elector import Elector, Task
+from ._errors import (
+    BadRequest,
+    Fenced,
+    Forbidden,
+    Held,
+    LeaseLost,
+    NotFound,
+    PalisadeError,
+    ProtocolError,
+    Unauthorized,
+    Unavailable,
+)
+from ._lease import Lease, OnLost
+from ._model import Grant, GrantId, LeaseInfo, Object, encode_key
+from ._transport import API_KEY_HEADER, ClientConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "API_KEY_HEADER",
+    "DEFAULT_ELECTION",
+    "DEFAULT_GATEWAY",
+    "BadRequest",
+    "Client",
+    "ClientConfig",
+    "Elector",
+    "Fenced",
+    "Forbidden",
+    "Grant",
+    "GrantId",
+    "Held",
+    "Lease",
+    "LeaseInfo",
+    "LeaseLost",
+    "NotFound",
+    "Object",
+    "OnLost",
+    "PalisadeError",
+    "ProtocolError",
+    "Task",
+    "Unauthorized",
+    "Unavailable",
+    "check_lease_name",
+    "encode_key",
+]

@@ -1,0 +1,359 @@
+"""The :class:`Client`: the election cluster (and a gateway) over HTTP, with
+bounded retries."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import secrets
+import time
+from types import TracebackType
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+
+from ._errors import BadRequest, Held, PalisadeError, ProtocolError
+from ._lease import Lease, OnLost
+from ._model import Grant, GrantId, LeaseInfo, Object
+from ._transport import ClientConfig, Transport
+
+#: The ``palisade dev`` election nodes, the default of :meth:`Client.from_env`.
+DEFAULT_ELECTION = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003"
+#: The ``palisade dev`` gateway, the default of :meth:`Client.from_env`.
+DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+
+_LEASE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_lease_name(name: str) -> None:
+    """Raises :class:`BadRequest` unless ``name`` is a valid lease name
+    (``[A-Za-z0-9._-]{1,128}``, not ``.`` or ``..``)."""
+    if not _LEASE_NAME.fullmatch(name) or name in (".", ".."):
+        raise BadRequest(f"invalid lease name {name!r}: [A-Za-z0-9._-]{{1,128}}, not . or ..")
+
+
+def _check_api_key(key: str) -> str:
+    key = key.strip()
+    if not key or any(not 0x21 <= ord(c) <= 0x7E for c in key):
+        raise BadRequest("an API key must be non-empty visible ASCII")
+    return key
+
+
+def new_secret() -> str:
+    """A fresh grant secret: 256 bits from the OS RNG, as 64 hex digits."""
+    return secrets.token_hex(32)
+
+
+class Client:
+    """The election cluster (and gateway) client. Thread-safe; share one per
+    process and :meth:`close` it (or use it as a context manager) at the end.
+
+    >>> client = Client(["http://127.0.0.1:7001", "http://127.0.0.1:7002"],
+    ...                 gateway="http://127.0.0.1:8080", api_key="pal_...")  # doctest: +SKIP
+    >>> with client.lease("cron", "worker-1", ttl=5.0, wait=30.0) as lease:  # doctest: +SKIP
+    ...     lease.put("cron/last-run", b"2026-11-22")
+    """
+
+    def __init__(
+        self,
+        election: Union[str, Sequence[str]],
+        gateway: Optional[str] = None,
+        *,
+        ca: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_key_file: Optional[str] = None,
+        request_timeout: float = 2.0,
+        retry_budget: float = 5.0,
+        drift_margin_ratio: float = 0.1,
+        renew_ratio: float = 1.0 / 3.0,
+        fence_on_acquire: bool = True,
+        verify_jwt: bool = True,
+    ) -> None:
+        """A client of the election nodes ``election`` (base URLs, a list or
+        one comma-separated string; any node will do) and the gateway
+        ``gateway``.
+
+        ``ca`` is a PEM file: the only CA trusted for ``https://`` URLs
+        (without it the system's trust store is used). ``api_key`` (or the
+        first line of ``api_key_file``) is sent as ``x-palisade-key`` on every
+        request. ``request_timeout`` bounds one HTTP request and
+        ``retry_budget`` one election call's retries (seconds). A lease's safe
+        deadline is ``send time + ttl - ttl * drift_margin_ratio``; it is
+        renewed every ``ttl * renew_ratio``; with ``fence_on_acquire`` (and a
+        gateway) the fence is raised right after acquiring; with
+        ``verify_jwt`` every grant's JWT is checked against ``/v1/jwks``.
+
+        Raises :class:`BadRequest` for an unusable key, key file or CA file.
+        """
+        if isinstance(election, str):
+            endpoints = [e.strip() for e in election.split(",") if e.strip()]
+        else:
+            endpoints = [e.strip() for e in election if e.strip()]
+        if api_key is None and api_key_file is not None:
+            try:
+                with open(api_key_file, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except OSError as err:
+                raise BadRequest(f"{api_key_file}: {err}") from err
+            api_key = lines[0] if lines else ""
+        if api_key is not None:
+            api_key = _check_api_key(api_key)
+        if not request_timeout > 0 or not retry_budget >= 0:
+            raise BadRequest(
+                f"bad timeouts: request_timeout={request_timeout!r}, retry_budget={retry_budget!r}"
+            )
+        self._transport = Transport(
+            ClientConfig(
+                election=endpoints,
+                gateway=gateway,
+                ca=ca,
+                api_key=api_key,
+                request_timeout=request_timeout,
+                retry_budget=retry_budget,
+                drift_margin_ratio=drift_margin_ratio,
+                renew_ratio=renew_ratio,
+                fence_on_acquire=fence_on_acquire,
+                verify_jwt=verify_jwt,
+            )
+        )
+
+    @classmethod
+    def from_env(cls, **options: Any) -> "Client":
+        """The client the environment describes, as the CLI and the Rust SDK
+        read it: ``PALISADE_ELECTION`` (comma-separated URLs; default the
+        ``palisade dev`` nodes on 127.0.0.1:7001-7003), ``PALISADE_GATEWAY``
+        (default ``http://127.0.0.1:8080``), ``PALISADE_CA`` (a CA file),
+        ``PALISADE_API_KEY`` or ``PALISADE_API_KEY_FILE`` (the API key).
+        Keyword ``options`` are passed on to the constructor and win."""
+
+        def var(name: str) -> Optional[str]:
+            value = os.environ.get(name)
+            return value if value is not None and value.strip() else None
+
+        kwargs: Dict[str, Any] = {
+            "gateway": var("PALISADE_GATEWAY") or DEFAULT_GATEWAY,
+            "ca": var("PALISADE_CA"),
+        }
+        key = var("PALISADE_API_KEY")
+        if key is not None:
+            kwargs["api_key"] = key.splitlines()[0] if key.strip() else key
+        else:
+            kwargs["api_key_file"] = var("PALISADE_API_KEY_FILE")
+        kwargs.update(options)
+        election = kwargs.pop("election", None) or var("PALISADE_ELECTION") or DEFAULT_ELECTION
+        return cls(election, **kwargs)
+
+    @property
+    def config(self) -> ClientConfig:
+        """The configuration."""
+        return self._transport.config
+
+    def close(self) -> None:
+        """Closes the connection pool (held leases keep their own renew
+        threads until released, and need the pool: release them first)."""
+        self._transport.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # -- leases -------------------------------------------------------------
+
+    def acquire(
+        self,
+        lease: str,
+        holder: str,
+        ttl: float = 5.0,
+        wait: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lease:
+        """Acquires ``lease`` for ``holder`` with ``ttl`` seconds, waiting up to
+        ``wait`` seconds for it to be free (``None``: try once). Raises the
+        gateway fence to the new token first (fence-on-acquire) and returns a
+        :class:`Lease` that renews itself in a background thread until
+        released or lost; ``on_lost(reason)`` is called once on loss.
+
+        Raises :class:`Held` if someone else holds it (after ``wait``),
+        :class:`Unavailable` if no quorum answered, :class:`BadRequest` for a
+        bad name, holder or ttl, :class:`Unauthorized`/:class:`Forbidden`
+        under a policy."""
+        grant, sent = self._acquire(lease, holder, ttl, wait)
+        handle = Lease(self._transport, grant, sent, on_lost)
+        if self.config.fence_on_acquire and self.config.gateway:
+            try:
+                handle.fence()
+            except BaseException:
+                # Give the lease back: the caller never saw it.
+                try:
+                    handle.release()
+                except PalisadeError:
+                    pass
+                raise
+        return handle
+
+    @contextlib.contextmanager
+    def lease(
+        self,
+        lease: str,
+        holder: str,
+        ttl: float = 5.0,
+        wait: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Iterator[Lease]:
+        """``with client.lease(name, holder, ttl=5.0, wait=30.0) as lease:``
+        — :meth:`acquire` on entry, release on exit (if still held)."""
+        with self.acquire(lease, holder, ttl, wait, on_lost) as handle:
+            yield handle
+
+    def acquire_grant(
+        self, lease: str, holder: str, ttl: float = 5.0, wait: Optional[float] = None
+    ) -> Grant:
+        """One acquire, without a renewing handle or a fence (for tools that
+        manage renewals themselves). Errors as :meth:`acquire`."""
+        return self._acquire(lease, holder, ttl, wait)[0]
+
+    def _acquire(
+        self, lease: str, holder: str, ttl: float, wait: Optional[float]
+    ) -> Tuple[Grant, float]:
+        """Acquires, waiting up to ``wait``; the grant and the send time of
+        the request that got it (where its safe deadline starts)."""
+        check_lease_name(lease)
+        if not holder:
+            raise BadRequest("the holder must not be empty")
+        if not ttl > 0:
+            raise BadRequest(f"bad ttl {ttl!r}")
+        # Our own secret, the same for every request of this call, so that a
+        # retry (its answer lost, or a slice that timed out here but was
+        # granted there) is recognised as the same client: the same grant.
+        secret = new_secret()
+        path = f"/v1/leases/{lease}/acquire"
+        config = self.config
+        deadline = time.monotonic() + max(wait or 0.0, 0.0)
+        while True:
+            # A long wait is asked for in slices of half a request timeout, so
+            # each request (timeout: request_timeout = slice + a margin) stuck
+            # on a leader that died or froze costs one request timeout, not
+            # the whole wait.
+            body: Dict[str, Any] = {
+                "holder": holder,
+                "ttl_ms": int(round(ttl * 1000)),
+                "secret": secret,
+            }
+            if wait is not None:
+                remaining = max(deadline - time.monotonic(), 0.0)
+                body["wait_ms"] = int(min(remaining, config.request_timeout / 2) * 1000)
+            # Before the first attempt: if a retry is what gets the answer,
+            # the grant may date from the first one.
+            sent = time.monotonic()
+            answer = self._transport.election("POST", path, body)
+            if answer.status == 200:
+                grant = Grant.from_json(answer.ok_object())
+                if grant.secret is None:  # a cluster that predates secrets
+                    grant = dataclasses.replace(grant, secret=secret)
+                self._transport.verify_grant(grant)
+                return grant, sent
+            error = answer.error()
+            if isinstance(error, Held) and time.monotonic() < deadline:
+                continue
+            raise error
+
+    def renew_grant(self, grant_id: GrantId) -> Grant:
+        """Renews a grant once (a :class:`Lease` does it by itself). Raises
+        :class:`LeaseLost` if the grant is gone, revoked or the secret
+        wrong."""
+        return self._transport.renew_grant(grant_id)
+
+    def release_grant(self, grant_id: GrantId) -> None:
+        """Releases a grant (``grant_id`` carries the secret and the grant
+        index, so a late release never frees a newer grant). Raises
+        :class:`LeaseLost` if it does not name the current grant."""
+        self._transport.release_grant(grant_id)
+
+    def revoke(self, lease: str, token: int) -> None:
+        """Revokes ``lease``'s grant ``token`` without its secret (an
+        operator's call): renewals stop at once, and the lease is free when
+        the grant's current deadline passes. Raises :class:`LeaseLost` if
+        ``token`` is not the current grant."""
+        answer = self._transport.election("POST", f"/v1/leases/{lease}/revoke", {"token": token})
+        if answer.status != 200:
+            raise answer.error()
+
+    def get(self, lease: str) -> LeaseInfo:
+        """The lease as the leader sees it. Raises :class:`NotFound` if it
+        has no record."""
+        answer = self._transport.election("GET", f"/v1/leases/{lease}")
+        return LeaseInfo.from_json(answer.ok_object())
+
+    def list(self, prefix: str = "") -> List[LeaseInfo]:
+        """Every lease (under ``prefix``) in name order, page by page."""
+        leases: List[LeaseInfo] = []
+        after: Optional[str] = None
+        for _ in range(1_000_000):
+            params = [f"prefix={prefix}"] if prefix else []
+            if after is not None:
+                params.append(f"after={after}")
+            path = "/v1/leases" + ("?" + "&".join(params) if params else "")
+            page = self._transport.election("GET", path).ok_object()
+            entries = page.get("leases")
+            if not isinstance(entries, list):
+                raise ProtocolError(200, "the lease list has no leases")
+            leases.extend(LeaseInfo.from_json(e) for e in entries)
+            nxt = page.get("next")
+            if not isinstance(nxt, str):
+                break
+            after = nxt
+        return leases
+
+    def watch(self, lease: str, index: int, wait: float = 30.0) -> LeaseInfo:
+        """Waits (up to ``wait`` seconds) for ``lease`` to change after
+        ``index``; returns its state. Pass the returned ``modify_index`` as
+        the next ``index``. Raises :class:`NotFound` if it has no record."""
+        path = f"/v1/leases/{lease}/watch?index={index}&wait_ms={int(wait * 1000)}"
+        answer = self._transport.election("GET", path, extra=wait)
+        return LeaseInfo.from_json(answer.ok_object())
+
+    # -- cluster ------------------------------------------------------------
+
+    def cluster(self) -> Dict[str, Any]:
+        """``/v1/cluster`` of the first node that answers."""
+        return self._transport.election("GET", "/v1/cluster").ok_object()
+
+    def jwks(self) -> Dict[str, Any]:
+        """The cluster's JWKS (``/v1/jwks``)."""
+        return self._transport.election("GET", "/v1/jwks").ok_object()
+
+    def verify_jwt(self, grant: Grant) -> Dict[str, Any]:
+        """Verifies a grant's JWT against the JWKS (signature, issuer, lease,
+        holder, token); its claims. Raises :class:`ProtocolError`."""
+        return self._transport._verifier.verify(grant)
+
+    def rotate_key(self) -> str:
+        """Rotates the cluster's signing key; the new key's id."""
+        answer = self._transport.election("POST", "/v1/cluster/rotate-key", {})
+        kid = answer.ok_object().get("kid")
+        return kid if isinstance(kid, str) else ""
+
+    def add_member(self, node_id: int, addr: str) -> Dict[str, Any]:
+        """Adds node ``node_id`` (peer address ``addr``): a learner until
+        caught up, then a voter. Waits up to a minute."""
+        body = {"id": node_id, "addr": addr}
+        return self._transport.election("POST", "/v1/cluster/members", body, extra=60.0).ok_object()
+
+    def remove_member(self, node_id: int) -> Dict[str, Any]:
+        """Removes node ``node_id`` from the cluster (never the last voter)."""
+        answer = self._transport.election("DELETE", f"/v1/cluster/members/{node_id}", extra=10.0)
+        return answer.ok_object()
+
+    # -- gateway ------------------------------------------------------------
+
+    def get_object(self, key: str) -> Optional[Object]:
+        """Reads ``key`` through the gateway; ``None`` if there is none.
+        Reads are not fenced and need no lease."""
+        return self._transport.get_object(key)

@@ -1,0 +1,96 @@
+"""The errors the client raises, kept apart by what the caller should do.
+
+Every error is a :class:`PalisadeError`. The ones that mean "stop acting as
+leader" are :class:`LeaseLost` and its subclass :class:`Fenced`; transport
+trouble is :class:`Unavailable`; someone else holding the lease is
+:class:`Held`.
+"""
+
+from __future__ import annotations
+
+
+class PalisadeError(Exception):
+    """The base of every error this package raises."""
+
+
+class Held(PalisadeError):
+    """The lease is held by someone else (an acquire without waiting, or the
+    wait ran out). Never retried."""
+
+    def __init__(self, holder: str, token: int) -> None:
+        super().__init__(f"lease is held by {holder!r} (token {token})")
+        #: The current holder.
+        self.holder = holder
+        #: Its fencing token.
+        self.token = token
+
+
+class LeaseLost(PalisadeError):
+    """This holder no longer holds the lease: a renewal was refused, the safe
+    deadline passed, the lease was released, or a write was fenced. Stop
+    acting as leader."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"lease lost: {reason}")
+        #: Why.
+        self.reason = reason
+
+
+class Fenced(LeaseLost):
+    """The gateway refused a write (409 ``stale_token``) because a newer token
+    has been used on this lease: another holder took over. A
+    :class:`LeaseLost`, so ``except LeaseLost`` catches it."""
+
+    def __init__(self, token: int, fence: int) -> None:
+        super().__init__(f"fenced: token {token} is below the fence {fence}")
+        #: The token the refused write carried.
+        self.token = token
+        #: The fence that refused it.
+        self.fence = fence
+
+
+class BadRequest(PalisadeError):
+    """The request is malformed (400/413, or refused before sending); retrying
+    will not help."""
+
+
+class Unauthorized(PalisadeError):
+    """401: the API key is missing or unknown, or the gateway could not
+    verify a lease JWT. Never retried."""
+
+
+class Forbidden(PalisadeError):
+    """403: the API key's principal may not do this to this lease, or a JWT
+    was used for another lease. Never retried."""
+
+
+class NotFound(PalisadeError):
+    """404: nothing there (a lease never granted, an object that does not
+    exist)."""
+
+
+class Unavailable(PalisadeError):
+    """No node answered usefully within the retry budget (connection refused,
+    timeouts, 503 no quorum, 429 over a node's cap), or a single gateway
+    request failed in transport. Safe to retry later."""
+
+    def __init__(self, attempts: int, elapsed: float, last: str) -> None:
+        super().__init__(f"unavailable after {attempts} attempts over {elapsed:.3f}s: {last}")
+        #: Requests sent.
+        self.attempts = attempts
+        #: Seconds spent.
+        self.elapsed = elapsed
+        #: The last failure.
+        self.last = last
+
+
+class ProtocolError(PalisadeError):
+    """The server answered something this client does not understand (or a
+    lease JWT that does not verify)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"unexpected answer {status}: {message}")
+        #: The HTTP status (0 when the problem is not an HTTP status).
+        self.status = status
+        #: What was wrong.
+        self.message = message

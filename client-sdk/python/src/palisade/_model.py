@@ -1,0 +1,156 @@
+"""What the cluster and the gateway answer, as this package hands it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+from urllib.parse import quote
+
+from ._errors import ProtocolError
+
+
+def _int(body: Mapping[str, Any], name: str, default: Optional[int] = None) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(200, f"field {name!r} is not an integer: {value!r}")
+    return value
+
+
+def _str(body: Mapping[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ProtocolError(200, f"field {name!r} is not a string: {value!r}")
+    return value
+
+
+def _opt_int(body: Mapping[str, Any], name: str) -> Optional[int]:
+    value = body.get(name)
+    if value is None:
+        return None
+    return _int(body, name)
+
+
+def _opt_str(body: Mapping[str, Any], name: str) -> Optional[str]:
+    value = body.get(name)
+    if value is None:
+        return None
+    return _str(body, name)
+
+
+@dataclass(frozen=True)
+class GrantId:
+    """Names one grant, with the secret that opens it: what
+    :meth:`palisade.Client.renew_grant` and :meth:`palisade.Client.release_grant`
+    need. Whoever has it can renew and release the grant; keep it like a
+    password (``repr`` does not show the secret)."""
+
+    #: The lease name.
+    lease: str
+    #: The holder.
+    holder: str
+    #: The fencing token.
+    token: int
+    #: Which acquire the handle came from (a release naming an older one
+    #: frees nothing); ``None`` from clusters that predate it.
+    grant_index: Optional[int] = None
+    #: The grant's secret.
+    secret: Optional[str] = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A grant as the cluster answers an acquire or a renewal."""
+
+    #: The lease name.
+    lease: str
+    #: The holder.
+    holder: str
+    #: The fencing token.
+    token: int
+    #: The granted ttl, in milliseconds (a renewal answers the grant's ttl,
+    #: which a repeated acquire may have lengthened).
+    ttl_ms: int
+    #: The signed lease token for the gateway.
+    jwt: str = field(repr=False)
+    #: The id of the key that signed ``jwt``.
+    kid: Optional[str] = None
+    #: Which acquire this grant came from.
+    grant_index: Optional[int] = None
+    #: The secret: only an acquire answers it.
+    secret: Optional[str] = field(default=None, repr=False)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Grant":
+        """Parses a Grant document."""
+        return cls(
+            lease=_str(body, "lease"),
+            holder=_str(body, "holder"),
+            token=_int(body, "token"),
+            ttl_ms=_int(body, "ttl_ms"),
+            jwt=_str(body, "jwt"),
+            kid=_opt_str(body, "kid"),
+            grant_index=_opt_int(body, "grant_index"),
+            secret=_opt_str(body, "secret"),
+        )
+
+    def id(self) -> GrantId:
+        """What names this grant in renew and release."""
+        return GrantId(self.lease, self.holder, self.token, self.grant_index, self.secret)
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """A lease as the cluster reports it (``GET /v1/leases/{name}``)."""
+
+    #: The lease name.
+    lease: str
+    #: The holder, ``None`` when free.
+    holder: Optional[str]
+    #: The token of the latest grant.
+    token: int
+    #: The ttl of the latest grant, in milliseconds.
+    ttl_ms: int
+    #: How many times the holder changed.
+    transitions: int
+    #: Log index of the last change (for :meth:`palisade.Client.watch`).
+    modify_index: int
+    #: Time left, in the leader's view (``None`` when not answered).
+    expires_in_ms: Optional[int] = None
+    #: Whether the grant was revoked.
+    revoked: bool = False
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "LeaseInfo":
+        """Parses a Lease document."""
+        return cls(
+            lease=_str(body, "lease"),
+            holder=_opt_str(body, "holder"),
+            token=_int(body, "token", 0),
+            ttl_ms=_int(body, "ttl_ms", 0),
+            transitions=_int(body, "transitions", 0),
+            modify_index=_int(body, "modify_index", 0),
+            expires_in_ms=_opt_int(body, "expires_in_ms"),
+            revoked=bool(body.get("revoked", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Object:
+    """A stored object read through the gateway."""
+
+    #: The bytes.
+    value: bytes
+    #: The version (the ``ETag``).
+    version: str
+    #: The token of the write that stored it.
+    token: int
+
+
+#: A JSON object as parsed from an answer.
+JsonObject = Dict[str, Any]
+
+
+def encode_key(key: str) -> str:
+    """Percent-encodes each segment of an object key, keeping the ``/``
+    between them (as the Rust SDK does)."""
+    return "/".join(quote(segment, safe="-._~") for segment in key.split("/"))

@@ -1,0 +1,380 @@
+"""What a :class:`palisade.Client` and its leases share: the HTTP client, the
+one retry loop for election calls, the gateway calls and the JWT verifier.
+
+Retry rules (the Rust SDK's): an election call is retried, on the next
+endpoint, with exponential backoff and jitter, on transport failures
+(connection refused, timeouts, a connection cut mid-call), 503 and 429, for
+at most the retry budget. Every other answer (409 included, and every other
+4xx) is returned to the caller as is, after exactly one request. Gateway
+calls are sent once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import httpx
+import jwt as pyjwt
+
+from ._errors import (
+    BadRequest,
+    Fenced,
+    Forbidden,
+    Held,
+    LeaseLost,
+    NotFound,
+    PalisadeError,
+    ProtocolError,
+    Unauthorized,
+    Unavailable,
+)
+from ._model import Grant, GrantId, JsonObject, Object, encode_key
+
+log = logging.getLogger("palisade")
+
+#: The request header that carries a client's API key.
+API_KEY_HEADER = "x-palisade-key"
+
+#: Statuses an election call retries on the next endpoint.
+RETRY_STATUSES = frozenset({503, 429})
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How a :class:`palisade.Client` behaves (see its constructor)."""
+
+    #: Election node base URLs (``http://host:port``); any node will do.
+    election: List[str]
+    #: The storage gateway's base URL, for fenced writes and reads.
+    gateway: Optional[str] = None
+    #: A PEM CA file: the only CA trusted for ``https://`` URLs.
+    ca: Optional[str] = None
+    #: The API key sent as ``x-palisade-key`` (``repr`` hides it).
+    api_key: Optional[str] = None
+    #: Timeout of one HTTP request, in seconds.
+    request_timeout: float = 2.0
+    #: How long one election call keeps retrying transient failures, seconds.
+    retry_budget: float = 5.0
+    #: The safe deadline is ``send time + ttl - ttl * drift_margin_ratio``.
+    drift_margin_ratio: float = 0.1
+    #: Renew every ``ttl * renew_ratio``.
+    renew_ratio: float = 1.0 / 3.0
+    #: Raise the gateway fence right after acquiring (needs ``gateway``).
+    fence_on_acquire: bool = True
+    #: Verify every grant's JWT against the cluster's ``/v1/jwks``.
+    verify_jwt: bool = True
+
+    def __repr__(self) -> str:
+        key = "<redacted>" if self.api_key else None
+        return (
+            f"ClientConfig(election={self.election!r}, gateway={self.gateway!r}, "
+            f"ca={self.ca!r}, api_key={key}, request_timeout={self.request_timeout!r}, "
+            f"retry_budget={self.retry_budget!r}, drift_margin_ratio={self.drift_margin_ratio!r}, "
+            f"renew_ratio={self.renew_ratio!r}, fence_on_acquire={self.fence_on_acquire!r}, "
+            f"verify_jwt={self.verify_jwt!r})"
+        )
+
+
+@dataclass
+class Answer:
+    """One HTTP answer: its status and JSON body (``None`` when not JSON)."""
+
+    status: int
+    body: Any
+
+    def message(self) -> str:
+        """The error document's ``message``, or ``""``."""
+        if isinstance(self.body, dict):
+            message = self.body.get("message")
+            if isinstance(message, str):
+                return message
+        return ""
+
+    def error(self) -> PalisadeError:
+        """Maps an error answer to an exception (the Rust SDK's mapping)."""
+        return error_for(self.status, self.body)
+
+    def ok_object(self) -> JsonObject:
+        """The body if the status is 200 and the body a JSON object; the
+        mapped error raised otherwise."""
+        if self.status != 200:
+            raise self.error()
+        if not isinstance(self.body, dict):
+            raise ProtocolError(200, "the answer is not a JSON object")
+        return self.body
+
+
+def _field_int(body: Mapping[str, Any], name: str) -> int:
+    value = body.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def error_for(status: int, body: Any) -> PalisadeError:
+    """The exception for an error answer ``status`` with JSON ``body``."""
+    doc: Mapping[str, Any] = body if isinstance(body, dict) else {}
+    code = doc.get("error")
+    message = doc.get("message")
+    text = message if isinstance(message, str) else ""
+    if status == 409 and code == "held":
+        holder = doc.get("holder")
+        return Held(holder if isinstance(holder, str) else "", _field_int(doc, "token"))
+    if status == 409 and code == "lost":
+        return LeaseLost(text)
+    if status == 409 and code == "stale_token":
+        return Fenced(_field_int(doc, "token"), _field_int(doc, "fence"))
+    if status == 404:
+        return NotFound(text)
+    if status == 401:
+        return Unauthorized(text)
+    if status == 403:
+        return Forbidden(text)
+    if status in (400, 413):
+        return BadRequest(text)
+    return ProtocolError(status, text or (str(code) if code else ""))
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+class Transport:
+    """The HTTP client and retry loop (internal; thread-safe)."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        verify: Union[ssl.SSLContext, bool] = True
+        if config.ca is not None:
+            try:
+                verify = ssl.create_default_context(cafile=config.ca)
+            except (OSError, ssl.SSLError) as err:
+                raise BadRequest(f"{config.ca}: {err}") from err
+        headers: Dict[str, str] = {}
+        if config.api_key is not None:
+            headers[API_KEY_HEADER] = config.api_key
+        self._http = httpx.Client(
+            timeout=self._timeout(config.request_timeout),
+            verify=verify,
+            headers=headers,
+            follow_redirects=False,
+        )
+        # The endpoint that answered last; tried first next time.
+        self._preferred = 0
+        self._verifier = JwtVerifier(self)
+
+    @staticmethod
+    def _timeout(seconds: float) -> httpx.Timeout:
+        seconds = max(seconds, 0.001)
+        return httpx.Timeout(seconds, connect=min(seconds, 0.5))
+
+    def close(self) -> None:
+        """Closes the connection pool."""
+        self._http.close()
+
+    def election(
+        self,
+        method: str,
+        path: str,
+        body: Optional[Mapping[str, Any]] = None,
+        extra: float = 0.0,
+        until: Optional[float] = None,
+    ) -> Answer:
+        """Sends one election request, retrying transport failures, 503s and
+        429s on the next endpoint with backoff and jitter within the retry
+        budget (lengthened by ``extra`` for calls that wait on purpose, as is
+        each attempt's timeout). ``until`` (a :func:`time.monotonic` time)
+        ends the retries earlier and cuts each attempt's timeout to it.
+        Every other answer is returned as is."""
+        endpoints = self.config.election
+        if not endpoints:
+            raise BadRequest("no election endpoints configured")
+        started = time.monotonic()
+        attempts = 0
+        backoff = 0.02
+        last = "no attempt made: the deadline had passed"
+        while True:
+            now = time.monotonic()
+            timeout = self.config.request_timeout + extra
+            if until is not None:
+                if now >= until:
+                    raise Unavailable(attempts, now - started, last)
+                timeout = min(timeout, until - now)
+            index = self._preferred % len(endpoints)
+            url = endpoints[index].rstrip("/") + path
+            attempts += 1
+            try:
+                response = self._http.request(
+                    method, url, json=body, timeout=self._timeout(timeout)
+                )
+            except httpx.UnsupportedProtocol as err:
+                raise BadRequest(f"{url}: {err}") from err
+            except httpx.TransportError as err:
+                last = f"{url}: {type(err).__name__}: {err}"
+            else:
+                answer = Answer(response.status_code, _json(response))
+                if answer.status not in RETRY_STATUSES:
+                    self._preferred = index
+                    return answer
+                last = f"{url}: {answer.status} {answer.message()}"
+            self._preferred = index + 1
+            elapsed = time.monotonic() - started
+            if elapsed + backoff > self.config.retry_budget + extra or (
+                until is not None and time.monotonic() + backoff / 2 >= until
+            ):
+                raise Unavailable(attempts, elapsed, last)
+            log.debug("retrying %s %s after %s", method, path, last)
+            time.sleep(backoff / 2 + random.uniform(0, backoff) / 2)
+            backoff = min(backoff * 2, 0.5)
+
+    # -- grants -----------------------------------------------------------
+
+    def verify_grant(self, grant: Grant) -> None:
+        """Checks the grant's JWT against the cluster's JWKS (when enabled)."""
+        if self.config.verify_jwt:
+            self._verifier.verify(grant)
+
+    def renew_grant(self, grant_id: GrantId, until: Optional[float] = None) -> Grant:
+        """One renew call (retried as any election call, up to ``until``)."""
+        body = grant_body(grant_id, with_index=False)
+        answer = self.election("POST", f"/v1/leases/{grant_id.lease}/renew", body, until=until)
+        grant = Grant.from_json(answer.ok_object())
+        self.verify_grant(grant)
+        return grant
+
+    def release_grant(self, grant_id: GrantId) -> None:
+        """One release call, naming the grant's index when known."""
+        body = grant_body(grant_id, with_index=True)
+        answer = self.election("POST", f"/v1/leases/{grant_id.lease}/release", body)
+        if answer.status != 200:
+            raise answer.error()
+
+    # -- gateway ----------------------------------------------------------
+
+    def _gateway(self) -> str:
+        if not self.config.gateway:
+            raise BadRequest("no gateway configured")
+        return self.config.gateway.rstrip("/")
+
+    def get_object(self, key: str) -> Optional[Object]:
+        """Reads ``key`` through the gateway (one request); ``None`` if
+        there is no object."""
+        url = f"{self._gateway()}/v1/objects/{encode_key(key)}"
+        started = time.monotonic()
+        try:
+            response = self._http.get(url)
+        except httpx.TransportError as err:
+            raise Unavailable(1, time.monotonic() - started, f"{url}: {err}") from err
+        if response.status_code == 200:
+            token = response.headers.get("fencing-token", "0")
+            return Object(
+                value=response.content,
+                version=response.headers.get("etag", ""),
+                token=int(token) if token.isdigit() else 0,
+            )
+        if response.status_code == 404:
+            return None
+        raise error_for(response.status_code, _json(response))
+
+    def gateway_write(
+        self, jwt: str, method: str, path: str, content: Optional[bytes] = None
+    ) -> JsonObject:
+        """One fenced gateway request stamped with ``jwt``; the answer's JSON
+        object on 200, the mapped error raised otherwise."""
+        url = self._gateway() + path
+        started = time.monotonic()
+        try:
+            response = self._http.request(
+                method, url, content=content, headers={"authorization": f"Bearer {jwt}"}
+            )
+        except httpx.TransportError as err:
+            raise Unavailable(1, time.monotonic() - started, f"{url}: {err}") from err
+        return Answer(response.status_code, _json(response)).ok_object()
+
+
+def grant_body(grant_id: GrantId, with_index: bool) -> Dict[str, Any]:
+    """The body of a renew (``with_index`` false) or release naming the grant."""
+    body: Dict[str, Any] = {"holder": grant_id.holder, "token": grant_id.token}
+    if grant_id.secret is not None:
+        body["secret"] = grant_id.secret
+    if with_index and grant_id.grant_index is not None:
+        body["grant_index"] = grant_id.grant_index
+    return body
+
+
+class JwtVerifier:
+    """Verifies lease JWTs (EdDSA) against the cluster's ``/v1/jwks``,
+    fetched on first use and again when a token names an unknown ``kid``
+    (after a key rotation), at most every 100 ms."""
+
+    REFETCH_EVERY = 0.1
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._keys: Dict[str, pyjwt.PyJWK] = {}
+        self._fetched_at: Optional[float] = None
+
+    def _fetch(self) -> None:
+        answer = self._transport.election("GET", "/v1/jwks")
+        document = answer.ok_object()
+        keys: Dict[str, pyjwt.PyJWK] = {}
+        raw = document.get("keys")
+        for entry in raw if isinstance(raw, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("kid"), str):
+                try:
+                    keys[entry["kid"]] = pyjwt.PyJWK(entry)
+                except pyjwt.PyJWTError as err:
+                    log.warning("ignoring JWKS key %s: %s", entry["kid"], err)
+        self._keys = keys
+        self._fetched_at = time.monotonic()
+
+    def _key(self, kid: str) -> pyjwt.PyJWK:
+        with self._lock:
+            if kid not in self._keys and (
+                self._fetched_at is None
+                or time.monotonic() - self._fetched_at >= self.REFETCH_EVERY
+            ):
+                self._fetch()
+            key = self._keys.get(kid)
+        if key is None:
+            raise ProtocolError(0, f"the lease JWT is signed by unknown key {kid!r}")
+        return key
+
+    def verify(self, grant: Grant) -> Dict[str, Any]:
+        """Verifies ``grant.jwt``: EdDSA signature by a JWKS key, ``iss``,
+        and ``lease``/``sub``/``token`` equal to the grant's. ``exp`` is not
+        checked here (it is on the wall clock; the lease's safe deadline is
+        kept on the monotonic clock instead). Raises :class:`ProtocolError`."""
+        try:
+            header = pyjwt.get_unverified_header(grant.jwt)
+        except pyjwt.PyJWTError as err:
+            raise ProtocolError(0, f"the lease JWT does not parse: {err}") from err
+        kid = header.get("kid")
+        if header.get("alg") != "EdDSA" or not isinstance(kid, str):
+            raise ProtocolError(0, "the lease JWT is not EdDSA with a kid")
+        key = self._key(kid)
+        try:
+            claims: Dict[str, Any] = pyjwt.decode(
+                grant.jwt,
+                key.key,
+                algorithms=["EdDSA"],
+                issuer="palisade",
+                options={"verify_exp": False, "require": ["iss", "sub", "exp"]},
+            )
+        except pyjwt.PyJWTError as err:
+            raise ProtocolError(0, f"the lease JWT does not verify: {err}") from err
+        expected = {"lease": grant.lease, "sub": grant.holder, "token": grant.token}
+        for name, value in expected.items():
+            if claims.get(name) != value:
+                raise ProtocolError(
+                    0, f"the lease JWT's {name} is {claims.get(name)!r}, not {value!r}"
+                )
+        return claims
