@@ -9,7 +9,7 @@ mod support;
 
 use std::process::Command;
 
-use support::{acquire, http_client, Cluster};
+use support::{acquire, gateway_for, http_client, node_setup, spawn_node, Cluster};
 
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser", "google-chrome"]
@@ -33,10 +33,53 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = Cluster::start(dir.path());
+    // The nodes show this gateway's refused writes (its port chosen first).
+    let gateway_port = support::free_ports(1)[0];
+    let gateway_url = format!("http://127.0.0.1:{gateway_port}");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            setup.args = vec!["--ui-gateway".into(), gateway_url.clone()];
+            setup
+        })
+        .collect();
+    let cluster = Cluster::start_with(dir.path(), setups);
+    let mut gateway = gateway_for(&cluster, &dir.path().join("gateway"));
+    gateway.listen = format!("127.0.0.1:{gateway_port}");
+    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
+    let _gateway = spawn_node(gateway);
     let client = http_client();
     let leader = cluster.leader(&client).await;
     let base = cluster.url(leader);
+    // A paused old leader's write refused at the gateway: on the page.
+    let (status, old) = acquire(&client, &base, "jobs", "paused-old-leader", 1000).await;
+    assert_eq!(status, 200, "{old}");
+    let new = loop {
+        let (status, body) = acquire(&client, &base, "jobs", "new-leader", 60_000).await;
+        if status == 200 {
+            break body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let put = |jwt: String| {
+        let (client, url) = (
+            client.clone(),
+            format!("{gateway_url}/v1/objects/jobs/state"),
+        );
+        async move {
+            for _ in 0..50 {
+                let answer = client.put(&url).bearer_auth(&jwt).body("x").send().await;
+                let status = answer.map_or(0, |a| a.status().as_u16());
+                if status != 401 && status != 0 {
+                    return status;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            0
+        }
+    };
+    assert_eq!(put(new["jwt"].as_str().expect("jwt").to_owned()).await, 200);
+    assert_eq!(put(old["jwt"].as_str().expect("jwt").to_owned()).await, 409);
     let (status, orders) = acquire(&client, &base, "orders", "alpha", 60_000).await;
     assert_eq!(status, 200, "{orders}");
     let evil = "<script>document.title='pwned'</script>";
@@ -60,11 +103,16 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
     };
     let dom = run(&["--dump-dom".to_owned()]);
     let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    // (Leadership may have moved since `leader` was read: any node will do.)
+    let _ = leader;
     assert!(
-        dom.contains(&format!("id=\"leader\">node {leader}<")),
+        (1..=3).any(|id| dom.contains(&format!("id=\"leader\">node {id}<"))),
         "no leader in the DOM: {dom}"
     );
-    assert!(dom.contains("Leader"), "{dom}");
+    assert!(
+        dom.contains("<td>leader</td>"),
+        "no leader among the members: {dom}"
+    );
     assert!(
         dom.contains(">orders<") && dom.contains(">alpha<"),
         "no held lease: {dom}"
@@ -76,6 +124,12 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
     assert!(
         !dom.contains("<title>pwned"),
         "a holder's script ran: {dom}"
+    );
+    assert!(
+        dom.contains("id=\"fences\"")
+            && dom.contains("<td class=\"holder\">paused-old-leader</td>")
+            && dom.contains("<td class=\"refused\">1</td>"),
+        "the gateway's refused write is not on the page: {dom}"
     );
     let taken = run(&[format!("--screenshot={}", shot.display())]);
     let size = std::fs::metadata(&shot).map_or(0, |m| m.len());

@@ -80,6 +80,20 @@ pub struct ElectionConfig {
     /// number in flight. Bounds the table's memory (~200 bytes per lease
     /// plus its name, on every node). Default 1 000 000.
     pub max_leases: usize,
+    /// A gateway whose fencing audit the status page shows (`/ui`), with
+    /// the API key and CA to call it with.
+    pub ui_gateway: Option<UiGateway>,
+}
+
+/// Where the status page reads a gateway's refused writes from.
+#[derive(Debug, Clone)]
+pub struct UiGateway {
+    /// The gateway's base URL.
+    pub url: String,
+    /// An API key with `read` on every lease, if the gateway has a policy.
+    pub key: Option<String>,
+    /// The CA (PEM) to trust for an https gateway.
+    pub ca: Option<PathBuf>,
 }
 
 impl ElectionConfig {
@@ -109,6 +123,7 @@ impl ElectionConfig {
             snapshot_every: 10_000,
             reclaim_after: Duration::from_secs(300),
             max_leases: 1_000_000,
+            ui_gateway: None,
         }
     }
 

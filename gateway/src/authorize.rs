@@ -33,6 +33,25 @@ pub async fn authorize(
     }
 }
 
+/// The middleware on `GET /v1/fences` (every lease's refusals): the
+/// `read` right on all leases.
+pub async fn authorize_all(
+    State(policy): State<Option<Arc<Policy>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(policy) = policy else {
+        return next.run(request).await;
+    };
+    let verdict = policy
+        .authenticate(request.headers())
+        .and_then(|principal| policy.allow_prefix(&principal, Right::Read, ""));
+    match verdict {
+        Ok(()) => next.run(request).await,
+        Err(denied) => ApiError::from(denied).into_response(),
+    }
+}
+
 fn check(
     policy: &Policy,
     request: &Request,

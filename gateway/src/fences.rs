@@ -43,6 +43,22 @@ pub async fn get<S: FencedStore>(
     ))
 }
 
+/// `GET /v1/fences`: the leases with writes refused for a stale token, the
+/// most recently refused first (at most 1 000), with their refusals. Under
+/// a policy it needs the `read` right on every lease.
+#[utoipa::path(get, path = "/v1/fences", tag = "fences",
+    responses((status = 200, body = Object, description = "{\"fences\":[{\"lease\",\"refused\":{\"count\",\"last\"}}]}"),
+        (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)))]
+pub async fn list<S: FencedStore>(State(state): State<AppState<S>>) -> Json<Value> {
+    let fences: Vec<Value> = state
+        .observer
+        .all_refusals(1000)
+        .into_iter()
+        .map(|(lease, refused)| json!({ "lease": lease, "refused": refused }))
+        .collect();
+    Json(json!({ "fences": fences }))
+}
+
 /// `POST /v1/fences/{lease}`: raises the fence to the JWT's token.
 #[utoipa::path(post, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = crate::openapi::LeaseNameParam, Path, description = "The lease")),
     responses((status = 200, body = crate::openapi::Fence), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]

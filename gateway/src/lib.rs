@@ -142,6 +142,13 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
             get(empty_key).put(empty_key).delete(empty_key),
         )
         .route(
+            "/v1/fences",
+            get(fences::list::<S>).route_layer(axum::middleware::from_fn_with_state(
+                state.policy.clone(),
+                authorize::authorize_all,
+            )),
+        )
+        .route(
             "/v1/fences/{*lease}",
             get(fences::get::<S>)
                 .post(fences::bump::<S>)

@@ -143,6 +143,22 @@ impl Observer {
             .unwrap_or_default()
     }
 
+    /// Leases with refused writes, the most recently refused first (at
+    /// most `limit`), each with its refusals.
+    pub fn all_refusals(&self, limit: usize) -> Vec<(String, Refusals)> {
+        let leases = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all: Vec<(String, Refusals)> = leases
+            .iter()
+            .map(|(lease, r)| (lease.clone(), r.clone()))
+            .collect();
+        all.sort_by_key(|(_, r)| std::cmp::Reverse(r.last.as_ref().map_or(0, |l| l.at_unix_ms)));
+        all.truncate(limit);
+        all
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();

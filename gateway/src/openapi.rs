@@ -78,6 +78,7 @@ pub struct Fence {
         crate::objects::get,
         crate::objects::delete,
         crate::fences::get,
+        crate::fences::list,
         crate::fences::bump,
         crate::livez,
         crate::readyz,

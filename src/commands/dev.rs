@@ -92,6 +92,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         node.peer_port = first_peer_port + i;
         node.env = env.clone();
         node.args.clone_from(&policy_args);
+        // The status page shows the gateway's refused writes.
+        node.args.extend([
+            "--ui-gateway".to_owned(),
+            format!("http://127.0.0.1:{}", args.gateway_port),
+            "--ui-gateway-key-file".to_owned(),
+            root.join("admin.key").display().to_string(),
+        ]);
         node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
     }
     let cluster = Cluster::start(&exe, config)?;

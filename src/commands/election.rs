@@ -84,6 +84,16 @@ pub struct ElectionArgs {
     /// acquire of a new name beyond it gets 429 `too_many_leases`.
     #[arg(long, default_value_t = 1_000_000)]
     max_leases: usize,
+    /// A gateway whose refused writes the status page (/ui) shows.
+    #[arg(long)]
+    ui_gateway: Option<String>,
+    /// The API key (a file) to read that gateway's fences with (`read` on
+    /// every lease), when it has a policy.
+    #[arg(long, requires = "ui_gateway")]
+    ui_gateway_key_file: Option<PathBuf>,
+    /// The CA (PEM) to trust for an https --ui-gateway.
+    #[arg(long, requires = "ui_gateway")]
+    ui_gateway_ca: Option<PathBuf>,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -144,6 +154,26 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     config.max_waiters = args.max_waiters;
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     config.max_leases = args.max_leases;
+    if let Some(url) = args.ui_gateway {
+        let key = match &args.ui_gateway_key_file {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(key) => Some(key.trim().to_owned()),
+                Err(err) => {
+                    eprintln!(
+                        "error: cannot read --ui-gateway-key-file {}: {err}",
+                        path.display()
+                    );
+                    return Ok(ExitCode::from(2));
+                }
+            },
+            None => None,
+        };
+        config.ui_gateway = Some(palisade_election::config::UiGateway {
+            url,
+            key,
+            ca: args.ui_gateway_ca,
+        });
+    }
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));

@@ -168,8 +168,81 @@ pub(super) async fn page(
             record.transitions,
         );
     }
-    html.push_str("</table></body></html>");
+    html.push_str("</table>");
+    if let Some(gateway) = &state.config.ui_gateway {
+        gateway_fences(&mut html, gateway, &query.prefix).await;
+    }
+    html.push_str("</body></html>");
     Ok(Html(html).into_response())
+}
+
+/// The gateway's fencing audit for leases under `prefix` (the viewer may
+/// read those): who was refused, with which token, from where.
+async fn gateway_fences(html: &mut String, gateway: &crate::config::UiGateway, prefix: &str) {
+    let _ = write!(
+        html,
+        "<h2>Writes refused by the gateway</h2><p>{}</p>",
+        escape(&gateway.url)
+    );
+    let fences = match fetch_fences(gateway).await {
+        Ok(fences) => fences,
+        Err(err) => {
+            let _ = write!(
+                html,
+                "<p id=\"gateway-error\">cannot read its fences: {}</p>",
+                escape(&err)
+            );
+            return;
+        }
+    };
+    html.push_str(
+        "<table id=\"fences\"><tr><th>lease</th><th>refused</th><th>last token</th>\
+         <th>fence</th><th>holder</th><th>from</th><th>key</th></tr>",
+    );
+    let rows = fences
+        .iter()
+        .filter(|f| f["lease"].as_str().is_some_and(|l| l.starts_with(prefix)));
+    for fence in rows {
+        let last = &fence["refused"]["last"];
+        let text = |v: &serde_json::Value| {
+            escape(&v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+        };
+        let _ = write!(
+            html,
+            "<tr><td class=\"lease\">{}</td><td class=\"refused\">{}</td><td>{}</td><td>{}</td>\
+             <td class=\"holder\">{}</td><td>{}</td><td>{}</td></tr>",
+            text(&fence["lease"]),
+            text(&fence["refused"]["count"]),
+            text(&last["token"]),
+            text(&last["fence"]),
+            text(&last["holder"]),
+            text(&last["peer"]),
+            text(&last["key"]),
+        );
+    }
+    html.push_str("</table>");
+}
+
+async fn fetch_fences(
+    gateway: &crate::config::UiGateway,
+) -> Result<Vec<serde_json::Value>, String> {
+    let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(800));
+    if let Some(ca) = &gateway.ca {
+        let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+        let ca = reqwest::Certificate::from_pem(&pem).map_err(|e| e.to_string())?;
+        client = client.add_root_certificate(ca);
+    }
+    let client = client.build().map_err(|e| e.to_string())?;
+    let mut request = client.get(format!("{}/v1/fences", gateway.url.trim_end_matches('/')));
+    if let Some(key) = &gateway.key {
+        request = request.header(palisade_serve::policy::KEY_HEADER, key);
+    }
+    let answer = request.send().await.map_err(|e| e.to_string())?;
+    if !answer.status().is_success() {
+        return Err(format!("the gateway answered {}", answer.status()));
+    }
+    let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
+    Ok(body["fences"].as_array().cloned().unwrap_or_default())
 }
 
 #[cfg(test)]
