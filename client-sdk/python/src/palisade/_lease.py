@@ -177,7 +177,8 @@ class Lease:
     default). The lease is lost when a renewal is refused, when the deadline
     passes without one (even if this process was frozen: :meth:`is_held`
     compares with the clock, not with a flag), or when a write is fenced;
-    :attr:`lost` is set then, and ``on_lost`` called. Writes are refused
+    :attr:`lost` is set then, and ``on_lost`` called (just after, on the
+    thread that noticed). Writes are refused
     locally, with nothing sent, once the lease is not held.
 
     Used as a context manager it releases the lease on exit (if still held).
