@@ -29,8 +29,8 @@
 //! - `admin`: revoke their grants;
 //! - `cluster: true`: rotate the signing key, add and remove members.
 //!
-//! Any known principal may read the cluster view; `/healthz` and `/v1/jwks`
-//! stay open. An unknown or missing key is 401, a known principal outside
+//! Any known principal may read the cluster view; `/healthz`, `/livez`, `/readyz`,
+//! `/metrics`, `/openapi.json` and `/v1/jwks` stay open. An unknown or missing key is 401, a known principal outside
 //! its rights 403.
 
 use std::collections::{BTreeMap, HashMap};
@@ -109,7 +109,42 @@ impl Rules {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
+    #[serde(deserialize_with = "unique_principals")]
     principals: BTreeMap<String, Rules>,
+}
+
+/// The principals, refusing a name given twice (JSON maps would otherwise
+/// keep the last silently, hiding the first one's rights from a reader of
+/// the file).
+fn unique_principals<'de, D>(deserializer: D) -> Result<BTreeMap<String, Rules>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, Rules>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object of principals by name")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut principals = BTreeMap::new();
+            while let Some((name, rules)) = map.next_entry::<String, Rules>()? {
+                if principals.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "principal {name:?} is named twice"
+                    )));
+                }
+                principals.insert(name, rules);
+            }
+            Ok(principals)
+        }
+    }
+    deserializer.deserialize_map(Unique)
 }
 
 /// A known caller.
@@ -519,5 +554,16 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_principal_named_twice_is_refused() {
+        let rules = format!(
+            r#"{{"keys": ["sha256:{}"], "read": [""]}}"#,
+            "ab".repeat(32)
+        );
+        let text = format!(r#"{{"principals": {{"ops": {rules}, "ops": {rules}}}}}"#);
+        let err = Policy::parse(&text).expect_err("duplicate");
+        assert!(err.contains("named twice"), "{err}");
     }
 }

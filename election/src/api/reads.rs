@@ -122,15 +122,17 @@ pub(super) async fn list_leases(
     state.confirm_leadership().await?;
     let page = state.shared.read(|s| {
         use std::ops::Bound;
+        // Start at the later of `after` and `prefix`, so an `after` that
+        // sorts before the prefix cannot make the scan walk every name in
+        // between (a whole-table scan under the lock apply needs).
         let start = match &query.after {
-            Some(after) => Bound::Excluded(after.as_str()),
-            None => Bound::Included(prefix.as_str()),
+            Some(after) if after.as_str() >= prefix.as_str() => Bound::Excluded(after.as_str()),
+            _ => Bound::Included(prefix.as_str()),
         };
         let mut names = s
             .table
             .leases
             .range::<str, _>((start, Bound::Unbounded))
-            .skip_while(|(name, _)| name.as_str() < prefix.as_str())
             .take_while(|(name, _)| name.as_str().starts_with(prefix.as_str()));
         let leases: Vec<LeaseView> = names
             .by_ref()

@@ -498,6 +498,19 @@ async fn the_lease_list_is_paginated_and_filtered_by_prefix() {
     assert_eq!(second["next"], Value::Null);
     let (_, all) = node.call(Method::GET, "/v1/leases", None).await;
     assert_eq!(names(&all), ["a.1", "a.2", "a.3", "b.1"]);
+    // An `after` before the prefix starts at the prefix (the scan never
+    // walks the names in between); one past it ends the list.
+    for (query, expected) in [
+        ("prefix=b.&after=", vec!["b.1"]),
+        ("prefix=b.&after=a.1", vec!["b.1"]),
+        ("prefix=a.&after=z", vec![]),
+    ] {
+        let (status, page) = node
+            .call(Method::GET, &format!("/v1/leases?{query}"), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{query}");
+        assert_eq!(names(&page), expected, "{query}");
+    }
     for bad in ["limit=0", "limit=1001", "limit=x", "bogus=1"] {
         let (status, _) = node
             .call(Method::GET, &format!("/v1/leases?{bad}"), None)
