@@ -125,6 +125,13 @@ async fn counters_move_by_what_happened_and_the_audit_names_the_stale_writer() {
         writes(&gateway_after, "stale_token") - writes(&gateway_before, "stale_token"),
         1.0
     );
+    let gateway_delta = |name: &str| value(&gateway_after, name) - value(&gateway_before, name);
+    assert_eq!(
+        gateway_delta("palisade_gateway_fence_raises_total"),
+        2.0,
+        "the old and the new leader's first writes raised the fence"
+    );
+    assert!(gateway_delta("palisade_gateway_store_fsync_duration_seconds_count") >= 1.0);
 
     let audit: Value = support::get_json(
         &client,

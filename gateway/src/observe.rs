@@ -69,6 +69,8 @@ pub struct Refusals {
 #[derive(Debug)]
 pub struct Observer {
     registry: Registry,
+    fence_raises: Counter,
+    store_fsync: Histogram,
     writes: Family<WriteLabels, Counter>,
     requests: Family<RequestLabels, Histogram>,
     refused: Mutex<HashMap<String, Refusals>>,
@@ -86,6 +88,19 @@ impl Default for Observer {
             "Fenced writes (put, delete, fence bump) by outcome",
             writes.clone(),
         );
+        let fence_raises = Counter::default();
+        registry.register(
+            "palisade_gateway_fence_raises",
+            "Writes that raised a lease's fence (a new holder's first write)",
+            fence_raises.clone(),
+        );
+        let store_fsync = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register_with_unit(
+            "palisade_gateway_store_fsync_duration",
+            "Store flush (fsync) time; one flush covers many writes",
+            Unit::Seconds,
+            store_fsync.clone(),
+        );
         registry.register_with_unit(
             "palisade_gateway_request_duration",
             "Request duration by route, method and status",
@@ -94,6 +109,8 @@ impl Default for Observer {
         );
         Self {
             registry,
+            fence_raises,
+            store_fsync,
             writes,
             requests,
             refused: Mutex::new(HashMap::new()),
@@ -102,6 +119,19 @@ impl Default for Observer {
 }
 
 impl Observer {
+    /// Hooks for the store: count fence raises, time flushes.
+    pub fn store_hooks(&self) -> palisade_store::StoreHooks {
+        let (raises, fsync) = (self.fence_raises.clone(), self.store_fsync.clone());
+        palisade_store::StoreHooks {
+            on_flush: Some(std::sync::Arc::new(move |took: Duration| {
+                fsync.observe(took.as_secs_f64());
+            })),
+            on_fence_raised: Some(std::sync::Arc::new(move || {
+                raises.inc();
+            })),
+        }
+    }
+
     /// Records a write refused because `refused.token` is below the fence,
     /// and logs it.
     pub fn refused(&self, lease: &str, refused: Refused) {

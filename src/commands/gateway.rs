@@ -107,8 +107,10 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let observer = Arc::new(palisade_gateway::observe::Observer::default());
     let mut store_config = SledStoreConfig::new(&args.data_dir);
     store_config.max_value_bytes = args.max_value_bytes;
+    store_config.hooks = observer.store_hooks();
     let store = SledStore::open(&store_config)
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let state = AppState {
@@ -116,7 +118,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         verifier: Arc::new(Verifier::new(keys, args.exp_leeway_secs)),
         config: Arc::new(config.clone()),
         policy,
-        observer: Default::default(),
+        observer,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -73,7 +73,10 @@ impl Drop for PendingWrite {
 impl GroupCommit {
     /// Starts the flusher task for `db`. The task stops when the returned
     /// [`FlusherTask`] is dropped.
-    pub(crate) fn start(db: sled::Db) -> (Arc<Self>, FlusherTask) {
+    pub(crate) fn start(
+        db: sled::Db,
+        on_flush: Option<Arc<dyn Fn(std::time::Duration) + Send + Sync>>,
+    ) -> (Arc<Self>, FlusherTask) {
         let (finished, _) = watch::channel(0);
         let this = Arc::new(Self {
             started: AtomicU64::new(0),
@@ -88,7 +91,11 @@ impl GroupCommit {
                 shared.wanted.notified().await;
                 let number = shared.started.fetch_add(1, Ordering::SeqCst) + 1;
                 let db = db.clone();
+                let started = std::time::Instant::now();
                 let result = tokio::task::spawn_blocking(move || db.flush()).await;
+                if let Some(on_flush) = &on_flush {
+                    on_flush(started.elapsed());
+                }
                 let failure = match result {
                     Ok(Ok(_)) => None,
                     Ok(Err(err)) => Some(err.to_string()),

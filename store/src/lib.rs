@@ -28,7 +28,7 @@ pub use error::StoreError;
 pub use memory_store::MemoryStore;
 pub use palisade_names as names;
 pub use palisade_names::{FencingToken, LeaseName, NameError, ObjectKey, MAX_KEY_LEN, MAX_TOKEN};
-pub use sled_store::{SledStore, SledStoreConfig};
+pub use sled_store::{SledStore, SledStoreConfig, StoreHooks};
 
 /// An object as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

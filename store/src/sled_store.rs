@@ -21,6 +21,27 @@ pub struct SledStoreConfig {
     pub max_value_bytes: usize,
     /// sled's page cache, in bytes. Default 64 MiB.
     pub cache_capacity_bytes: u64,
+    /// Told of every flush and every fence raised (for metrics).
+    pub hooks: StoreHooks,
+}
+
+/// Callbacks for what the store does, so its owner can count it without the
+/// store knowing about metrics.
+#[derive(Clone, Default)]
+pub struct StoreHooks {
+    /// After each flush (fsync), with its duration.
+    pub on_flush: Option<Arc<dyn Fn(std::time::Duration) + Send + Sync>>,
+    /// When a write raises a lease's fence.
+    pub on_fence_raised: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for StoreHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHooks")
+            .field("on_flush", &self.on_flush.is_some())
+            .field("on_fence_raised", &self.on_fence_raised.is_some())
+            .finish()
+    }
 }
 
 impl SledStoreConfig {
@@ -30,6 +51,7 @@ impl SledStoreConfig {
             path: path.into(),
             max_value_bytes: 1024 * 1024,
             cache_capacity_bytes: 64 * 1024 * 1024,
+            hooks: StoreHooks::default(),
         }
     }
 }
@@ -51,6 +73,8 @@ pub struct SledStore {
     locks: Arc<LeaseLocks>,
     /// Stops the flusher when the last clone is dropped.
     _flusher: Arc<FlusherTask>,
+    /// Told when a write raises a fence.
+    hooks: StoreHooks,
 }
 
 const HEADER_LEN: usize = 16;
@@ -72,7 +96,7 @@ impl SledStore {
             .open()?;
         let objects = db.open_tree("objects")?;
         let fences = db.open_tree("fences")?;
-        let (commit, flusher) = GroupCommit::start(db.clone());
+        let (commit, flusher) = GroupCommit::start(db.clone(), config.hooks.on_flush.clone());
         Ok(Self {
             commit,
             locks: Arc::new(LeaseLocks::new(256)),
@@ -81,6 +105,7 @@ impl SledStore {
             fences,
             db,
             max_value_bytes: config.max_value_bytes,
+            hooks: config.hooks.clone(),
         })
     }
 
@@ -116,6 +141,9 @@ impl SledStore {
             (|| {
                 if token > fence {
                     self.fences.insert(lease.as_str(), &token.0.to_be_bytes())?;
+                    if let Some(raised) = &self.hooks.on_fence_raised {
+                        raised();
+                    }
                 }
                 effect(&self.objects)
             })()
@@ -261,11 +289,12 @@ mod tests {
         );
         let read = store.get(&key).await.expect("get").expect("the value");
         assert_eq!(read.value, b"v");
-        for _ in 0..100 {
+        // The flush runs on a blocking thread: give it real time.
+        for _ in 0..5000 {
             if store.commit.pending() == 0 {
                 return;
             }
-            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         panic!("the durability wait never ended");
     }
