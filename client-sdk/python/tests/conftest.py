@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -73,7 +74,7 @@ class DevCluster:
     def __init__(self) -> None:
         if not os.access(BIN, os.X_OK):
             pytest.fail(f"no palisade binary at {BIN} (set PALISADE_BIN)")
-        self.dir = Path(tempfile.mkdtemp(prefix="palisade-py-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="palisade-pytest-"))
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.children: List[int] = []
         last = ""
@@ -104,6 +105,7 @@ class DevCluster:
             last = text[-3000:]
             self.stop()
         else:
+            shutil.rmtree(self.dir, ignore_errors=True)
             pytest.fail(f"palisade dev did not come up:\n{last}")
         self.children = [pid for pid, _ in children_of(self.proc.pid)]
         self.election = [f"http://127.0.0.1:{self.base + i}" for i in range(3)]
@@ -170,6 +172,11 @@ class DevCluster:
                 pass
         self.proc = None
 
+    def remove(self) -> None:
+        """Stops the cluster and removes its temp dir."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[DevCluster]:
@@ -177,7 +184,7 @@ def cluster() -> Iterator[DevCluster]:
     try:
         yield dev
     finally:
-        dev.stop()
+        dev.remove()
 
 
 @pytest.fixture
@@ -187,7 +194,7 @@ def fresh_cluster() -> Iterator[DevCluster]:
     try:
         yield dev
     finally:
-        dev.stop()
+        dev.remove()
 
 
 @pytest.fixture

@@ -126,10 +126,16 @@ class Elector:
             done = threading.Event()
             runner: Optional[threading.Thread] = None
             if task is not None:
+                job: Task = task
 
-                def run_task(lease: Lease = lease, task: Task = task) -> None:
+                def run_task(
+                    lease: Lease = lease,
+                    job: Task = job,
+                    cancelled: threading.Event = cancelled,
+                    done: threading.Event = done,
+                ) -> None:
                     try:
-                        task(lease, cancelled)
+                        job(lease, cancelled)
                     except Exception:
                         log.exception("elector task failed")
                     finally:

@@ -205,7 +205,7 @@ class Lease:
         )
         self._thread.start()
         self._finalizer = weakref.finalize(self, _finalize, self._shared)
-        self._finalizer.atexit = False
+        setattr(self._finalizer, "atexit", False)  # not at exit: threads are gone
 
     def __repr__(self) -> str:
         return (

@@ -13,7 +13,7 @@ def _int(body: Mapping[str, Any], name: str, default: Optional[int] = None) -> i
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError(200, f"field {name!r} is not an integer: {value!r}")
-    return value
+    return int(value)
 
 
 def _str(body: Mapping[str, Any], name: str) -> str:
