@@ -67,7 +67,7 @@ echo "--- pip install client-sdk/python (from a copy)"
 mkdir -p "$tmp/pkg"
 cp -r "$here/pyproject.toml" "$here/README.md" "$here/src" "$tmp/pkg/"
 "$venv/bin/python" -m pip install "${pip[@]}" --no-build-isolation --force-reinstall --no-deps "$tmp/pkg"
-"$venv/bin/python" -m pip check >/dev/null
+"$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check; exit 1; }
 
 echo "--- mypy --strict (package)"
 (cd "$tmp/pkg" && "$venv/bin/mypy" --strict --cache-dir "$tmp/mypy-cache" src/palisade)

@@ -251,3 +251,20 @@ def test_elector_hands_over(cluster: DevCluster, name: str) -> None:
     assert started[0].startswith("one ") and started[-1].startswith("two ")
     assert tokens == sorted(set(tokens)), started
     assert not one.is_leader() and not two.is_leader()
+
+
+def test_renewals_verify_jwts_signed_by_a_rotated_key(cluster: DevCluster, name: str) -> None:
+    import jwt as pyjwt
+
+    client = cluster.client()
+    with client.lease(name, "A", ttl=2.0) as lease:
+        before = pyjwt.get_unverified_header(lease.jwt or "")["kid"]
+        kid = client.rotate_key()
+        assert kid and kid != before
+        for _ in range(50):  # the next renewal (every ttl/3) is signed with the new key
+            if pyjwt.get_unverified_header(lease.jwt or "")["kid"] == kid:
+                break
+            time.sleep(0.1)
+        assert pyjwt.get_unverified_header(lease.jwt or "")["kid"] == kid
+        assert lease.is_held()
+        lease.put(f"{name}/k", b"after rotation")
