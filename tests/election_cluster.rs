@@ -338,12 +338,20 @@ async fn blocking_acquire_and_watch() {
             format!("{}/v1/leases/q/acquire", cluster.url(follower)),
         );
         async move {
-            post_json(
-                &client,
-                &url,
-                json!({ "holder": "second", "ttl_ms": 5000, "wait_ms": 10000 }),
-            )
-            .await
+            // `wait_ms` written as a float (a JSON Schema integer): the
+            // follower must still forward it with the whole wait (it gave
+            // up at the quorum timeout, 2 s, before; schemathesis found
+            // it). A quick 503 (leadership settling after the start) is
+            // asked again; a slow one is the failure.
+            let body = json!({ "holder": "second", "ttl_ms": 5000, "wait_ms": 10000.0 });
+            loop {
+                let sent = Instant::now();
+                let answer = support::post_json_once(&client, &url, body.clone()).await;
+                if answer.0 != 503 || sent.elapsed() > Duration::from_millis(1500) {
+                    break answer;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     });
     // Longer than the quorum timeout: a forwarded blocking acquire must wait.

@@ -28,12 +28,13 @@ pub struct ErrorBody {
 /// An object key: `{lease}/{rest}` (percent-encode the `/` in a path
 /// parameter), at most 1 024 bytes; the lease part as for lease names.
 #[derive(Debug, utoipa::ToSchema)]
-#[schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._/-]{1,256}$", example = "orders/state")]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}){1,8}$", example = "orders/state")]
 pub struct ObjectKeyParam(#[allow(dead_code)] String);
 
-/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..` (the
+/// schema also keeps a leading `.` out, which the servers accept).
 #[derive(Debug, utoipa::ToSchema)]
-#[schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,128}$", example = "orders")]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$", example = "orders")]
 pub struct LeaseNameParam(#[allow(dead_code)] String);
 
 /// A written object.

@@ -71,9 +71,14 @@ async fn forward(
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // A blocking acquire may legitimately take its `wait_ms` (bounded by the
     // leader to `max_wait`); everything else answers within the quorum timeout.
+    // (`7000.0` counts: the handler reads integral floats as integers.)
     let wait = serde_json::from_slice::<Value>(&body)
         .ok()
-        .and_then(|v| v["wait_ms"].as_u64())
+        .and_then(|v| {
+            let wait = &v["wait_ms"];
+            wait.as_u64()
+                .or_else(|| wait.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+        })
         .map_or(Duration::ZERO, Duration::from_millis)
         .min(state.config.max_wait);
     let mut outgoing = state

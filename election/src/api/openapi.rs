@@ -25,9 +25,10 @@ pub(super) struct ErrorBody {
     token: Option<u64>,
 }
 
-/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..` (the
+/// schema also keeps a leading `.` out, which the servers accept).
 #[derive(Debug, utoipa::ToSchema)]
-#[schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,128}$", example = "orders")]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$", example = "orders")]
 pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
 
 #[derive(OpenApi)]
