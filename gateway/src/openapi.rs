@@ -103,15 +103,10 @@ mod tests {
         let generated = super::document().to_pretty_json().expect("serialize") + "\n";
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/gateway.json");
-        if std::env::var("PALISADE_WRITE_OPENAPI").as_deref() == Ok("1") {
-            std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
-            std::fs::write(&path, &generated).expect("write");
+        if let Err(stale) =
+            palisade_serve::checked_in::matches(&generated, &path, "palisade-gateway")
+        {
+            panic!("{stale}");
         }
-        let stored = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            stored == generated,
-            "{} is stale: run PALISADE_WRITE_OPENAPI=1 cargo test -p palisade-gateway openapi",
-            path.display()
-        );
     }
 }

@@ -16,6 +16,7 @@
 //! so a scanner cannot flood the log.
 
 pub mod certs;
+pub mod checked_in;
 pub mod policy;
 pub mod tls;
 
