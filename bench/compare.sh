@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
 # Palisade and etcd side by side, in one run on this machine (release builds,
-# both durable with default fsync, both on loopback). Installs etcd from
-# Debian's packages if it is missing. Prints a table with ratios; raw JSON goes
-# to bench/results/. Only ratios from one run mean anything on a shared machine.
+# both durable with default fsync, both on loopback). etcd is driven twice:
+# through its JSON gateway and through its native gRPC client (etcd-client,
+# one HTTP/2 connection, a keepalive stream per lease). Installs etcd and
+# protoc (for the gRPC client) from Debian's packages if they are missing.
+# Prints a table with ratios against each; raw JSON goes to bench/results/.
+# Only ratios from one run mean anything on a shared machine.
 #   bash bench/compare.sh [SECONDS_PER_POINT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-5}
 
-if ! command -v etcd >/dev/null 2>&1; then
-  echo "--- installing etcd (Debian etcd-server)"
+missing=""
+command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server etcd-client"
+command -v protoc >/dev/null 2>&1 || missing="$missing protobuf-compiler"
+if [ -n "$missing" ]; then
+  echo "--- installing$missing (Debian)"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q etcd-server etcd-client >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q $missing >/dev/null
 fi
 # palisade-bench runs the palisade binary next to it.
-cargo build --release --locked -q -p palisade -p palisade-bench
+cargo build --release --locked -q -p palisade
+cargo build --release --locked -q -p palisade-bench --features etcd-grpc
 bin=target/release/palisade-bench
 mkdir -p bench/results
 echo "--- palisade election cluster"
 "$bin" election --seconds "$seconds" --json > bench/results/palisade-election.json
 echo "--- palisade gateway"
 "$bin" gateway --seconds "$seconds" --json > bench/results/palisade-gateway.json
-echo "--- etcd"
-"$bin" etcd --seconds "$seconds" --json > bench/results/etcd.json
+echo "--- palisade: one SDK client holding 10 000 leases"
+"$bin" hold --seconds 15 --json > bench/results/palisade-hold.json
+echo "--- etcd (JSON gateway and gRPC; 10 000 leases on a keepalive stream each)"
+"$bin" etcd --seconds "$seconds" --hold-leases 10000 --hold-seconds 15 --json > bench/results/etcd.json
 
 python3 - <<'PY'
 import json
@@ -34,19 +43,42 @@ def pick(rows, what, c):
         if r["what"].startswith(what) and r["concurrency"] == c:
             return r
     return None
-print(f"{'work':<34} {'conc':>4} {'palisade ops/s':>15} {'etcd ops/s':>11} {'ratio':>6}   {'p50 ms (P/e)':>16}")
-def row(name, prow, erow, c):
-    if prow and erow:
-        ratio = prow["ops_per_sec"] / erow["ops_per_sec"] if erow["ops_per_sec"] else float("inf")
-        print(f"{name:<34} {c:>4} {prow['ops_per_sec']:>15.0f} {erow['ops_per_sec']:>11.0f} {ratio:>6.2f}   {prow['p50_us']/1000:>7.2f}/{erow['p50_us']/1000:<7.2f}")
+print(f"{'work':<36} {'conc':>4} {'palisade/s':>11} {'etcd json/s':>11} {'etcd grpc/s':>11} {'P/json':>6} {'P/grpc':>6}   {'p50 ms P/json/grpc':>20}")
+def row(name, prow, jrow, grow, c):
+    if not prow:
+        return
+    def ratio(other):
+        return f"{prow['ops_per_sec'] / other['ops_per_sec']:>6.2f}" if other and other["ops_per_sec"] else f"{'-':>6}"
+    def ops(r):
+        return f"{r['ops_per_sec']:>11.0f}" if r else f"{'-':>11}"
+    def p50(r):
+        return f"{r['p50_us']/1000:.2f}" if r else "-"
+    print(f"{name:<36} {c:>4} {ops(prow)} {ops(jrow)} {ops(grow)} {ratio(jrow)} {ratio(grow)}   {p50(prow)}/{p50(jrow)}/{p50(grow)}")
+def exact(rows, what, c):
+    for r in rows:
+        if r["what"] == what and r["concurrency"] == c:
+            return r
+    return pick(rows, what, c)
 for c in (1, 16, 64):
-    row("acquire+release vs grant+put+revoke", pick(p["load"], "acquire+release", c), pick(e["load"], "etcd grant+put+revoke", c), c)
+    row("acquire+release vs grant+put+revoke", pick(p["load"], "acquire+release", c), pick(e["load"], "etcd grant+put+revoke", c), pick(e["load"], "etcd grpc grant+put+revoke", c), c)
 for c in (1, 16, 64):
-    row("renew vs lease keepalive", pick(p["load"], "renew", c), pick(e["load"], "etcd lease keepalive", c), c)
+    row("renew vs lease keepalive", exact(p["load"], "renew", c), pick(e["load"], "etcd lease keepalive", c), pick(e["load"], "etcd grpc lease keepalive", c), c)
+# Every other renew row (HTTP/1.1, the SDK's batching, batch requests)
+# against the same keepalive figures.
+others = sorted({r["what"] for r in p["load"] if r["what"].startswith("renew") and r["what"] != "renew"})
+for what in others:
+    for c in (1, 16, 64):
+        row(what[:36], exact(p["load"], what, c), pick(e["load"], "etcd lease keepalive", c), pick(e["load"], "etcd grpc lease keepalive", c), c)
 for c in (1, 16, 64):
-    row("mix (renew/cycle/read) vs etcd mix", pick(p["load"], "mix", c), pick(e["load"], "etcd mix", c), c)
+    row("mix (renew/cycle/read) vs etcd mix", pick(p["load"], "mix", c), pick(e["load"], "etcd mix", c), None, c)
 for c in (1, 16, 64):
-    row("gateway fenced PUT vs 1-node put", pick(g, "gateway fenced PUT", c), pick(e["load"], "etcd single-node put", c), c)
+    row("gateway fenced PUT vs 1-node put", pick(g, "gateway fenced PUT", c), pick(e["load"], "etcd single-node put", c), pick(e["load"], "etcd grpc single-node put", c), c)
+ph, eh = json.load(open("bench/results/palisade-hold.json")), e.get("hold") or {}
+if eh:
+    print(f"10 000 leases renewed every ttl/3 (3 s): leader CPU per renewal palisade {ph['leader_cpu_us_per_renewal']:.1f} us "
+          f"({ph['renewals_per_sec']:.0f}/s, {ph['leader_cpu_percent']:.0f}% of a core, batches of {ph['mean_batch']:.0f}), "
+          f"etcd {eh['leader_cpu_us_per_keepalive']:.1f} us ({eh['keepalives_per_sec']:.0f}/s, {eh['leader_cpu_percent']:.0f}%); "
+          f"ratio {eh['leader_cpu_us_per_keepalive'] / ph['leader_cpu_us_per_renewal']:.2f}x less CPU")
 pf, ef = p["failover"], e["failover"]
 print(f"failover median ms: palisade {pf['median_ms']:.0f} (min {pf['min_ms']:.0f}, max {pf['max_ms']:.0f}); "
       f"etcd {ef['median_ms']:.0f} (min {ef['min_ms']:.0f}, max {ef['max_ms']:.0f}); ratio {pf['median_ms']/ef['median_ms']:.2f}")

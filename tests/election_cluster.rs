@@ -488,3 +488,58 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let (status, body) = lease(&client, &base, "never").await;
     assert_eq!((status, body["error"].as_str()), (404, Some("not_found")));
 }
+
+/// `--never-lead` (ICE's out-of-service member): node 3 votes, so the
+/// cluster elects with one of the two others down, but across 20 forced
+/// elections (the leader SIGKILLed each time, then restarted) node 3 never
+/// leads.
+#[tokio::test]
+async fn a_never_lead_node_votes_but_never_leads() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut setups: Vec<_> = (1..=3)
+        .map(|id| support::node_setup(dir.path(), id, "127.0.0.1"))
+        .collect();
+    setups[2].args.push("--never-lead".into());
+    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let client = http_client();
+    let mut leader = cluster.leader(&client).await;
+    for round in 0..20 {
+        assert_ne!(leader, 3, "round {round}: the --never-lead node leads");
+        cluster.kill(leader);
+        let next = cluster
+            .leader_among(&client, &[1, 2, 3], 200)
+            .await
+            .unwrap_or_else(|| panic!("round {round}: no leader with node 3's vote"));
+        assert_ne!(next, 3, "round {round}: the --never-lead node took over");
+        cluster.start_node(leader).expect("restart");
+        // The restarted node must hold the whole log before the next round
+        // kills the leader: node 3 votes only for a candidate as up to date
+        // as itself, and it never campaigns (README: the limit of
+        // --never-lead).
+        let caught_up = Instant::now();
+        loop {
+            let mine: Value = get_json(
+                &client,
+                &format!("{}/v1/cluster", cluster.url(leader)),
+                "cluster",
+            )
+            .await;
+            let theirs: Value = get_json(
+                &client,
+                &format!("{}/v1/cluster", cluster.url(next)),
+                "cluster",
+            )
+            .await;
+            if mine["leader"] == next && mine["last_log_index"] == theirs["last_log_index"] {
+                break;
+            }
+            assert!(
+                caught_up.elapsed() < Duration::from_secs(10),
+                "{mine} / {theirs}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        leader = next;
+    }
+}

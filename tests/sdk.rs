@@ -430,3 +430,213 @@ async fn palisade_run_kills_its_child_on_loss() {
         .expect("kill -0");
     assert!(!alive.status.success(), "the child is still running");
 }
+
+/// One sample of a counter in a node's `/metrics` text.
+async fn counter(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A client holding many leases renews them in batch requests over its one
+/// HTTP/2 connection (renewals falling due together share a request); when one of them is taken away (revoked by an
+/// operator), that one is reported lost and the others stay held.
+#[tokio::test]
+async fn many_leases_renew_in_batches_and_one_lost_lease_stays_alone() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = sdk(&cluster, None);
+    let http = http_client();
+    let leader = cluster.leader(&http).await;
+    let ttl = Duration::from_millis(1500);
+    // Acquired together (as a service takes its shards at start), so their
+    // renewals fall due together and go out in batches.
+    let names: Vec<String> = (0..40).map(|i| format!("shard-{i}")).collect();
+    let leases: Vec<_> = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| client.acquire(name, "owner", ttl, None)),
+    )
+    .await
+    .into_iter()
+    .map(|lease| lease.expect("acquire"))
+    .collect();
+    let batches_before = counter(
+        &http,
+        &cluster.url(leader),
+        "palisade_lease_renew_batches_total",
+    )
+    .await;
+    // Two ttls: every lease renews about six times.
+    tokio::time::sleep(2 * ttl).await;
+    assert!(leases.iter().all(|l| l.is_held()), "all still held");
+    let base = cluster.url(cluster.leader(&http).await);
+    let batches = counter(&http, &base, "palisade_lease_renew_batches_total").await;
+    let renewals = counter(&http, &base, "palisade_lease_renewals_total").await;
+    assert!(
+        batches > batches_before,
+        "renewals went in batches ({batches_before} -> {batches})"
+    );
+    assert!(
+        renewals >= 40.0 * 3.0,
+        "every lease renewed several times: {renewals} renewals"
+    );
+
+    // The nodes speak h2c: a batch sent over HTTP/2 to a follower is
+    // forwarded (over the peers' HTTP/2 connection) and answered per lease.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let leader = cluster.leader(&http).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let entry = |l: &palisade_client::Lease| {
+        let id = l.id();
+        serde_json::json!({"lease": id.lease, "holder": id.holder, "token": id.token,
+            "secret": id.secret.as_ref().map(|s| s.expose().to_owned())})
+    };
+    let answer = h2
+        .post(format!("{}/v1/renew", cluster.url(follower)))
+        .json(&serde_json::json!({"renewals": [entry(&leases[0]), entry(&leases[1])]}))
+        .send()
+        .await
+        .expect("batch over h2");
+    assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.expect("json");
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 200, "{body}");
+
+    // Revoke shard-7: its renewals are refused from now on.
+    let victim = &leases[7];
+    let (status, body) = support::post_json(
+        &http,
+        &format!("{base}/v1/leases/shard-7/revoke"),
+        serde_json::json!({"token": victim.token()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let lost = tokio::time::timeout(ttl, victim.lost()).await;
+    assert!(lost.is_ok(), "the revoked lease was not reported lost");
+    tokio::time::sleep(ttl).await;
+    for (i, lease) in leases.iter().enumerate() {
+        assert_eq!(lease.is_held(), i != 7, "shard-{i}");
+    }
+    for lease in leases {
+        lease.release().await.ok();
+    }
+}
+
+/// `palisade run` keeps `PALISADE_JWT_FILE` fresh: a child writing through
+/// the gateway with it (the CLI reads the file at each call) keeps
+/// succeeding for many ttls, long after the JWT it started with expired.
+#[tokio::test]
+async fn palisade_run_keeps_the_childs_jwt_file_fresh() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    cluster.leader(&http_client()).await;
+    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gw"));
+    let log = dir.path().join("writes.log");
+    let bin = env!("CARGO_BIN_EXE_palisade");
+    // 16 writes 500 ms apart: 8 s, eight ttls of 1 s (a JWT lives two).
+    let script = format!(
+        "for i in $(seq 1 16); do \
+           {bin} object put job/state --value \"$i\" --gateway {gw} >/dev/null 2>>{log}.err; \
+           echo $? >> {log}; sleep 0.5; \
+         done",
+        gw = gateway.url,
+        log = log.display(),
+    );
+    let status = Command::new(bin)
+        .args([
+            "run",
+            "--lease",
+            "job",
+            "--holder",
+            "runner",
+            "--ttl-ms",
+            "1000",
+            "--election",
+            &cluster.urls().join(","),
+            "--gateway",
+            &gateway.url,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("palisade run");
+    assert!(status.success(), "palisade run: {status}");
+    let codes = std::fs::read_to_string(&log).expect("log");
+    let errors = std::fs::read_to_string(format!("{}.err", log.display())).unwrap_or_default();
+    assert_eq!(
+        codes.lines().collect::<Vec<_>>(),
+        vec!["0"; 16],
+        "every write succeeded; errors: {errors}"
+    );
+}
+
+/// The elector's rule: no `StoppedLeading` without a `StartedLeading`. A
+/// replica that campaigns while another holds the lease, then shuts down,
+/// hears who leads (`LeaderChanged`) and nothing else.
+#[tokio::test]
+async fn an_elector_that_never_led_reports_no_stop() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = sdk(&cluster, None);
+    cluster.leader(&http_client()).await;
+    let held = client
+        .acquire("contested", "replica-0", Duration::from_secs(3), None)
+        .await
+        .expect("acquire");
+    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let elector = tokio::spawn({
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move {
+            Elector::new(client, "contested", "replica-1", Duration::from_secs(3))
+                .run(Some(events), shutdown, |_lease, cancelled| async move {
+                    cancelled.cancelled().await;
+                })
+                .await;
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(15), elector)
+        .await
+        .expect("elector stops")
+        .expect("join");
+    let mut seen = Vec::new();
+    while let Ok(event) = received.try_recv() {
+        seen.push(event);
+    }
+    assert!(
+        seen.contains(&ElectorEvent::LeaderChanged {
+            holder: Some("replica-0".into())
+        }),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|e| matches!(e, ElectorEvent::LeaderChanged { .. })),
+        "a replica that never led got {seen:?}"
+    );
+    assert!(held.is_held());
+    held.release().await.expect("release");
+}

@@ -3,7 +3,10 @@
 //! HTTP.
 //!
 //! - acquire+release cycles/s over many lease names, and renew/s on held
-//!   leases, at each concurrency;
+//!   leases, at each concurrency, over HTTP/2 (one connection, as the SDK
+//!   runs); renew/s over HTTP/1.1 (a connection per task) for comparison;
+//!   and renewals/s through `POST /v1/renew` batches of `--batch` leases
+//!   per task (what an SDK client holding many leases sends);
 //! - failover: SIGKILL the Raft leader under light load, time until the first
 //!   successful acquire through a survivor (restarting the victim between
 //!   trials);
@@ -18,8 +21,8 @@ use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth}
 use serde_json::{json, Value};
 
 use crate::load::{
-    failover_summary, failovers, http_client, load, print_table, transport_error, Failover,
-    LoadArgs, OpResult,
+    failover_summary, failovers, http2_client, http_client, load, print_table, transport_error,
+    Failover, LoadArgs, OpResult,
 };
 
 #[derive(Debug, Args)]
@@ -42,6 +45,9 @@ pub struct ElectionBench {
     /// --insecure-peers).
     #[arg(long, conflicts_with = "insecure_peers")]
     secure_clients: bool,
+    /// Leases per batch renewal request (each task holds this many).
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
 }
 
 /// What a client of a `--secure-clients` cluster needs: the CA and the
@@ -211,6 +217,80 @@ pub(crate) async fn renew(
     .map(drop)
 }
 
+/// An SDK client of `cluster`, as a service would configure it.
+fn sdk_client(cluster: &Cluster) -> palisade_client::Client {
+    palisade_client::Client::new(palisade_client::ClientConfig::new(cluster.urls()))
+}
+
+/// The SDK's handle on `lease`'s grant that `held` (a [`holder_token`])
+/// names.
+fn grant_id(lease: &str, held: &Value) -> palisade_client::GrantId {
+    palisade_client::GrantId {
+        lease: lease.to_owned(),
+        holder: "bench".to_owned(),
+        token: held["token"].as_u64().unwrap_or(0),
+        grant_index: None,
+        secret: held["secret"]
+            .as_str()
+            .and_then(|s| palisade_client::GrantSecret::new(s).ok()),
+    }
+}
+
+/// For each of `concurrency` tasks, the body of a batch renewal of
+/// `batch` leases it holds (acquired here, 64 at a time).
+async fn batch_leases(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    batch: usize,
+) -> anyhow::Result<Vec<Value>> {
+    let names: Vec<String> = (0..concurrency * batch)
+        .map(|i| format!("batch-c{concurrency}-{i}"))
+        .collect();
+    let mut entries = Vec::new();
+    for chunk in names.chunks(64) {
+        let body = json!({"holder": "bench", "ttl_ms": 60_000});
+        let urls: Vec<String> = chunk
+            .iter()
+            .map(|name| format!("{base}/v1/leases/{name}/acquire"))
+            .collect();
+        let grants =
+            futures::future::join_all(urls.iter().map(|url| post(client, url, &body))).await;
+        for (name, grant) in chunk.iter().zip(grants) {
+            let Some(grant) = grant else {
+                anyhow::bail!("could not acquire {name} for the batch renewals");
+            };
+            let mut entry = holder_token(&grant);
+            entry["lease"] = json!(name);
+            entries.push(entry);
+        }
+    }
+    Ok(entries
+        .chunks(batch.max(1))
+        .map(|renewals| json!({ "renewals": renewals }))
+        .collect())
+}
+
+/// One batch renewal: every lease in it must be renewed.
+async fn renew_batch(client: &reqwest::Client, base: &str, body: &Value) -> OpResult {
+    let answer = call(
+        client,
+        reqwest::Method::POST,
+        &format!("{base}/v1/renew"),
+        Some(body),
+    )
+    .await?;
+    let results = answer["results"].as_array().ok_or("bad body")?;
+    match results.iter().find(|r| r["status"] != 200) {
+        None => Ok(()),
+        Some(refused) => Err(format!(
+            "renewal {} {}",
+            refused["status"],
+            refused["error"].as_str().unwrap_or("")
+        )),
+    }
+}
+
 pub(crate) async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Option<Value> {
     let response = client.post(url).json(body).send().await.ok()?;
     if !response.status().is_success() {
@@ -233,15 +313,17 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;
     }
-    let (client, short) = if args.secure_clients {
+    // `client` speaks HTTP/2 (by ALPN over TLS), `http1` HTTP/1.1.
+    let (client, http1, short) = if args.secure_clients {
         let (client, policy) = secure_client(palisade, dir.path(), Duration::from_secs(5))?;
         let (short, _) = secure_client(palisade, dir.path(), Duration::from_millis(300))?;
         config.client_tls = true;
         config.policy = Some(policy);
-        (client, short)
+        (client, None, short)
     } else {
         (
-            http_client(Duration::from_secs(5), 128)?,
+            http2_client(Duration::from_secs(5))?,
+            Some(http_client(Duration::from_secs(5), 128)?),
             http_client(Duration::from_millis(300), 1)?,
         )
     };
@@ -290,6 +372,59 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 async move { renew(&c, &base, &lease, &held[task]).await }
             })
             .await,
+        );
+        if let Some(http1) = &http1 {
+            let (c, base, held) = (http1.clone(), cluster.url(leader), grants.clone());
+            results.push(
+                load("renew http/1.1", concurrency, duration, move |task, _| {
+                    let (c, base, held) = (c.clone(), base.clone(), held.clone());
+                    let lease = renew_lease(concurrency, task);
+                    async move { renew(&c, &base, &lease, &held[task]).await }
+                })
+                .await,
+            );
+        }
+        // The SDK's own renewal path: each task renews its lease through one
+        // `Client`, which batches what falls due together.
+        let sdk = std::sync::Arc::new(sdk_client(&cluster));
+        let ids = std::sync::Arc::new(
+            grants
+                .iter()
+                .enumerate()
+                .map(|(task, held)| grant_id(&renew_lease(concurrency, task), held))
+                .collect::<Vec<_>>(),
+        );
+        if !args.secure_clients {
+            results.push(
+                load(
+                    "renew sdk (batched)",
+                    concurrency,
+                    duration,
+                    move |task, _| {
+                        let (sdk, ids) = (sdk.clone(), ids.clone());
+                        async move {
+                            sdk.renew_grant(&ids[task])
+                                .await
+                                .map(drop)
+                                .map_err(|e| format!("sdk {e}").chars().take(60).collect())
+                        }
+                    },
+                )
+                .await,
+            );
+        }
+        let batches = std::sync::Arc::new(
+            batch_leases(&client, &cluster.url(leader), concurrency, args.batch).await?,
+        );
+        let (c, base) = (client.clone(), cluster.url(leader));
+        let what = format!("renew batch x{}", args.batch);
+        results.push(
+            load(&what, concurrency, duration, move |task, _| {
+                let (c, base, batches) = (c.clone(), base.clone(), batches.clone());
+                async move { renew_batch(&c, &base, &batches[task]).await }
+            })
+            .await
+            .per_op(args.batch as u64),
         );
         let (c, base, held) = (client.clone(), cluster.url(leader), grants.clone());
         results.push(

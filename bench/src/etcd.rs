@@ -1,7 +1,10 @@
-//! `palisade-bench etcd`: the same work against etcd (its JSON gateway), in
-//! the same run conditions, for side-by-side ratios: a 3-node etcd on
-//! loopback (durable, default fsync) for lease grant + put + revoke cycles,
-//! keepalives and failover, and a single-node etcd for plain puts.
+//! `palisade-bench etcd`: the same work against etcd, in the same run
+//! conditions, for side-by-side ratios: a 3-node etcd on loopback (durable,
+//! default fsync) for lease grant + put + revoke cycles, keepalives and
+//! failover, and a single-node etcd for plain puts — through its JSON
+//! gateway, and, built with `--features etcd-grpc`, through its native gRPC
+//! client as well (`etcd_grpc.rs`; `--hold-leases N` adds N leases on one
+//! keepalive stream each and the leader's CPU per keepalive).
 //! Needs `etcd` on PATH (Debian: `apt-get install etcd-server`).
 
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -26,6 +29,16 @@ pub struct EtcdBench {
     /// Value size for puts, in bytes.
     #[arg(long, default_value_t = 1024)]
     value_bytes: usize,
+    /// With the gRPC client: also hold this many leases on one keepalive
+    /// stream each, renewed every ttl/3, and measure the leader's CPU.
+    #[arg(long, default_value_t = 0)]
+    hold_leases: usize,
+    /// Their ttl, in seconds.
+    #[arg(long, default_value_t = 3)]
+    hold_ttl_secs: i64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 20)]
+    hold_seconds: u64,
 }
 
 /// An etcd cluster on loopback: per node its process (`None` while
@@ -295,6 +308,39 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         );
     }
 
+    #[cfg(feature = "etcd-grpc")]
+    let mut hold = serde_json::Value::Null;
+    #[cfg(not(feature = "etcd-grpc"))]
+    let hold = serde_json::Value::Null;
+    #[cfg(feature = "etcd-grpc")]
+    {
+        let endpoints: Vec<String> = (0..3).map(|i| cluster.url(i)).collect();
+        results.extend(
+            crate::etcd_grpc::cluster_rows(
+                &endpoints,
+                &args.load.concurrency,
+                duration,
+                args.value_bytes,
+            )
+            .await?,
+        );
+        if args.hold_leases > 0 {
+            let pid = cluster.nodes[leader].0.as_ref().map(Child::id);
+            hold = crate::etcd_grpc::hold(
+                &endpoints,
+                args.hold_leases,
+                args.hold_ttl_secs,
+                args.hold_seconds,
+                || crate::hold::cpu_time(pid?),
+            )
+            .await?;
+        }
+    }
+    #[cfg(not(feature = "etcd-grpc"))]
+    if args.hold_leases > 0 {
+        anyhow::bail!("--hold-leases needs the gRPC client: build with --features etcd-grpc");
+    }
+
     let short = http_client(Duration::from_millis(300), 1)?;
     let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
     drop(cluster);
@@ -326,15 +372,31 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         );
     }
 
+    #[cfg(feature = "etcd-grpc")]
+    results.extend(
+        crate::etcd_grpc::put_rows(
+            &single.url(0),
+            &args.load.concurrency,
+            duration,
+            args.value_bytes,
+        )
+        .await?,
+    );
+
     let failover = failover_summary(&mut failovers);
     if args.load.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({ "load": results, "failover": failover }))?
+            serde_json::to_string_pretty(
+                &json!({ "load": results, "failover": failover, "hold": hold })
+            )?
         );
     } else {
         print_table(&results);
         println!("etcd failover (SIGKILL leader -> first put via a survivor): {failover}");
+        if !hold.is_null() {
+            println!("etcd hold: {hold}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -113,6 +113,17 @@ pub fn figures(
     }
 }
 
+impl Figures {
+    /// Counts `per_op` operations for each one measured (a batch request
+    /// that renews `per_op` leases); latencies stay per request.
+    #[must_use]
+    pub fn per_op(mut self, per_op: u64) -> Self {
+        self.ops *= per_op;
+        self.ops_per_sec *= per_op as f64;
+        self
+    }
+}
+
 /// Prints figures as an aligned table.
 pub fn print_table(results: &[Figures]) {
     println!(
@@ -218,11 +229,21 @@ pub fn transport_error(error: &reqwest::Error) -> String {
     }
 }
 
-/// An HTTP client for load: `timeout` per request, up to `idle` pooled
+/// An HTTP/1.1 client for load: `timeout` per request, up to `idle` pooled
 /// connections per host.
 pub fn http_client(timeout: Duration, idle: usize) -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(timeout)
         .pool_max_idle_per_host(idle)
+        .http1_only()
+        .build()?)
+}
+
+/// An HTTP/2 client (h2c, prior knowledge), as the SDK runs: every
+/// request to a host shares one connection.
+pub fn http2_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .http2_prior_knowledge()
         .build()?)
 }

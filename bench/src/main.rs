@@ -5,14 +5,19 @@
 //! - `load.rs`: the load engine (concurrent tasks for a duration, latency
 //!   percentiles, errors by kind), the table, and the failover trials any
 //!   replicated system runs through the `Failover` trait.
-//! - `gateway.rs`, `election.rs`, `etcd.rs`: one benchmark each; each uses
+//! - `gateway.rs`, `election.rs`, `etcd.rs` (+ `etcd_grpc.rs`, etcd's
+//!   native client, with `--features etcd-grpc`): one benchmark each; each uses
 //!   `load`, none uses another. `scale.rs` (big table, many watchers,
-//!   reclamation) borrows `election.rs`'s request helpers. Palisade's processes come from
+//!   reclamation) borrows `election.rs`'s request helpers; `hold.rs` (one
+//!   SDK client keeping many leases) uses the SDK itself. Palisade's processes come from
 //!   `palisade-local-cluster`, started from the binary `--palisade` names.
 
 mod election;
 mod etcd;
+#[cfg(feature = "etcd-grpc")]
+mod etcd_grpc;
 mod gateway;
+mod hold;
 mod load;
 mod scale;
 
@@ -48,6 +53,9 @@ enum Command {
     /// table; memory and disk per held lease; memory after a million names
     /// used once and reclaimed.
     Scale(scale::ScaleBench),
+    /// One SDK client holding many leases (10 000 by default) that renew
+    /// themselves: the leader's CPU per renewal.
+    Hold(hold::HoldBench),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +82,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Election(args) => election::run(args, &palisade(cli.palisade)?).await,
         Command::Etcd(args) => etcd::run(args).await,
         Command::Scale(args) => scale::run(args, &palisade(cli.palisade)?).await,
+        Command::Hold(args) => hold::run(args, &palisade(cli.palisade)?).await,
     }
 }
 

@@ -40,6 +40,16 @@ pub struct ClientConfig {
     /// servers that run with an access policy. Set with
     /// [`ClientConfig::with_api_key`]; `Debug` never shows it.
     pub api_key: Option<ApiKey>,
+    /// Speak HTTP/2 to the nodes and the gateway (h2c on `http://`, h2 by
+    /// ALPN on `https://`): every request of this client, all its leases'
+    /// renewals included, shares one connection per server. Default true;
+    /// false for HTTP/1.1 only (e.g. a proxy in between that speaks
+    /// nothing else).
+    pub http2: bool,
+    /// Renewals of this client's leases that fall due together go in one
+    /// batch request (`POST /v1/renew`), each answered on its own. Default
+    /// true.
+    pub batch_renewals: bool,
 }
 
 /// An API key (`Debug` shows only that there is one).
@@ -72,6 +82,8 @@ impl ClientConfig {
             fence_on_acquire: true,
             ca: None,
             api_key: None,
+            http2: true,
+            batch_renewals: true,
         }
     }
 
@@ -275,13 +287,15 @@ impl Client {
         }
     }
 
-    /// Renews a grant once (see [`Lease`] for the automatic way).
+    /// Renews a grant once (see [`Lease`] for the automatic way); with
+    /// `batch_renewals`, in one request with the client's other renewals
+    /// due at the same moment.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the grant is gone, revoked, or `id` does not
     /// carry its secret.
     pub async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
-        self.transport.renew_grant(id).await
+        self.transport.renew(id).await
     }
 
     /// Releases a grant. `id` carries the secret and the grant index of the

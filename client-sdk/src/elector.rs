@@ -33,6 +33,19 @@ pub enum ElectorEvent {
 /// Campaigns for a lease, runs the task while leading, cancels it the moment
 /// leadership is lost, and campaigns again.
 ///
+/// The callback rules (client-go users trip on exactly these):
+/// - `StoppedLeading` comes once after each `StartedLeading`, and never
+///   without one: a process that never led gets no `StoppedLeading`.
+/// - It is sent after the task has returned (its token is cancelled first
+///   and the elector waits for it), so no task code runs after it.
+/// - The reason is `lease lost`, `shutting down`, or `task finished` (the
+///   task returned by itself: the lease is released and the elector
+///   campaigns again).
+/// - `LeaderChanged` comes from a separate watch and is not ordered with
+///   the other two: it may name this holder before or after
+///   `StartedLeading`, and it is sent for other holders and for a free
+///   lease (`None`).
+///
 /// ```no_run
 /// # async fn demo() {
 /// use std::time::Duration;

@@ -302,7 +302,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         // wins the race, so loss is reported on time.
         let deadline = shared.state().deadline;
         let renewed = tokio::select! {
-            renewed = shared.transport.renew_grant(&shared.id) => renewed,
+            renewed = shared.transport.renew(&shared.id) => renewed,
             () = tokio::time::sleep_until(deadline) => {
                 shared.mark_lost("the safe deadline passed without a successful renewal".into());
                 return;

@@ -16,8 +16,10 @@
 //! Inside: `client` and `lease` both build on `transport` (HTTP, the one
 //! retry loop, release gates) and `model` (the wire types); neither imports
 //! the other's internals, so the dependency runs one way:
-//! `elector → client → lease → transport → model`.
+//! `elector → client → lease → transport → model`. `batch` adds to the
+//! transport the queue that gathers a client's renewals into batch requests.
 
+mod batch;
 mod client;
 mod elector;
 mod error;

@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 use crate::model::{encode_key, Grant, GrantId, Object};
 use crate::{ClientConfig, Error};
 
+/// The header a follower adds to the answer it forwarded from the leader.
+const FORWARDED_BY_FOLLOWER: &str = "x-palisade-leader";
+
 /// Held while a lease is being released in the background.
 pub(crate) type ReleaseGate = Arc<tokio::sync::Mutex<()>>;
 
@@ -29,6 +32,8 @@ pub(crate) struct Transport {
     /// again (acquire by the holder is idempotent) and the late release would
     /// then free the new grant while its holder believes in it.
     release_gates: std::sync::Mutex<HashMap<(String, String), ReleaseGate>>,
+    /// This client's renewals on their way into batches.
+    pub(crate) renewals: crate::batch::RenewQueue,
 }
 
 /// One HTTP answer: status and JSON body (Null when not JSON).
@@ -91,6 +96,17 @@ impl Transport {
         let mut builder = reqwest::Client::builder()
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(Duration::from_millis(500)));
+        builder = if config.http2 {
+            // One connection per server carries every request; a silent
+            // connection is found by pings, not only by a request's timeout.
+            builder
+                .http2_prior_knowledge()
+                .http2_adaptive_window(true)
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .http2_keep_alive_timeout(config.request_timeout)
+        } else {
+            builder.http1_only()
+        };
         if let Some(ca) = &config.ca {
             builder = builder.add_root_certificate(ca.clone());
         }
@@ -110,6 +126,7 @@ impl Transport {
             http,
             preferred: AtomicUsize::new(0),
             release_gates: std::sync::Mutex::default(),
+            renewals: crate::batch::RenewQueue::default(),
         }
     }
 
@@ -133,7 +150,8 @@ impl Transport {
         let mut attempts = 0u32;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let index = self.preferred.load(Ordering::Relaxed) % endpoints.len();
+            let preferred = self.preferred.load(Ordering::Relaxed);
+            let index = preferred % endpoints.len();
             let url = format!("{}{path}", endpoints[index].trim_end_matches('/'));
             attempts += 1;
             let mut request = self
@@ -145,6 +163,17 @@ impl Transport {
             }
             let failure = match request.send().await {
                 Ok(response) if !matches!(response.status().as_u16(), 503 | 429) => {
+                    if response.headers().contains_key(FORWARDED_BY_FOLLOWER) {
+                        // A follower forwarded it: try the next node next
+                        // time, until the leader itself answers (no hop, and
+                        // no follower CPU spent relaying every renewal).
+                        let _ = self.preferred.compare_exchange(
+                            preferred,
+                            index + 1,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                    }
                     let status = response.status().as_u16();
                     let body = response.json().await.unwrap_or(Value::Null);
                     return Ok(Answer { status, body });
@@ -278,7 +307,7 @@ impl Transport {
 }
 
 /// The body of a renew (`with_index` false) or release naming `id`.
-fn grant_body(id: &GrantId, with_index: bool) -> Value {
+pub(crate) fn grant_body(id: &GrantId, with_index: bool) -> Value {
     let mut body = json!({ "holder": id.holder, "token": id.token });
     if let Some(secret) = &id.secret {
         body["secret"] = json!(secret.expose());

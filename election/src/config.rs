@@ -80,6 +80,11 @@ pub struct ElectionConfig {
     /// number in flight. Bounds the table's memory (~200 bytes per lease
     /// plus its name, on every node). Default 1 000 000.
     pub max_leases: usize,
+    /// This node votes and replicates but never becomes leader (ICE's
+    /// "out of service"): it never starts an election and refuses a
+    /// leadership transfer to it. A cluster needs a quorum of nodes that
+    /// may lead among those up to elect. Default false.
+    pub never_lead: bool,
     /// A gateway whose fencing audit the status page shows (`/ui`), with
     /// the API key and CA to call it with.
     pub ui_gateway: Option<UiGateway>,
@@ -123,6 +128,7 @@ impl ElectionConfig {
             snapshot_every: 10_000,
             reclaim_after: Duration::from_secs(300),
             max_leases: 1_000_000,
+            never_lead: false,
             ui_gateway: None,
         }
     }

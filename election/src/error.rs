@@ -81,11 +81,13 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and the JSON body an answer carries (an internal error's
+    /// detail is logged here, never sent).
+    pub(crate) fn status_and_body(&self) -> (StatusCode, Value) {
         let (status, code) = self.parts();
         let mut body: Value = json!({ "error": code, "message": self.to_string() });
-        match &self {
+        match self {
             ApiError::Held { holder, token } => {
                 body["holder"] = json!(holder);
                 body["token"] = json!(token);
@@ -93,6 +95,13 @@ impl IntoResponse for ApiError {
             ApiError::Internal(detail) => tracing::error!(%detail, "request failed"),
             _ => {}
         }
+        (status, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.status_and_body();
         let mut response = (status, Json(body)).into_response();
         if matches!(
             status,

@@ -29,6 +29,10 @@ pub struct ElectionMetrics {
     pub grants: Counter,
     /// Renewals answered (leader only).
     pub renewals: Counter,
+    /// Batch renewal requests answered (leader only).
+    pub renew_batches: Counter,
+    /// Renewals answered with a newly signed JWT (the rest reused one).
+    pub jwt_signatures: Counter,
     /// Releases applied.
     pub releases: Counter,
     /// Expiries applied.
@@ -82,6 +86,8 @@ impl Default for ElectionMetrics {
         let this = Self {
             grants: Counter::default(),
             renewals: Counter::default(),
+            renew_batches: Counter::default(),
+            jwt_signatures: Counter::default(),
             releases: Counter::default(),
             expiries: Counter::default(),
             revocations: Counter::default(),
@@ -110,6 +116,16 @@ impl Default for ElectionMetrics {
                 "palisade_lease_renewals",
                 "Lease renewals answered by this node as leader",
                 &this.renewals,
+            ),
+            (
+                "palisade_lease_renew_batches",
+                "Batch renewal requests (POST /v1/renew) answered by this node as leader",
+                &this.renew_batches,
+            ),
+            (
+                "palisade_lease_jwt_signatures",
+                "Lease JWTs signed (grants, and renewals whose JWT no longer covered the deadline)",
+                &this.jwt_signatures,
             ),
             (
                 "palisade_lease_releases",

@@ -46,8 +46,10 @@ use crate::error::ApiError;
 use crate::incarnation::{Incarnations, INCARNATION_HEADER};
 use crate::{NodeId, Raft, TypeConfig};
 
-/// Dials peers: one connection pool for Raft RPC and forwarded client
-/// requests. With mutual TLS a peer is addressed by its certificate name
+/// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
+/// in flight never holds up heartbeats on a shared connection), and one
+/// HTTP/2 connection per peer that every forwarded client request shares.
+/// With mutual TLS a peer is addressed by its certificate name
 /// (`node-<id>.palisade`), which a resolver maps to the address the
 /// membership gives it; so the server certificate must name the very node
 /// the membership says is there. Every request says which node sends it
@@ -56,6 +58,7 @@ use crate::{NodeId, Raft, TypeConfig};
 #[derive(Debug, Clone)]
 pub struct PeerDialer {
     client: reqwest::Client,
+    forwarding: reqwest::Client,
     me: NodeId,
     tls: bool,
     /// This node's incarnation (sent) and its peers' (checked on answers).
@@ -116,22 +119,39 @@ impl PeerDialer {
         tls: Option<&PeerTls>,
     ) -> Result<Self, String> {
         let book = Arc::new(RwLock::new(HashMap::new()));
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .local_address(source_ip)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true);
-        if let Some(tls) = tls {
-            let config = palisade_serve::tls::client_config(&tls.ca, Some((&tls.cert, &tls.key)))
-                .map_err(|e| e.to_string())?;
-            builder = builder
-                .use_preconfigured_tls(config)
-                .https_only(true)
-                .dns_resolver(Arc::new(PeerResolver { book: book.clone() }));
-        }
-        let client = builder.build().map_err(|e| e.to_string())?;
+        let config = tls
+            .map(|tls| palisade_serve::tls::client_config(&tls.ca, Some((&tls.cert, &tls.key))))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let build = |http2: bool| {
+            let mut builder = reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .local_address(source_ip)
+                .pool_idle_timeout(Duration::from_secs(30))
+                .tcp_nodelay(true);
+            if let Some(config) = &config {
+                let mut config = config.clone();
+                if http2 {
+                    config.alpn_protocols = vec![b"h2".to_vec()];
+                }
+                builder = builder
+                    .use_preconfigured_tls(config)
+                    .https_only(true)
+                    .dns_resolver(Arc::new(PeerResolver { book: book.clone() }));
+            } else if http2 {
+                builder = builder.http2_prior_knowledge();
+            }
+            if http2 {
+                builder = builder
+                    .http2_adaptive_window(true)
+                    .http2_keep_alive_interval(Duration::from_secs(5))
+                    .http2_keep_alive_timeout(Duration::from_secs(5));
+            }
+            builder.build().map_err(|e| e.to_string())
+        };
         Ok(Self {
-            client,
+            client: build(false)?,
+            forwarding: build(true)?,
             me,
             tls: tls.is_some(),
             incarnations,
@@ -153,8 +173,8 @@ impl PeerDialer {
         format!("https://{}:{port}{path}", node_name(target))
     }
 
-    /// A request to `path` at node `target` (peer address `addr`), marked as
-    /// coming from this node.
+    /// A Raft RPC to `path` at node `target` (peer address `addr`), marked
+    /// as coming from this node.
     pub fn request(
         &self,
         method: reqwest::Method,
@@ -162,7 +182,30 @@ impl PeerDialer {
         addr: &str,
         path: &str,
     ) -> reqwest::RequestBuilder {
-        self.client
+        self.request_with(&self.client, method, target, addr, path)
+    }
+
+    /// A forwarded client request, like [`PeerDialer::request`] but over
+    /// the HTTP/2 connection all forwards to `target` share.
+    pub fn forward(
+        &self,
+        method: reqwest::Method,
+        target: NodeId,
+        addr: &str,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        self.request_with(&self.forwarding, method, target, addr, path)
+    }
+
+    fn request_with(
+        &self,
+        client: &reqwest::Client,
+        method: reqwest::Method,
+        target: NodeId,
+        addr: &str,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        client
             .request(method, self.url(target, addr, path))
             .header(FROM_HEADER, self.me.to_string())
             .header(INCARNATION_HEADER, self.incarnations.mine())
@@ -413,12 +456,14 @@ async fn authenticate(State(gate): State<PeerGate>, mut request: Request, next: 
 
 /// What peers call on the peer listener: Raft RPC under `/raft/` and client
 /// requests forwarded to the leader under `/forward/` (the client API), all
-/// behind [`authenticate`].
+/// behind [`authenticate`]. A `never_lead` node refuses leadership
+/// transfers to it.
 pub fn peer_router(
     raft: Arc<Raft>,
     incarnations: Arc<Incarnations>,
     api: Router,
     tls: bool,
+    never_lead: bool,
 ) -> Router {
     let gate = PeerGate {
         raft: raft.clone(),
@@ -426,7 +471,7 @@ pub fn peer_router(
         tls,
         logged: Arc::default(),
     };
-    raft_routes(raft)
+    raft_routes(raft, never_lead)
         .nest("/forward", api)
         .layer(axum::middleware::from_fn_with_state(gate, authenticate))
 }
@@ -490,7 +535,12 @@ fn parse_snapshot_frame(mut frame: Vec<u8>) -> Result<SnapshotParts, String> {
 }
 
 /// The routes peers call: `/raft/{append,vote,pre-vote,snapshot,transfer-leader}`.
-fn raft_routes(raft: Arc<Raft>) -> Router {
+fn raft_routes(raft: Arc<Raft>, never_lead: bool) -> Router {
+    let transfer = if never_lead {
+        post(refuse_transfer)
+    } else {
+        post(transfer_leader)
+    };
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -499,7 +549,7 @@ fn raft_routes(raft: Arc<Raft>) -> Router {
             "/raft/snapshot",
             post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
         )
-        .route("/raft/transfer-leader", post(transfer_leader))
+        .route("/raft/transfer-leader", transfer)
         .with_state(raft)
 }
 
@@ -548,6 +598,11 @@ async fn snapshot(
             .await
             .map_err(RaftError::Fatal),
     ))
+}
+
+/// A `--never-lead` node does not take leadership, even when handed it.
+async fn refuse_transfer() -> ApiError {
+    ApiError::Forbidden("this node never leads (--never-lead)".into())
 }
 
 async fn transfer_leader(

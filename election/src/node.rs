@@ -17,7 +17,7 @@ use crate::network::{peer_router, PeerDialer};
 use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
 use crate::retirement::KeyRetirer;
-use crate::signing::generate_key;
+use crate::signing::{generate_key, TokenCache};
 use crate::state_machine::{SharedState, StateMachine};
 use crate::{ElectionConfig, Raft};
 
@@ -102,6 +102,9 @@ impl ElectionNode {
             // openraft's 200 ms default; it blocks only that follower's
             // replication stream.
             install_snapshot_timeout: 60_000,
+            // `--never-lead`: no election timer; transfers are refused in
+            // `network.rs`.
+            enable_elect: !config.never_lead,
             ..Config::default()
         }
         .validate()
@@ -184,6 +187,7 @@ impl ElectionNode {
             incarnations: incarnations.clone(),
             waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
             signer: Arc::new(Mutex::new(None)),
+            jwts: Arc::default(),
             reads,
         };
         let duties = Duties(vec![
@@ -192,8 +196,11 @@ impl ElectionNode {
                 proposer,
                 shared,
                 lessor,
-                // The longest ttl, plus the second JWT `exp` rounds up to.
-                KeyRetirer::new(config.ttl_range.1 + Duration::from_secs(2)),
+                // The longest a JWT lives (renewals reuse one signed for
+                // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
+                KeyRetirer::new(
+                    config.ttl_range.1 * TokenCache::LIFETIME_TTLS as u32 + Duration::from_secs(2),
+                ),
                 config.reclaim_after,
             )),
             tokio::spawn(report_waiting(raft.clone(), config)),
@@ -228,6 +235,7 @@ impl ElectionNode {
             self.state.incarnations.clone(),
             api.clone(),
             self.peer_tls.is_some(),
+            self.state.config.never_lead,
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

@@ -7,6 +7,12 @@
 //!   request extension, the remote address as axum's `ConnectInfo`;
 //! - at most `max_connections` at once: one more is closed at once (the
 //!   client retries elsewhere) instead of exhausting file descriptors;
+//! - HTTP/1.1 and HTTP/2 (h2c by prior knowledge, h2 by ALPN over TLS) on
+//!   the same port; an HTTP/2 connection carries at most
+//!   `max_streams_per_connection` requests at once, and the server at most
+//!   `max_requests` across all connections: one more is a fast 503
+//!   `overloaded` (so HTTP/2's multiplexing cannot raise what one node
+//!   buffers above what `max_connections` HTTP/1.1 connections could);
 //! - a slow client gets `header_timeout` to send its headers and
 //!   `handshake_timeout` to finish TLS, then is dropped;
 //! - on shutdown, no new connection is accepted and open ones get `drain` to
@@ -50,6 +56,11 @@ pub struct ServeConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Connections served at once; more are closed on accept. Default 4096.
     pub max_connections: usize,
+    /// Requests served at once over all connections; more get a 503.
+    /// Default 4096.
+    pub max_requests: usize,
+    /// Requests one HTTP/2 connection may have open at once. Default 256.
+    pub max_streams_per_connection: u32,
     /// Time to finish the TLS handshake. Default 5 s.
     pub handshake_timeout: Duration,
     /// Time to send a request's headers (HTTP/1). Default 10 s.
@@ -65,6 +76,8 @@ impl ServeConfig {
             name,
             tls: None,
             max_connections: 4096,
+            max_requests: 4096,
+            max_streams_per_connection: 256,
             handshake_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(10),
             drain: Duration::from_secs(5),
@@ -124,7 +137,15 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.max_streams_per_connection)
+        .max_header_list_size(64 * 1024)
+        // A peer that vanished without closing is found and its permit freed.
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10));
+    let in_flight = Arc::new(Semaphore::new(config.max_requests));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, remote) = tokio::select! {
@@ -148,7 +169,10 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let (app, builder, acceptor, refused) = (
-            app.clone(),
+            Served {
+                app: app.clone(),
+                in_flight: in_flight.clone(),
+            },
             builder.clone(),
             acceptor.clone(),
             refused.clone(),
@@ -195,12 +219,37 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection with `app`, the connection's facts as request
-/// extensions, until it closes or the drain ends it.
+/// The app and the server-wide cap on requests in flight.
+#[derive(Clone)]
+struct Served {
+    app: Router,
+    in_flight: Arc<Semaphore>,
+}
+
+/// 503 `overloaded`: the server serves `max_requests` already.
+fn overloaded() -> axum::response::Response {
+    let body =
+        r#"{"error":"overloaded","message":"this server serves its most requests at once; retry"}"#;
+    let mut response = axum::response::Response::new(axum::body::Body::from(body));
+    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// Serves one connection with `served`'s app, the connection's facts as
+/// request extensions, until it closes or the drain ends it.
 async fn serve_connection<I>(
     builder: auto::Builder<TokioExecutor>,
     io: I,
-    app: Router,
+    served: Served,
     remote: SocketAddr,
     certificate: Option<PeerCertificate>,
     watcher: Watcher,
@@ -212,7 +261,14 @@ async fn serve_connection<I>(
         if let Some(certificate) = &certificate {
             request.extensions_mut().insert(certificate.clone());
         }
-        app.clone().oneshot(request.map(axum::body::Body::new))
+        let permit = served.in_flight.clone().try_acquire_owned();
+        let app = served.app.clone();
+        async move {
+            let Ok(_permit) = permit else {
+                return Ok(overloaded());
+            };
+            app.oneshot(request.map(axum::body::Body::new)).await
+        }
     });
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let _ = watcher.watch(connection.into_owned()).await;

@@ -215,3 +215,53 @@ async fn shutdown_lets_a_request_in_flight_finish() {
     task.await.expect("stopped");
     assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
 }
+
+/// HTTP/2 by prior knowledge on the same port; one connection carries many
+/// requests at once, but no more than `max_requests` are served over all
+/// connections: one more is a fast 503 `overloaded`.
+#[tokio::test]
+async fn http2_multiplexes_but_requests_in_flight_are_capped() {
+    let mut config = ServeConfig::new("test");
+    config.max_requests = 4;
+    let (addr, _stop, _task) = start(config).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let answer = h2.get(format!("http://{addr}/")).send().await.expect("h2c");
+    assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+    // Ten slow requests at once over the one connection: four served, six
+    // refused at once.
+    let started = std::time::Instant::now();
+    let calls = (0..10).map(|_| {
+        let h2 = h2.clone();
+        async move {
+            let answer = h2
+                .get(format!("http://{addr}/slow"))
+                .send()
+                .await
+                .expect("send");
+            let status = answer.status().as_u16();
+            let retry = answer.headers().get("retry-after").is_some();
+            let body: serde_json::Value = answer.json().await.unwrap_or_default();
+            (status, retry, body["error"].as_str().map(str::to_owned))
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let served = answers.iter().filter(|(s, _, _)| *s == 200).count();
+    let refused: Vec<_> = answers.iter().filter(|(s, _, _)| *s == 503).collect();
+    assert_eq!(served, 4, "{answers:?}");
+    assert_eq!(refused.len(), 6, "{answers:?}");
+    assert!(refused
+        .iter()
+        .all(|(_, retry, error)| *retry && error.as_deref() == Some("overloaded")));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Once they are done, the slots are free again.
+    let answer = h2
+        .get(format!("http://{addr}/slow"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(answer.status(), 200);
+}

@@ -59,6 +59,11 @@ pub struct ElectionArgs {
     /// Leader heartbeat, in ms.
     #[arg(long, default_value_t = 20)]
     heartbeat_ms: u64,
+    /// Vote and replicate, but never become leader: never start an
+    /// election, refuse a leadership transfer (e.g. a node being drained,
+    /// or in a zone that must not lead).
+    #[arg(long)]
+    never_lead: bool,
     /// Election timeout range, in ms: MIN..MAX.
     #[arg(long, default_value = "60..120", value_parser = parse_range)]
     election_timeout_ms: (u64, u64),
@@ -142,6 +147,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         }
     };
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
+    config.never_lead = args.never_lead;
     config.election_timeout = (
         Duration::from_millis(args.election_timeout_ms.0),
         Duration::from_millis(args.election_timeout_ms.1),

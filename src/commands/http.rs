@@ -92,21 +92,27 @@ impl GatewayTarget {
 #[derive(Debug, Args)]
 pub struct TokenArgs {
     /// The lease JWT (as granted by `palisade lease acquire`).
-    #[arg(long, env = "PALISADE_JWT", conflicts_with = "jwt_file")]
+    #[arg(long, env = "PALISADE_JWT")]
     pub jwt: Option<String>,
-    /// A file holding the lease JWT.
-    #[arg(long)]
+    /// A file holding the lease JWT (read at each call; `palisade run`
+    /// keeps one fresh). Wins over --jwt / PALISADE_JWT.
+    #[arg(long, env = "PALISADE_JWT_FILE")]
     pub jwt_file: Option<PathBuf>,
 }
 
 impl TokenArgs {
     pub fn bearer(&self) -> anyhow::Result<String> {
         let jwt = match (&self.jwt, &self.jwt_file) {
-            (Some(jwt), _) => jwt.clone(),
-            (None, Some(path)) => std::fs::read_to_string(path)
+            (_, Some(path)) => std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?,
-            (None, None) => anyhow::bail!("a write needs --jwt or --jwt-file (or PALISADE_JWT)"),
+            (Some(jwt), None) => jwt.clone(),
+            (None, None) => anyhow::bail!(
+                "a write needs --jwt or --jwt-file (or PALISADE_JWT / PALISADE_JWT_FILE)"
+            ),
         };
+        if jwt.trim().is_empty() {
+            anyhow::bail!("the JWT is empty (the lease was lost)");
+        }
         Ok(format!("Bearer {}", jwt.trim()))
     }
 }

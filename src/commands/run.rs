@@ -1,11 +1,18 @@
 //! `palisade run --lease NAME -- CMD ARGS`: run a command only while holding a
 //! lease (what `consul lock` offers, with fencing). The child gets
-//! `PALISADE_LEASE`, `PALISADE_TOKEN` and `PALISADE_JWT`; when the lease is
-//! lost it gets SIGTERM, then SIGKILL after a grace period. When the child
-//! exits, the lease is released and its exit code becomes ours.
+//! `PALISADE_LEASE`, `PALISADE_TOKEN`, `PALISADE_JWT` (the JWT at start) and
+//! `PALISADE_JWT_FILE`: a file (0600, in a private directory) that always
+//! holds the current JWT — rewritten, by rename, whenever a renewal brings a
+//! new one — so a child writing for longer than a ttl reads it from there.
+//! When the lease is lost the file is emptied and the child gets SIGTERM,
+//! then SIGKILL after a grace period. When the child exits, the lease is
+//! released and its exit code becomes ours.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use clap::Args;
 
@@ -56,23 +63,44 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     tracing::info!(lease = %args.lease, token = lease.token(), "lease held; starting the command");
+    let jwt_dir = private_dir()?;
+    let jwt_file = jwt_dir.path().join("lease.jwt");
+    let mut current = lease.jwt().unwrap_or_default();
+    write_atomically(&jwt_file, &current)?;
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("PALISADE_LEASE", &args.lease)
         .env("PALISADE_TOKEN", lease.token().to_string())
-        .env("PALISADE_JWT", lease.jwt().unwrap_or_default())
+        .env("PALISADE_JWT", &current)
+        .env("PALISADE_JWT_FILE", &jwt_file)
         .kill_on_drop(true)
         .spawn()?;
     let shutdown = super::shutdown_signal();
-    let stop_reason = tokio::select! {
-        status = child.wait() => {
-            let code = status?.code().unwrap_or(1);
-            let _ = lease.release().await;
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    let mut shutdown = std::pin::pin!(shutdown);
+    // Renewals never wait on the child: the file is refreshed on a short
+    // tick (a renewal brings a new JWT about every ttl).
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let stop_reason = loop {
+        tokio::select! {
+            status = child.wait() => {
+                let code = status?.code().unwrap_or(1);
+                let _ = lease.release().await;
+                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+            }
+            () = lease.lost() => break "lease lost",
+            () = &mut shutdown => break "signal",
+            _ = tick.tick() => {
+                if let Some(jwt) = lease.jwt().filter(|jwt| *jwt != current) {
+                    if let Err(err) = write_atomically(&jwt_file, &jwt) {
+                        tracing::warn!(%err, "cannot refresh the JWT file");
+                    }
+                    current = jwt;
+                }
+            }
         }
-        () = lease.lost() => "lease lost",
-        () = shutdown => "signal",
     };
+    // The child must not pick up a JWT for a lease it no longer holds.
+    let _ = write_atomically(&jwt_file, "");
     eprintln!("palisade run: {stop_reason}; stopping the command");
     if let Some(pid) = child.id() {
         let _ = tokio::process::Command::new("kill")
@@ -92,4 +120,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         0
     }))
+}
+
+/// A directory only this user can read (removed when dropped).
+fn private_dir() -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("palisade-run-")
+        .tempdir()
+        .context("cannot create a directory for the JWT file")?;
+    set_mode(dir.path(), 0o700)?;
+    Ok(dir)
+}
+
+fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))
+}
+
+/// Replaces `path`'s contents with `jwt` in one step (write a sibling, 0600,
+/// then rename), so a reader sees the old JWT or the new one, never half.
+fn write_atomically(path: &Path, jwt: &str) -> anyhow::Result<()> {
+    let staging: PathBuf = path.with_extension("new");
+    std::fs::write(&staging, jwt).with_context(|| format!("cannot write {}", staging.display()))?;
+    set_mode(&staging, 0o600)?;
+    std::fs::rename(&staging, path).with_context(|| format!("cannot replace {}", path.display()))
 }

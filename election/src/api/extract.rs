@@ -6,7 +6,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use http::request::Parts;
 use http::{header, HeaderMap};
-use palisade_names::LeaseName;
+use palisade_names::{FencingToken, LeaseName};
 use serde::de::DeserializeOwned;
 
 use super::state::ApiState;
@@ -15,7 +15,7 @@ use crate::ElectionConfig;
 
 /// The largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// The longest holder name, in bytes.
+/// The longest holder name, in characters.
 pub const MAX_HOLDER_LEN: usize = 256;
 
 /// The `{name}` path segment, checked against the lease-name grammar.
@@ -106,6 +106,11 @@ async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Resu
         ));
     }
     let bytes = read_body(body).await?;
+    // The common case, straight into the type; the detour through a
+    // `Value` only when that fails (an integral float, or a real error).
+    if let Ok(typed) = serde_json::from_slice(&bytes) {
+        return Ok(typed);
+    }
     let mut value: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
     integral_floats_to_integers(&mut value);
@@ -138,17 +143,30 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) {
     }
 }
 
-/// A holder name: 1..=[`MAX_HOLDER_LEN`] bytes, no control characters.
+/// A holder name: 1..=[`MAX_HOLDER_LEN`] characters (what JSON Schema's
+/// `maxLength` counts; at most 4 bytes each), no control characters.
 pub(super) fn check_holder(holder: &str) -> Result<(), ApiError> {
-    if holder.is_empty() || holder.len() > MAX_HOLDER_LEN {
+    if holder.is_empty() || holder.chars().count() > MAX_HOLDER_LEN {
         return Err(ApiError::BadRequest(format!(
-            "holder must be 1..={MAX_HOLDER_LEN} bytes"
+            "holder must be 1..={MAX_HOLDER_LEN} characters"
         )));
     }
     if holder.chars().any(char::is_control) {
         return Err(ApiError::BadRequest(
             "holder must not contain control characters".into(),
         ));
+    }
+    Ok(())
+}
+
+/// A fencing token a client names: at most `i64::MAX`, as the schema's
+/// `int64` says (tokens are Raft log indexes; a larger one names no grant).
+pub(super) fn check_token(token: FencingToken) -> Result<(), ApiError> {
+    if i64::try_from(token.0).is_err() {
+        return Err(ApiError::BadRequest(format!(
+            "token must be at most {}",
+            i64::MAX
+        )));
     }
     Ok(())
 }

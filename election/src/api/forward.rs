@@ -83,7 +83,7 @@ async fn forward(
         .min(state.config.max_wait);
     let mut outgoing = state
         .forwarder
-        .request(
+        .forward(
             parts.method.clone(),
             leader,
             addr,

@@ -16,7 +16,9 @@ use palisade_names::{FencingToken, GrantSecret, LeaseName};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use super::extract::{check_holder, check_wait, Checked, LeaseCall};
+use palisade_serve::policy::{Policy, Principal, Right};
+
+use super::extract::{check_holder, check_token, check_wait, Checked, CheckedJson, LeaseCall};
 use super::openapi::{ErrorBody, LeaseNameParam};
 use super::state::ApiState;
 use crate::command::{Command, CommandResult, SecretHash};
@@ -30,11 +32,10 @@ use crate::ElectionConfig;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AcquireRequest {
-    /// Who asks: 1..=256 bytes, no control characters (the schema says 64
-    /// characters, which always fit in 256 bytes).
+    /// Who asks: 1..=256 characters, no control characters.
     #[schema(
         min_length = 1,
-        max_length = 64,
+        max_length = 256,
         pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
     )]
     holder: String,
@@ -75,7 +76,7 @@ pub(super) struct HolderToken {
     /// The holder the grant was made to.
     #[schema(
         min_length = 1,
-        max_length = 64,
+        max_length = 256,
         pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
     )]
     holder: String,
@@ -98,7 +99,8 @@ impl HolderToken {
 
 impl Checked for HolderToken {
     fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
-        check_holder(&self.holder)
+        check_holder(&self.holder)?;
+        check_token(self.token)
     }
 }
 
@@ -142,8 +144,9 @@ pub(super) struct Released {
     token: FencingToken,
 }
 
-/// Signs `lease`'s grant for `holder` and builds the answer (with `secret`
-/// for an acquire).
+/// Builds the answer for `lease`'s grant to `holder`, with a JWT that
+/// covers its deadline (signed, or reused: [`crate::signing::TokenCache`]),
+/// and `secret` for an acquire.
 fn grant(
     state: &ApiState,
     lease: LeaseName,
@@ -154,15 +157,19 @@ fn grant(
     secret: Option<GrantSecret>,
 ) -> Result<Json<Grant>, ApiError> {
     let signer = state.signer()?;
-    let jwt = signer
-        .sign(&lease, &holder, token, ttl_ms)
+    let (jwt, signed) = state
+        .jwts
+        .jwt(&signer, &lease, &holder, token, ttl_ms)
         .map_err(|e| ApiError::Internal(format!("signing failed: {e}")))?;
+    if signed {
+        state.shared.metrics.jwt_signatures.inc();
+    }
     Ok(Json(Grant {
         lease,
         holder,
         token,
         ttl_ms,
-        jwt,
+        jwt: jwt.to_string(),
         kid: signer.kid().to_owned(),
         grant_index,
         secret,
@@ -409,6 +416,16 @@ async fn renew_now(
 ) -> Result<Json<Grant>, ApiError> {
     // A renewal writes nothing, but only a confirmed leader may answer it.
     state.confirm_leadership().await?;
+    renew_confirmed(state, lease, body)
+}
+
+/// Renews `body`'s grant of `lease` on a leader that confirmed its
+/// leadership after the renewal arrived.
+fn renew_confirmed(
+    state: &ApiState,
+    lease: LeaseName,
+    body: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
     let presented = body.secret_hash();
     match extend(state, &lease, &body.holder, body.token, presented.as_ref()) {
         Extended::Yes {
@@ -432,6 +449,166 @@ async fn renew_now(
         ))),
         Extended::No(RenewRefused::NotLeader) => Err(stopped_leading()),
     }
+}
+
+/// The most renewals one batch may carry (its body, like every body, is
+/// at most 64 KiB: about 400 renewals with typical names, 100 with the
+/// longest; the SDK splits by both).
+pub const MAX_BATCH_RENEWALS: usize = 256;
+
+/// `POST /v1/renew`: many renewals in one request.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RenewBatch {
+    /// 1..=256 renewals, answered in this order.
+    #[schema(min_items = 1, max_items = 256)]
+    renewals: Vec<BatchRenewal>,
+}
+
+/// One renewal of a batch: a lease and the grant it names.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchRenewal {
+    #[schema(value_type = LeaseNameParam)]
+    lease: LeaseName,
+    /// The holder the grant was made to.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
+    holder: String,
+    #[schema(value_type = u64)]
+    token: FencingToken,
+    /// The secret the acquire answered (required for grants that have one).
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
+    secret: Option<GrantSecret>,
+}
+
+/// A batch is checked whole: one malformed renewal (a bad name, holder or
+/// token) refuses it all with 400, as the schema says, and renews nothing.
+impl Checked for RenewBatch {
+    fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
+        if self.renewals.is_empty() || self.renewals.len() > MAX_BATCH_RENEWALS {
+            return Err(ApiError::BadRequest(format!(
+                "renewals must hold 1..={MAX_BATCH_RENEWALS} entries"
+            )));
+        }
+        for (i, renewal) in self.renewals.iter().enumerate() {
+            check_holder(&renewal.holder)
+                .and_then(|()| check_token(renewal.token))
+                .map_err(|e| ApiError::BadRequest(format!("renewals[{i}]: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a batch renewal answers: one result per renewal, in order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RenewResults {
+    results: Vec<RenewResult>,
+}
+
+/// One renewal's answer: the status a single renewal would have had, and
+/// the grant (200) or the error's fields.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RenewResult {
+    #[schema(value_type = String)]
+    lease: LeaseName,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant: Option<Grant>,
+    /// The error code (`lost`, `forbidden`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+/// Renews many grants with one quorum confirmation (a client's "session"
+/// of leases, like the many keys of one etcd lease). Each renewal is
+/// answered on its own, exactly as `/v1/leases/{name}/renew` would answer
+/// it; the request fails as a whole only when it is malformed or
+/// leadership cannot be confirmed. Under a policy each renewal needs the
+/// `acquire` right on its lease (a refused one is that renewal's 403).
+#[utoipa::path(post, path = "/v1/renew", tag = "leases",
+    request_body = RenewBatch,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = RenewResults)))]
+pub(super) async fn renew_batch(
+    State(state): State<ApiState>,
+    principal: Option<axum::Extension<Principal>>,
+    CheckedJson(body): CheckedJson<RenewBatch>,
+) -> Result<Json<RenewResults>, ApiError> {
+    let started = std::time::Instant::now();
+    state.confirm_leadership().await?;
+    let policy = state.config.policy.as_deref();
+    let mut renewed = 0;
+    let results = body
+        .renewals
+        .into_iter()
+        .map(|renewal| {
+            let BatchRenewal {
+                lease: name,
+                holder,
+                token,
+                secret,
+            } = renewal;
+            let grant = HolderToken {
+                holder,
+                token,
+                grant_index: None,
+                secret,
+            };
+            let answer = batch_renewal(&state, policy, principal.as_deref(), name.clone(), grant);
+            match answer {
+                Ok(Json(grant)) => {
+                    renewed += 1;
+                    RenewResult {
+                        lease: name,
+                        status: 200,
+                        grant: Some(grant),
+                        error: None,
+                        message: None,
+                    }
+                }
+                Err(err) => {
+                    let (status, body) = err.status_and_body();
+                    let field = |f: &str| body[f].as_str().map(str::to_owned);
+                    RenewResult {
+                        status: status.as_u16(),
+                        error: field("error"),
+                        message: field("message"),
+                        lease: name,
+                        grant: None,
+                    }
+                }
+            }
+        })
+        .collect();
+    let metrics = &state.shared.metrics;
+    metrics.renew_batches.inc();
+    metrics.renewals.inc_by(renewed);
+    metrics
+        .renew_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(Json(RenewResults { results }))
+}
+
+/// One renewal of a (checked) batch, authorized as its own request would
+/// be.
+fn batch_renewal(
+    state: &ApiState,
+    policy: Option<&Policy>,
+    principal: Option<&Principal>,
+    lease: LeaseName,
+    grant: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
+    if let Some(policy) = policy {
+        let principal = principal
+            .ok_or_else(|| ApiError::Internal("a policy without an authenticated caller".into()))?;
+        policy.allow(principal, Right::Acquire, lease.as_str())?;
+    }
+    renew_confirmed(state, lease, grant)
 }
 
 /// How [`extend`] went.
@@ -517,7 +694,7 @@ pub(super) struct RevokeRequest {
 
 impl Checked for RevokeRequest {
     fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
-        Ok(())
+        check_token(self.token)
     }
 }
 

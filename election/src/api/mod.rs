@@ -32,6 +32,7 @@ use authorize::{authorize, Need};
 
 pub use extract::{MAX_BODY_BYTES, MAX_HOLDER_LEN};
 pub use forward::MAX_HOPS;
+pub use leases::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
 
 use crate::error::ApiError;
@@ -58,6 +59,11 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/leases/{name}/renew",
             leader_needs(post(leases::renew), Need::Lease(Right::Acquire)),
+        )
+        .route(
+            "/v1/renew",
+            // Each renewal's right is checked in the handler.
+            leader_needs(post(leases::renew_batch), Need::Known),
         )
         .route(
             "/v1/leases/{name}/release",

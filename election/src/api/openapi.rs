@@ -40,6 +40,7 @@ pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
     paths(
         super::leases::acquire,
         super::leases::renew,
+        super::leases::renew_batch,
         super::leases::release,
         super::leases::revoke,
         super::reads::get_lease,

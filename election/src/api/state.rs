@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::lessor::Lessor;
 use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
-use crate::signing::Signer;
+use crate::signing::{Signer, TokenCache};
 use crate::state_machine::SharedState;
 use crate::{ElectionConfig, NodeId, Raft};
 
@@ -30,6 +30,8 @@ pub struct ApiState {
     pub forwarder: crate::network::PeerDialer,
     /// The signer built from the replicated key, once there is one.
     pub signer: Arc<Mutex<Option<Signer>>>,
+    /// JWTs renewals answer again while they cover the renewed deadline.
+    pub jwts: Arc<TokenCache>,
     /// Shares quorum confirmations between concurrent renewals and reads.
     pub reads: Arc<ReadBatcher>,
     /// Peers' incarnations (membership changes forget removed nodes').

@@ -338,6 +338,15 @@ async fn bad_input_is_a_400_and_changes_nothing() {
             "/v1/leases/jobs/renew",
             json!({"holder": "a", "token": "7"}),
         ),
+        // Past the schema's int64 (schemathesis found it accepted).
+        (
+            "/v1/leases/jobs/renew",
+            json!({"holder": "a", "token": u64::MAX}),
+        ),
+        (
+            "/v1/leases/jobs/revoke",
+            json!({"token": 9_223_372_036_854_775_808_u64}),
+        ),
         ("/v1/leases/jobs/release", json!({"holder": "a"})),
     ];
     for (uri, body) in cases {
@@ -373,6 +382,16 @@ async fn bad_input_is_a_400_and_changes_nothing() {
     let (status, list) = node.call(Method::GET, "/v1/leases", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list["leases"], json!([]), "nothing was granted");
+
+    // A holder is bounded in characters, as the schema's maxLength counts:
+    // 256 four-byte characters are one holder, 257 ASCII ones are not.
+    let (status, answer) = node
+        .post(
+            "/v1/leases/jobs/acquire",
+            json!({"holder": "\u{1F512}".repeat(256), "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -784,6 +803,19 @@ async fn a_policy_limits_principals_to_their_prefixes_and_rights() {
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {uri}: {body}");
         assert_eq!(error_code(&body), "forbidden");
     }
+    // A batch renewal checks each lease: the one outside the caller's
+    // prefix is that renewal's 403; without a key the whole batch is 401.
+    let batch = json!({"renewals": [
+        {"lease": "orders.eu", "holder": "a", "token": token, "secret": grant["secret"]},
+        {"lease": "payments", "holder": "a", "token": token},
+    ]});
+    let (status, body) = call(Some(orders), Method::POST, "/v1/renew", Some(batch.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 403, "{body}");
+    assert_eq!(body["results"][1]["error"], "forbidden", "{body}");
+    let (status, _) = call(None, Method::POST, "/v1/renew", Some(batch)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _) = call(Some(operator), Method::GET, "/v1/leases/payments", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "payments was never granted");
     let (_, lease) = call(Some(operator), Method::GET, "/v1/leases/orders.eu", None).await;
@@ -896,4 +928,140 @@ async fn the_status_page_escapes_client_text_and_honours_the_policy() {
         .expect("request");
     let (status, _) = node.send(renew).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "a cookie opens no write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_renewal_answers_each_lease_on_its_own() {
+    let node = node().await;
+    let mut held = Vec::new();
+    for lease in ["shard-1", "shard-2", "shard-3"] {
+        let (status, grant) = node
+            .post(
+                &format!("/v1/leases/{lease}/acquire"),
+                json!({"holder": "w", "ttl_ms": 5000}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{grant}");
+        held.push(grant);
+    }
+    // shard-2 is lost: released, then granted to someone else.
+    let (status, body) = node
+        .post(
+            "/v1/leases/shard-2/release",
+            json!({"holder": "w", "token": held[1]["token"], "secret": held[1]["secret"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, other) = node
+        .post(
+            "/v1/leases/shard-2/acquire",
+            json!({"holder": "x", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{other}");
+    let entry = |g: &Value| json!({"lease": g["lease"], "holder": g["holder"], "token": g["token"], "secret": g["secret"]});
+    let mut forged = entry(&held[2]);
+    forged["secret"] = json!("A".repeat(43));
+    let renewals = json!({"renewals": [
+        entry(&held[0]),
+        entry(&held[1]),
+        forged,
+        entry(&held[2]),
+    ]});
+    let (status, body) = node.post("/v1/renew", renewals).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let results = body["results"].as_array().expect("results");
+    let outcome: Vec<(&str, u64, &str)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["lease"].as_str().unwrap_or(""),
+                r["status"].as_u64().unwrap_or(0),
+                r["error"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            ("shard-1", 200, ""),
+            ("shard-2", 409, "lost"),
+            ("shard-3", 409, "lost"),
+            ("shard-3", 200, ""),
+        ]
+    );
+    for (result, grant) in [(&results[0], &held[0]), (&results[3], &held[2])] {
+        assert_eq!(result["grant"]["token"], grant["token"]);
+        assert_eq!(result["grant"]["ttl_ms"], 5000);
+        assert!(result["grant"]["jwt"].is_string());
+        assert!(
+            result["grant"].get("secret").is_none(),
+            "a renewal never shows the secret"
+        );
+    }
+    // The lost lease is untouched: still x's.
+    let (_, lease) = node.call(Method::GET, "/v1/leases/shard-2", None).await;
+    assert_eq!(lease["holder"], "x");
+    assert_eq!(lease["token"], other["token"]);
+
+    // Malformed batches are refused whole, even when only one entry is
+    // (as the schema says), and renew nothing.
+    let one = entry(&held[0]);
+    let with = |field: &str, value: Value| {
+        let mut bad = one.clone();
+        bad[field] = value;
+        json!({"renewals": [one.clone(), bad]})
+    };
+    for bad in [
+        with("lease", json!("..")),
+        with("holder", json!("h".repeat(257))),
+        with("holder", json!("a\u{7}b")),
+        with("token", json!(u64::MAX)),
+        json!({"renewals": []}),
+        json!({"renewals": vec![one.clone(); super::MAX_BATCH_RENEWALS + 1]}),
+        json!({"renewals": [one.clone()], "extra": 1}),
+        json!({"renewals": [{"lease": "shard-1", "holder": "w"}]}),
+        json!([one]),
+    ] {
+        let (status, body) = node.post("/v1/renew", bad.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(error_code(&body), "bad_request");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_reuse_the_jwt_and_it_covers_the_deadline() {
+    let node = node().await;
+    let (status, grant) = node
+        .post(
+            "/v1/leases/jobs/acquire",
+            json!({"holder": "a", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let renew = json!({"holder": "a", "token": grant["token"], "secret": grant["secret"]});
+    let (status, renewed) = node.post("/v1/leases/jobs/renew", renew).await;
+    assert_eq!(status, StatusCode::OK, "{renewed}");
+    assert_eq!(renewed["jwt"], grant["jwt"], "no new signature needed");
+    let claims = |jwt: &Value| -> Value {
+        let payload = jwt.as_str().and_then(|j| j.split('.').nth(1)).expect("jwt");
+        let bytes =
+            base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+                .expect("base64");
+        serde_json::from_slice(&bytes).expect("claims")
+    };
+    let c = claims(&renewed["jwt"]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let exp = c["exp"].as_u64().expect("exp");
+    assert!(
+        exp >= now + 5,
+        "covers the renewed deadline: exp {exp}, now {now}"
+    );
+    assert!(
+        exp <= now + 11,
+        "at most two ttls (and a second): exp {exp}, now {now}"
+    );
 }
