@@ -26,6 +26,32 @@ pub enum Command {
         /// written before grants had secrets).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret: Option<SecretHash>,
+        /// Priority, preemptibility, lock-delay and max-hold of the grant.
+        #[serde(default, skip_serializing_if = "Terms::is_default")]
+        terms: Terms,
+        /// The requester waits for the lease, so a higher priority than a
+        /// preemptible holder's preempts it (a requester that does not wait
+        /// would not be there to take the lease).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        preempt: bool,
+    },
+    /// Hand `holder`'s grant `token` of `lease` to `to`: a new grant with a
+    /// higher token, reserved for `to` for `window_ms` (only `to`'s acquire
+    /// takes it, with its own secret and ttl; unclaimed, it expires).
+    Handover {
+        /// The lease name.
+        lease: LeaseName,
+        /// The current holder.
+        holder: String,
+        /// Its grant's token.
+        token: FencingToken,
+        /// The hash of the secret the holder presented.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<SecretHash>,
+        /// The successor.
+        to: String,
+        /// How long the lease waits for the successor.
+        window_ms: u64,
     },
     /// Free `lease` if `holder` holds it with `token`.
     Release {
@@ -101,6 +127,7 @@ impl Command {
     pub fn lease(&self) -> Option<&LeaseName> {
         match self {
             Command::Acquire { lease, .. }
+            | Command::Handover { lease, .. }
             | Command::Release { lease, .. }
             | Command::Expire { lease, .. }
             | Command::Revoke { lease, .. } => Some(lease),
@@ -110,6 +137,46 @@ impl Command {
             | Command::RetireKey { .. }
             | Command::InstallKey { .. } => None,
         }
+    }
+}
+
+/// What a grant asked for beyond holder and ttl (the seed systems'
+/// leadership semantics). The default asks for nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Terms {
+    /// A waiting acquire of a higher priority preempts a preemptible grant;
+    /// equal priority never does (the holder stays: stickiness).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub priority: u32,
+    /// Whether a higher priority may preempt this grant.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
+    /// After this grant *expires* (not after a release), the lease stays
+    /// unavailable this long (Chubby's and Consul's lock-delay), so a
+    /// crashed holder's writes in flight drain first.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub lock_delay_ms: u64,
+    /// The grant is renewed for at most this long after it was granted (0:
+    /// no cap), for leases that must rotate.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub max_hold_ms: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Whether `n` is zero (for `skip_serializing_if`).
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+pub(crate) fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Terms {
+    /// Whether these are the default terms (nothing asked).
+    pub fn is_default(&self) -> bool {
+        *self == Terms::default()
     }
 }
 
@@ -206,6 +273,20 @@ pub enum CommandResult {
         /// The index of this acquire (see `LeaseRecord::grant_index`).
         grant_index: u64,
     },
+    /// The lease is held by someone else of a lower priority, who was
+    /// preempted by this acquire: its grant is revoked (it ends at its
+    /// deadline, or sooner if released).
+    Preempting {
+        /// The preempted holder.
+        holder: String,
+        /// Its token.
+        token: FencingToken,
+    },
+    /// The lease was handed over: a grant reserved for the successor.
+    HandedOver {
+        /// The successor's token.
+        token: FencingToken,
+    },
     /// The lease is held by someone else.
     Held {
         /// The current holder.
@@ -242,6 +323,13 @@ impl std::fmt::Display for Command {
             } => {
                 write!(f, "release {lease} by {holder} (token {token})")
             }
+            Command::Handover {
+                lease,
+                holder,
+                token,
+                to,
+                ..
+            } => write!(f, "hand {lease} from {holder} (token {token}) to {to}"),
             Command::Expire { lease, token } => write!(f, "expire {lease} (token {token})"),
             Command::Revoke { lease, token } => write!(f, "revoke {lease} (token {token})"),
             Command::Reclaim { leases } => write!(f, "reclaim {} free leases", leases.len()),

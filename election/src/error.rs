@@ -43,6 +43,23 @@ pub enum ApiError {
     /// 409 `lost`: the requester does not hold the lease with that token.
     #[error("{0}")]
     Lost(String),
+    /// 409 `preempted`: a higher priority preempted the grant; it is not
+    /// renewed and ends at its deadline (sooner if released).
+    #[error("{0}")]
+    Preempted(String),
+    /// 409 `max_hold`: renewing would hold the grant past its max-hold; it
+    /// ends at its deadline.
+    #[error("{0}")]
+    MaxHold(String),
+    /// 409 `lock_delay`: the lease is free but held back after an expiry
+    /// (with `retry_after_ms`).
+    #[error("{message}")]
+    LockDelay {
+        /// What to say.
+        message: String,
+        /// How long the delay lasts yet.
+        retry_after_ms: u64,
+    },
     /// 429 `too_many_waiters`: this node's cap on blocking calls is reached.
     #[error("{0}")]
     TooManyWaiters(String),
@@ -71,6 +88,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
+            ApiError::Preempted(_) => (StatusCode::CONFLICT, "preempted"),
+            ApiError::MaxHold(_) => (StatusCode::CONFLICT, "max_hold"),
+            ApiError::LockDelay { .. } => (StatusCode::CONFLICT, "lock_delay"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
             ApiError::TooManyLeases(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
@@ -91,6 +111,9 @@ impl ApiError {
             ApiError::Held { holder, token } => {
                 body["holder"] = json!(holder);
                 body["token"] = json!(token);
+            }
+            ApiError::LockDelay { retry_after_ms, .. } => {
+                body["retry_after_ms"] = json!(retry_after_ms);
             }
             ApiError::Internal(detail) => tracing::error!(%detail, "request failed"),
             _ => {}

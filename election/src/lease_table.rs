@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, CommandResult, SecretHash};
+use crate::command::{Command, CommandResult, SecretHash, Terms};
 
 /// One lease as every node knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +36,22 @@ pub struct LeaseRecord {
     /// at the leader's deadline.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub revoked: bool,
+    /// What the current (or last) grant asked for.
+    #[serde(default, skip_serializing_if = "Terms::is_default")]
+    pub terms: Terms,
+    /// The current grant comes from a handover and waits for its holder
+    /// (the successor) to take it with an acquire: it has no secret yet,
+    /// so nothing but that acquire opens it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reserved: bool,
+    /// Who preempted the current grant (it is then also `revoked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<String>,
+    /// The lease is free because a grant with a lock-delay expired: the
+    /// leader keeps it from new grants for `terms.lock_delay_ms` after it
+    /// saw it freed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lock_delayed: bool,
 }
 
 impl LeaseRecord {
@@ -43,7 +59,21 @@ impl LeaseRecord {
     /// grant. A grant without a secret (made before secrets) opens to anyone
     /// naming its holder and token.
     pub fn opens(&self, presented: Option<&SecretHash>) -> bool {
-        self.secret.is_none_or(|secret| secret.matches(presented))
+        !self.reserved && self.secret.is_none_or(|secret| secret.matches(presented))
+    }
+
+    /// Whether the lease waits for `holder` to take it over (a handover).
+    pub fn reserved_for(&self, holder: &str) -> bool {
+        self.reserved && !self.revoked && self.holder.as_deref() == Some(holder)
+    }
+
+    /// Ends the current grant: the lease is free.
+    fn free(&mut self, index: u64) {
+        self.holder = None;
+        self.transitions += 1;
+        self.modify_index = index;
+        self.reserved = false;
+        self.preempted_by = None;
     }
 
     /// Whether `holder`, presenting `secret`, may extend the current grant.
@@ -111,6 +141,8 @@ impl LeaseTable {
                 holder,
                 ttl_ms,
                 secret,
+                terms,
+                preempt,
             } => {
                 let record = self
                     .leases
@@ -124,8 +156,29 @@ impl LeaseTable {
                         grant_index: index,
                         secret: None,
                         revoked: false,
+                        terms: Terms::default(),
+                        reserved: false,
+                        preempted_by: None,
+                        lock_delayed: false,
                     });
                 match &record.holder {
+                    // The successor of a handover takes the grant reserved
+                    // for it: the handover's (higher) token, its own secret,
+                    // ttl and terms.
+                    Some(_) if record.reserved_for(holder) => {
+                        record.reserved = false;
+                        record.secret = *secret;
+                        record.ttl_ms = *ttl_ms;
+                        record.terms = *terms;
+                        record.modify_index = index;
+                        record.grant_index = index;
+                        CommandResult::Granted {
+                            token: record.token,
+                            ttl_ms: *ttl_ms,
+                            new_grant: true,
+                            grant_index: index,
+                        }
+                    }
                     // The same client again (a retry, or a holder asking to
                     // hold on): the same grant, never a shorter ttl.
                     Some(_) if record.extensible_by(holder, secret.as_ref()) => {
@@ -136,6 +189,25 @@ impl LeaseTable {
                             ttl_ms: record.ttl_ms,
                             new_grant: false,
                             grant_index: index,
+                        }
+                    }
+                    // A higher priority preempts a preemptible grant: it is
+                    // revoked (its holder learns it on its next renewal and
+                    // it ends at its deadline, or sooner by a release).
+                    Some(current)
+                        if *preempt
+                            && record.terms.preemptible
+                            && terms.priority > record.terms.priority
+                            && !record.revoked
+                            && !record.reserved =>
+                    {
+                        let current = current.clone();
+                        record.revoked = true;
+                        record.preempted_by = Some(holder.clone());
+                        record.modify_index = index;
+                        CommandResult::Preempting {
+                            holder: current,
+                            token: record.token,
                         }
                     }
                     Some(current) => CommandResult::Held {
@@ -151,6 +223,10 @@ impl LeaseTable {
                         record.grant_index = index;
                         record.secret = *secret;
                         record.revoked = false;
+                        record.terms = *terms;
+                        record.reserved = false;
+                        record.preempted_by = None;
+                        record.lock_delayed = false;
                         CommandResult::Granted {
                             token: FencingToken(index),
                             ttl_ms: *ttl_ms,
@@ -160,6 +236,34 @@ impl LeaseTable {
                     }
                 }
             }
+            Command::Handover {
+                lease,
+                holder,
+                token,
+                secret,
+                to,
+                window_ms,
+            } => match self.leases.get_mut(lease) {
+                Some(record)
+                    if record.extensible_by(holder, secret.as_ref()) && record.token == *token =>
+                {
+                    record.holder = Some(to.clone());
+                    record.token = FencingToken(index);
+                    record.ttl_ms = *window_ms;
+                    record.transitions += 1;
+                    record.modify_index = index;
+                    record.grant_index = index;
+                    record.secret = None;
+                    record.terms = Terms::default();
+                    record.reserved = true;
+                    record.preempted_by = None;
+                    record.lock_delayed = false;
+                    CommandResult::HandedOver {
+                        token: FencingToken(index),
+                    }
+                }
+                _ => CommandResult::Lost,
+            },
             Command::Release {
                 lease,
                 holder,
@@ -173,18 +277,17 @@ impl LeaseTable {
                         && record.opens(secret.as_ref())
                         && grant_index.is_none_or(|g| g >= record.grant_index) =>
                 {
-                    record.holder = None;
-                    record.transitions += 1;
-                    record.modify_index = index;
+                    record.free(index);
+                    record.lock_delayed = false;
                     CommandResult::Freed
                 }
                 _ => CommandResult::Lost,
             },
             Command::Expire { lease, token } => match self.leases.get_mut(lease) {
                 Some(record) if record.holder.is_some() && record.token == *token => {
-                    record.holder = None;
-                    record.transitions += 1;
-                    record.modify_index = index;
+                    // An unclaimed handover asked for no lock-delay.
+                    record.lock_delayed = !record.reserved && record.terms.lock_delay_ms > 0;
+                    record.free(index);
                     CommandResult::Freed
                 }
                 _ => CommandResult::Lost,
@@ -257,6 +360,8 @@ mod tests {
             holder: holder.into(),
             ttl_ms: 1000,
             secret: None,
+            terms: Terms::default(),
+            preempt: false,
         }
     }
 
@@ -352,6 +457,8 @@ mod tests {
             holder: holder.into(),
             ttl_ms,
             secret: s,
+            terms: Terms::default(),
+            preempt: false,
         };
         let mut table = LeaseTable::default();
         table.apply(5, &acquire("x", 60_000, secret("k")));
@@ -471,6 +578,205 @@ mod tests {
         assert_eq!(table.apply(5, &expire(3)), CommandResult::Freed);
         assert_eq!(table.apply(6, &expire(3)), CommandResult::Lost);
         assert_eq!(table.leases["a"].holder, None);
+    }
+
+    fn acquire_with(holder: &str, secret: u8, terms: Terms, preempt: bool) -> Command {
+        Command::Acquire {
+            lease: name("a"),
+            holder: holder.into(),
+            ttl_ms: 1000,
+            secret: Some(SecretHash::from_bytes([secret; 32])),
+            terms,
+            preempt,
+        }
+    }
+
+    #[test]
+    fn a_handover_reserves_a_higher_token_that_only_the_successor_takes() {
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire_with("x", 1, Terms::default(), false));
+        let handover = |holder: &str, token, secret: u8, to: &str| Command::Handover {
+            lease: name("a"),
+            holder: holder.into(),
+            token: FencingToken(token),
+            secret: Some(SecretHash::from_bytes([secret; 32])),
+            to: to.into(),
+            window_ms: 3000,
+        };
+        // Only the holder, with its token and secret, hands over.
+        assert_eq!(
+            table.apply(6, &handover("x", 5, 9, "y")),
+            CommandResult::Lost
+        );
+        assert_eq!(
+            table.apply(7, &handover("x", 4, 1, "y")),
+            CommandResult::Lost
+        );
+        assert_eq!(
+            table.apply(8, &handover("z", 5, 1, "y")),
+            CommandResult::Lost
+        );
+        assert_eq!(
+            table.apply(9, &handover("x", 5, 1, "y")),
+            CommandResult::HandedOver {
+                token: FencingToken(9)
+            }
+        );
+        let record = &table.leases["a"];
+        assert!(record.reserved_for("y") && record.ttl_ms == 3000);
+        // The old holder can neither renew, release nor hand over again; a
+        // third party is told the lease is y's; a release naming y without
+        // a secret opens nothing (the reservation has none yet).
+        assert_eq!(
+            table.apply(10, &handover("x", 5, 1, "z")),
+            CommandResult::Lost
+        );
+        assert!(matches!(
+            table.apply(11, &acquire_with("z", 3, Terms::default(), true)),
+            CommandResult::Held { holder, .. } if holder == "y"
+        ));
+        let release = Command::Release {
+            lease: name("a"),
+            holder: "y".into(),
+            token: FencingToken(9),
+            grant_index: None,
+            secret: None,
+        };
+        assert_eq!(table.apply(12, &release), CommandResult::Lost);
+        // y takes it with its own secret and ttl: the handover's token.
+        assert_eq!(
+            table.apply(13, &acquire_with("y", 2, Terms::default(), false)),
+            CommandResult::Granted {
+                token: FencingToken(9),
+                ttl_ms: 1000,
+                new_grant: true,
+                grant_index: 13
+            }
+        );
+        let record = &table.leases["a"];
+        assert!(!record.reserved && record.opens(Some(&SecretHash::from_bytes([2; 32]))));
+        // A handover to y that y never takes expires like a grant.
+        table.apply(14, &handover("y", 9, 2, "w"));
+        assert_eq!(
+            table.apply(
+                15,
+                &Command::Expire {
+                    lease: name("a"),
+                    token: FencingToken(14)
+                }
+            ),
+            CommandResult::Freed
+        );
+        assert!(table.leases["a"].holder.is_none() && !table.leases["a"].lock_delayed);
+    }
+
+    #[test]
+    fn a_waiting_higher_priority_preempts_only_a_preemptible_grant() {
+        let low = Terms {
+            priority: 1,
+            preemptible: true,
+            ..Terms::default()
+        };
+        let high = Terms {
+            priority: 5,
+            ..Terms::default()
+        };
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire_with("low", 1, low, false));
+        // Equal priority never preempts (stickiness); nor does a caller
+        // that does not wait.
+        let same = Terms {
+            priority: 1,
+            ..Terms::default()
+        };
+        assert!(matches!(
+            table.apply(6, &acquire_with("same", 2, same, true)),
+            CommandResult::Held { .. }
+        ));
+        assert!(matches!(
+            table.apply(7, &acquire_with("high", 3, high, false)),
+            CommandResult::Held { .. }
+        ));
+        assert_eq!(
+            table.apply(8, &acquire_with("high", 3, high, true)),
+            CommandResult::Preempting {
+                holder: "low".into(),
+                token: FencingToken(5)
+            }
+        );
+        let record = &table.leases["a"];
+        assert!(record.revoked && record.preempted_by.as_deref() == Some("high"));
+        assert_eq!(record.holder.as_deref(), Some("low"), "until it ends");
+        // Preempted once: a second candidate only waits.
+        assert!(matches!(
+            table.apply(
+                9,
+                &acquire_with(
+                    "higher",
+                    4,
+                    Terms {
+                        priority: 9,
+                        ..high
+                    },
+                    true
+                )
+            ),
+            CommandResult::Held { .. }
+        ));
+        // The preempted holder's release frees it at once, with no delay.
+        let release = Command::Release {
+            lease: name("a"),
+            holder: "low".into(),
+            token: FencingToken(5),
+            grant_index: None,
+            secret: Some(SecretHash::from_bytes([1; 32])),
+        };
+        assert_eq!(table.apply(10, &release), CommandResult::Freed);
+        assert!(table.leases["a"].preempted_by.is_none());
+        // A grant that is not preemptible is not preempted by anyone.
+        table.apply(11, &acquire_with("high", 3, high, false));
+        assert!(matches!(
+            table.apply(
+                12,
+                &acquire_with(
+                    "higher",
+                    4,
+                    Terms {
+                        priority: 9,
+                        ..high
+                    },
+                    true
+                )
+            ),
+            CommandResult::Held { .. }
+        ));
+    }
+
+    #[test]
+    fn only_an_expiry_leaves_a_lock_delay() {
+        let delayed = Terms {
+            lock_delay_ms: 2000,
+            ..Terms::default()
+        };
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire_with("x", 1, delayed, false));
+        let expire = |token| Command::Expire {
+            lease: name("a"),
+            token: FencingToken(token),
+        };
+        assert_eq!(table.apply(6, &expire(5)), CommandResult::Freed);
+        assert!(table.leases["a"].lock_delayed);
+        table.apply(7, &acquire_with("y", 2, delayed, false));
+        assert!(!table.leases["a"].lock_delayed, "a grant clears it");
+        let release = Command::Release {
+            lease: name("a"),
+            holder: "y".into(),
+            token: FencingToken(7),
+            grant_index: None,
+            secret: Some(SecretHash::from_bytes([2; 32])),
+        };
+        assert_eq!(table.apply(8, &release), CommandResult::Freed);
+        assert!(!table.leases["a"].lock_delayed, "a clean release has none");
     }
 
     /// A table snapshotted before leases were keyed by `LeaseName` and tokens

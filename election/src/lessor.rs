@@ -27,6 +27,9 @@ use crate::state_machine::Touched;
 struct Tracked {
     token: FencingToken,
     deadline: Instant,
+    /// When this leader started tracking the grant (its start, for
+    /// max-hold; a new leader starts it afresh, so a cap only lengthens).
+    since: Instant,
     /// An `Expire` for this grant is being proposed.
     expiring: bool,
 }
@@ -64,6 +67,8 @@ pub enum RenewRefused {
     NotLeader,
     /// The grant's deadline has passed; it is being expired.
     Expired,
+    /// Renewing would hold the grant past its max-hold.
+    MaxHold,
 }
 
 /// The leader's deadlines for held leases.
@@ -81,6 +86,7 @@ impl State {
             Tracked {
                 token,
                 deadline,
+                since: now,
                 expiring: false,
             },
         );
@@ -168,11 +174,14 @@ impl Lessor {
     ///
     /// # Errors
     /// [`RenewRefused`].
+    /// With `max_hold`, a renewal that would hold the grant past that long
+    /// after it started is refused (the grant then ends at its deadline).
     pub fn renew(
         &self,
         lease: &LeaseName,
         token: FencingToken,
         ttl: Duration,
+        max_hold: Option<Duration>,
     ) -> Result<(), RenewRefused> {
         let mut state = self.state();
         if state.leading.is_none() {
@@ -183,6 +192,9 @@ impl Lessor {
             Some(tracked) if tracked.token == token => {
                 if tracked.expiring || tracked.deadline <= now {
                     return Err(RenewRefused::Expired);
+                }
+                if max_hold.is_some_and(|max| now + ttl > tracked.since + max) {
+                    return Err(RenewRefused::MaxHold);
                 }
                 let earlier = now + ttl < tracked.deadline;
                 tracked.deadline = now + ttl;
@@ -198,6 +210,23 @@ impl Lessor {
             _ => state.track(lease, token, now, ttl),
         }
         Ok(())
+    }
+
+    /// How long `lease`, freed by the change at `modify_index` from a grant
+    /// with a lock-delay of `delay`, must stay free yet: `delay` after this
+    /// leader first saw it free (a new leader waits the whole delay again,
+    /// so failover only lengthens it).
+    pub fn lock_delay_left(
+        &self,
+        lease: &LeaseName,
+        modify_index: u64,
+        delay: Duration,
+    ) -> Duration {
+        let mut state = self.state();
+        let now = Instant::now();
+        state.note_free(lease, modify_index, now);
+        let since = state.freed.get(lease).map_or(now, |(since, _)| *since);
+        (since + delay).saturating_duration_since(now)
     }
 
     /// As [`Lessor::reconcile`], looking only at the leases `touched` names
@@ -346,7 +375,11 @@ impl Lessor {
             let still_free = table
                 .leases
                 .get(&lease)
-                .is_some_and(|r| r.holder.is_none() && r.modify_index == modify_index);
+                .is_some_and(|r| r.holder.is_none() && r.modify_index == modify_index)
+                // Forgetting a lease would end its lock-delay early.
+                && !table.leases.get(&lease).is_some_and(|r| {
+                    r.lock_delayed && at + Duration::from_millis(r.terms.lock_delay_ms) > now
+                });
             if still_free {
                 out.push((lease, modify_index));
             }
@@ -395,7 +428,7 @@ impl Lessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::Command;
+    use crate::command::{Command, Terms};
 
     fn name(lease: &str) -> LeaseName {
         LeaseName::new(lease).expect("lease name")
@@ -410,6 +443,8 @@ mod tests {
                 holder: holder.into(),
                 ttl_ms,
                 secret: None,
+                terms: Terms::default(),
+                preempt: false,
             },
         );
         table
@@ -452,6 +487,8 @@ mod tests {
                 holder: "h".into(),
                 ttl_ms: 1000,
                 secret: None,
+                terms: Terms::default(),
+                preempt: false,
             },
         );
         assert!(lessor.reconcile_changes(&both, &touched(&[])).is_empty());
@@ -503,6 +540,10 @@ mod tests {
                     grant_index: token.0,
                     secret: None,
                     revoked: false,
+                    terms: Terms::default(),
+                    reserved: false,
+                    preempted_by: None,
+                    lock_delayed: false,
                 },
             );
         }
@@ -532,7 +573,7 @@ mod tests {
                 let now = tokio::time::Instant::now();
                 match expected.get(&lease).copied() {
                     Some((token, deadline)) if deadline > now && random(2) == 0 => {
-                        lessor.renew(&lease, token, ttl).expect("renew");
+                        lessor.renew(&lease, token, ttl, None).expect("renew");
                         expected.insert(lease, (token, now + ttl));
                     }
                     Some((token, deadline)) if deadline > now => {
@@ -586,6 +627,8 @@ mod tests {
                 holder: "x".into(),
                 ttl_ms: 1000,
                 secret: None,
+                terms: Terms::default(),
+                preempt: false,
             },
         );
         let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
@@ -609,6 +652,8 @@ mod tests {
                 holder: "y".into(),
                 ttl_ms: 100_000,
                 secret: None,
+                terms: Terms::default(),
+                preempt: false,
             },
         );
         let _ = lessor.reconcile_changes(&table, &touched(&["b"]));
@@ -642,7 +687,12 @@ mod tests {
         assert_eq!(lessor.reconcile(&table), vec![(name("a"), FencingToken(7))]);
         assert!(lessor.reconcile(&table).is_empty(), "proposed once");
         assert_eq!(
-            lessor.renew(&name("a"), FencingToken(7), Duration::from_millis(1000)),
+            lessor.renew(
+                &name("a"),
+                FencingToken(7),
+                Duration::from_millis(1000),
+                None
+            ),
             Err(RenewRefused::Expired)
         );
         lessor.expire_failed(&name("a"), FencingToken(7));
@@ -662,7 +712,12 @@ mod tests {
         for _ in 0..10 {
             tokio::time::advance(Duration::from_millis(600)).await;
             lessor
-                .renew(&name("a"), FencingToken(3), Duration::from_millis(1000))
+                .renew(
+                    &name("a"),
+                    FencingToken(3),
+                    Duration::from_millis(1000),
+                    None,
+                )
                 .expect("renew");
             assert!(lessor.reconcile(&table).is_empty());
         }
@@ -683,7 +738,12 @@ mod tests {
             "a follower expires nothing"
         );
         assert_eq!(
-            lessor.renew(&name("a"), FencingToken(3), Duration::from_millis(1000)),
+            lessor.renew(
+                &name("a"),
+                FencingToken(3),
+                Duration::from_millis(1000),
+                None
+            ),
             Err(RenewRefused::NotLeader)
         );
         lessor.promote(2);

@@ -9,10 +9,15 @@
 //!
 //! ```text
 //! "PALSNAP1" | u32 header length | header JSON | records...
-//! record: u8 name length | name | u8 flags (1 holder, 2 secret, 4 revoked)
-//!         | [u16 holder length | holder] | u64 token, ttl_ms, transitions,
-//!         modify_index, grant_index | [32 bytes secret hash]
+//! record: u8 name length | name | u8 flags (1 holder, 2 secret, 4 revoked,
+//!         8 extra) | [u16 holder length | holder] | u64 token, ttl_ms,
+//!         transitions, modify_index, grant_index | [32 bytes secret hash]
+//!         | [u16 extra length | extra JSON]
 //! ```
+//!
+//! `extra` holds the rarely set fields (a grant's terms, a handover's
+//! reservation, who preempted it, a lock-delay) as JSON, so a lease that
+//! uses none of them costs nothing more.
 //!
 //! Integers are little-endian. [`decode`] also reads the JSON snapshots of
 //! earlier versions, and refuses malformed input with an error (it comes
@@ -23,7 +28,7 @@ use std::io;
 use palisade_names::{FencingToken, LeaseName};
 use serde::{Deserialize, Serialize};
 
-use crate::command::SecretHash;
+use crate::command::{SecretHash, Terms};
 use crate::lease_table::{LeaseRecord, LeaseTable};
 use crate::state_machine::AppliedState;
 use crate::TypeConfig;
@@ -32,6 +37,31 @@ const MAGIC: &[u8; 8] = b"PALSNAP1";
 const HOLDER: u8 = 1;
 const SECRET: u8 = 2;
 const REVOKED: u8 = 4;
+const EXTRA: u8 = 8;
+
+/// A record's rarely set fields (`extra` in the encoding).
+#[derive(Default, PartialEq, Serialize, Deserialize)]
+struct Extra {
+    #[serde(default, skip_serializing_if = "Terms::is_default")]
+    terms: Terms,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    reserved: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    preempted_by: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    lock_delayed: bool,
+}
+
+impl Extra {
+    fn of(record: &LeaseRecord) -> Self {
+        Self {
+            terms: record.terms,
+            reserved: record.reserved,
+            preempted_by: record.preempted_by.clone(),
+            lock_delayed: record.lock_delayed,
+        }
+    }
+}
 
 /// Everything but the leases.
 #[derive(Serialize, Deserialize)]
@@ -79,6 +109,13 @@ pub fn encode(state: &AppliedState) -> io::Result<Vec<u8>> {
         if record.revoked {
             flags |= REVOKED;
         }
+        let extra = Extra::of(record);
+        let extra = if extra == Extra::default() {
+            None
+        } else {
+            flags |= EXTRA;
+            Some(serde_json::to_vec(&extra).map_err(bad)?)
+        };
         out.push(flags);
         if let Some(holder) = &record.holder {
             let len = u16::try_from(holder.len()).map_err(|_| bad("holder too long"))?;
@@ -96,6 +133,11 @@ pub fn encode(state: &AppliedState) -> io::Result<Vec<u8>> {
         }
         if let Some(secret) = &record.secret {
             out.extend_from_slice(secret.bytes());
+        }
+        if let Some(extra) = extra {
+            let len = u16::try_from(extra.len()).map_err(|_| bad("extra too long"))?;
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&extra);
         }
     }
     Ok(out)
@@ -135,6 +177,12 @@ pub fn decode(bytes: &[u8]) -> io::Result<AppliedState> {
         } else {
             None
         };
+        let extra: Extra = if flags & EXTRA != 0 {
+            let len = u16::from_le_bytes(reader.array()?) as usize;
+            serde_json::from_slice(reader.take(len)?).map_err(bad)?
+        } else {
+            Extra::default()
+        };
         let record = LeaseRecord {
             holder,
             token: FencingToken(token),
@@ -144,6 +192,10 @@ pub fn decode(bytes: &[u8]) -> io::Result<AppliedState> {
             grant_index,
             secret,
             revoked: flags & REVOKED != 0,
+            terms: extra.terms,
+            reserved: extra.reserved,
+            preempted_by: extra.preempted_by,
+            lock_delayed: extra.lock_delayed,
         };
         if table.leases.insert(name, record).is_some() {
             return Err(bad("a lease appears twice"));
@@ -213,6 +265,16 @@ pub(crate) mod tests {
                     grant_index: i + 2,
                     secret: (i % 2 == 0).then(|| SecretHash::of(&secret)),
                     revoked: i % 5 == 0,
+                    // The rare fields, on a few records (each alone on some).
+                    terms: Terms {
+                        priority: u32::from(i % 41 == 1) * 3,
+                        preemptible: i % 41 == 1,
+                        lock_delay_ms: if i % 43 == 2 { 500 } else { 0 },
+                        max_hold_ms: if i % 47 == 3 { 9_000 } else { 0 },
+                    },
+                    reserved: i % 53 == 4,
+                    preempted_by: (i % 59 == 5).then(|| format!("p-{i}")),
+                    lock_delayed: i % 61 == 6,
                 },
             );
         }

@@ -25,8 +25,9 @@ use tokio::sync::watch;
 struct Entry {
     /// Bumped on every change to the lease and every change of its queue.
     ring: watch::Sender<u64>,
-    /// Blocking acquirers in arrival order: `(ticket, holder)`.
-    queue: VecDeque<(u64, String)>,
+    /// Blocking acquirers, highest priority first, then in arrival order:
+    /// `(ticket, holder, priority)`.
+    queue: VecDeque<(u64, String, u32)>,
 }
 
 /// Per-lease wakeups and acquire queues.
@@ -98,10 +99,11 @@ impl Bell {
         let _ = self.rx.changed().await;
     }
 
-    /// Takes a place at the back of the lease's queue, as `holder` (named to
-    /// other waiters whose wait ends while the lease is handed to this one).
+    /// Takes a place in the lease's queue, as `holder` (named to other
+    /// waiters whose wait ends while the lease is handed to this one): behind
+    /// every waiter of the same or a higher `priority`, ahead of lower ones.
     /// Idempotent.
-    pub fn queue(&mut self, holder: &str) {
+    pub fn queue(&mut self, holder: &str, priority: u32) {
         if self.ticket.is_some() {
             return;
         }
@@ -111,8 +113,19 @@ impl Bell {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut entries = self.bells.entries();
         if let Some(entry) = entries.get_mut(&self.lease) {
-            entry.queue.push_back((ticket, holder.to_owned()));
+            let at = entry
+                .queue
+                .iter()
+                .position(|(_, _, p)| *p < priority)
+                .unwrap_or(entry.queue.len());
+            entry
+                .queue
+                .insert(at, (ticket, holder.to_owned(), priority));
             self.ticket = Some(ticket);
+            if at == 0 && entry.queue.len() > 1 {
+                // A new head: the one it displaced must look again.
+                entry.ring.send_modify(|n| *n += 1);
+            }
         }
     }
 
@@ -123,14 +136,14 @@ impl Bell {
         let head = entries
             .get(&self.lease)
             .and_then(|e| e.queue.front())
-            .map(|(ticket, _)| *ticket);
+            .map(|(ticket, _, _)| *ticket);
         head.is_none() || head == self.ticket
     }
 
     /// The holder at the head of the queue, if another call holds it.
     pub fn head_holder(&self) -> Option<String> {
         let entries = self.bells.entries();
-        let (ticket, holder) = entries.get(&self.lease)?.queue.front()?;
+        let (ticket, holder, _) = entries.get(&self.lease)?.queue.front()?;
         (Some(*ticket) != self.ticket).then(|| holder.clone())
     }
 }
@@ -142,8 +155,8 @@ impl Drop for Bell {
             return;
         };
         if let Some(ticket) = self.ticket {
-            let was_head = entry.queue.front().is_some_and(|(t, _)| *t == ticket);
-            entry.queue.retain(|(t, _)| *t != ticket);
+            let was_head = entry.queue.front().is_some_and(|(t, _, _)| *t == ticket);
+            entry.queue.retain(|(t, _, _)| *t != ticket);
             if was_head {
                 entry.ring.send_modify(|n| *n += 1);
             }
@@ -193,10 +206,10 @@ mod tests {
         let mut second = bells.subscribe(&lease);
         let mut third = bells.subscribe(&lease);
         assert!(first.may_propose(), "an empty queue lets anyone propose");
-        first.queue("w1");
-        second.queue("w2");
-        third.queue("w3");
-        first.queue("w1");
+        first.queue("w1", 0);
+        second.queue("w2", 0);
+        third.queue("w3", 0);
+        first.queue("w1", 0);
         assert!(first.may_propose());
         assert!(!second.may_propose() && !third.may_propose());
         assert_eq!(second.head_holder().as_deref(), Some("w1"));
@@ -219,5 +232,32 @@ mod tests {
         assert!(outsider.may_propose());
         drop(outsider);
         assert_eq!(bells.leases_waited_on(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_higher_priority_goes_ahead_of_lower_ones_only() {
+        let bells = Arc::new(Bells::default());
+        let lease = name("jobs");
+        let mut low = bells.subscribe(&lease);
+        let mut same = bells.subscribe(&lease);
+        let mut high = bells.subscribe(&lease);
+        let mut high_later = bells.subscribe(&lease);
+        low.queue("low", 1);
+        same.queue("same", 1);
+        let _ = rings_within(&mut low, 10).await;
+        high.queue("high", 5);
+        assert!(
+            rings_within(&mut low, 100).await,
+            "the displaced head looks again"
+        );
+        high_later.queue("high-later", 5);
+        assert!(high.may_propose() && !low.may_propose());
+        drop(high);
+        assert!(
+            high_later.may_propose(),
+            "equal priorities keep arrival order"
+        );
+        drop(high_later);
+        assert!(low.may_propose() && !same.may_propose());
     }
 }

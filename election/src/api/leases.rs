@@ -21,7 +21,7 @@ use palisade_serve::policy::{Policy, Principal, Right};
 use super::extract::{check_holder, check_token, check_wait, Checked, CheckedJson, LeaseCall};
 use super::openapi::{ErrorBody, LeaseNameParam};
 use super::state::ApiState;
-use crate::command::{Command, CommandResult, SecretHash};
+use crate::command::{Command, CommandResult, SecretHash, Terms};
 use crate::error::ApiError;
 use crate::lease_table::LeaseRecord;
 use crate::lessor::RenewRefused;
@@ -51,11 +51,61 @@ pub(super) struct AcquireRequest {
     /// is recognised as the same client); the node makes one when absent.
     #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
     secret: Option<GrantSecret>,
+    /// 0..=1000 (default 0). A waiting acquire of a higher priority than a
+    /// preemptible holder's preempts it, and waiters queue by priority
+    /// (then arrival). Equal priority never preempts.
+    #[schema(maximum = 1000)]
+    priority: Option<u32>,
+    /// Whether a waiting acquire of a higher priority may preempt this
+    /// grant (default false).
+    preemptible: Option<bool>,
+    /// After this grant expires (not after a release), the lease stays
+    /// unavailable this long: 0..=60 000 (default 0).
+    #[schema(maximum = 60_000)]
+    lock_delay_ms: Option<u64>,
+    /// The grant is renewed for at most this long after it was granted:
+    /// 0 (default: no cap)..=86 400 000.
+    #[schema(maximum = 86_400_000)]
+    max_hold_ms: Option<u64>,
+}
+
+/// The highest acquire priority.
+pub const MAX_PRIORITY: u32 = 1000;
+/// The longest lock-delay.
+pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// The longest max-hold.
+pub const MAX_HOLD_MS: u64 = 86_400_000;
+
+impl AcquireRequest {
+    fn terms(&self) -> Terms {
+        Terms {
+            priority: self.priority.unwrap_or(0),
+            preemptible: self.preemptible.unwrap_or(false),
+            lock_delay_ms: self.lock_delay_ms.unwrap_or(0),
+            max_hold_ms: self.max_hold_ms.unwrap_or(0),
+        }
+    }
 }
 
 impl Checked for AcquireRequest {
     fn check(&self, config: &ElectionConfig) -> Result<(), ApiError> {
         check_holder(&self.holder)?;
+        let terms = self.terms();
+        if terms.priority > MAX_PRIORITY {
+            return Err(ApiError::BadRequest(format!(
+                "priority must be in 0..={MAX_PRIORITY}"
+            )));
+        }
+        if terms.lock_delay_ms > MAX_LOCK_DELAY_MS {
+            return Err(ApiError::BadRequest(format!(
+                "lock_delay_ms must be in 0..={MAX_LOCK_DELAY_MS}"
+            )));
+        }
+        if terms.max_hold_ms > MAX_HOLD_MS {
+            return Err(ApiError::BadRequest(format!(
+                "max_hold_ms must be in 0..={MAX_HOLD_MS}"
+            )));
+        }
         let (min, max) = config.ttl_range;
         let ttl = u128::from(self.ttl_ms);
         if ttl < min.as_millis() || ttl > max.as_millis() {
@@ -206,6 +256,7 @@ pub(super) async fn acquire(
         Some(wait) if wait > 0 => Some(state.waiter()?),
         _ => None,
     };
+    let terms = body.terms();
     let secret = match body.secret {
         Some(secret) => secret,
         None => generate_secret()?,
@@ -234,15 +285,41 @@ pub(super) async fn acquire(
             if !waits {
                 return Err(handed_to_earlier_waiter(&state, &lease, &bell));
             }
-            if !wait_until(&state, &lease, &mut bell, Turn::Mine, deadline).await {
+            if !wait_until(
+                &state,
+                &lease,
+                &body.holder,
+                &mut bell,
+                Turn::Mine,
+                deadline,
+            )
+            .await
+            {
                 return Err(handed_to_earlier_waiter(&state, &lease, &bell));
             }
+        }
+        // A lease freed by the expiry of a grant with a lock-delay is held
+        // back until the delay has passed on this leader's clock.
+        if let Some(left) = lock_delay_left(&state, &lease) {
+            if !waits || tokio::time::Instant::now() + left > deadline {
+                return Err(ApiError::LockDelay {
+                    message: format!(
+                        "{lease} expired with a lock-delay; free in {} ms",
+                        left.as_millis()
+                    ),
+                    retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            tokio::time::sleep(left).await;
+            continue;
         }
         let command = Command::Acquire {
             lease: lease.clone(),
             holder: body.holder.clone(),
             ttl_ms: body.ttl_ms,
             secret: Some(hash),
+            terms,
+            preempt: waits && terms.priority > 0,
         };
         match state.proposer.propose(command).await? {
             CommandResult::Granted {
@@ -283,14 +360,24 @@ pub(super) async fn acquire(
                         return grant(&state, lease, holder, token, ttl_ms, grant_index, secret);
                     }
                     Extended::No(RenewRefused::NotLeader) => return Err(stopped_leading()),
-                    Extended::NotHeld | Extended::Revoked | Extended::No(RenewRefused::Expired) => {
+                    Extended::NotHeld
+                    | Extended::Revoked
+                    | Extended::Preempted(_)
+                    | Extended::No(RenewRefused::Expired | RenewRefused::MaxHold) => {
                         // Wait for the Expire to free the lease, then ask
                         // for a fresh grant (with a new token).
                         // (The loop's first check sends it to the queue
                         // if others queued meanwhile.)
                         let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
-                        if !wait_until(&state, &lease, &mut bell, Turn::Any, settle.max(deadline))
-                            .await
+                        if !wait_until(
+                            &state,
+                            &lease,
+                            &body.holder,
+                            &mut bell,
+                            Turn::Any,
+                            settle.max(deadline),
+                        )
+                        .await
                         {
                             return Err(ApiError::NoQuorum(format!(
                                 "the previous grant of {lease} is expiring; retry"
@@ -299,12 +386,24 @@ pub(super) async fn acquire(
                     }
                 }
             }
-            CommandResult::Held { holder, token } => {
+            // Preempting: the holder learns it on its next renewal and lets
+            // go (or its grant runs out); this call waits at the head of the
+            // queue, as the highest priority.
+            CommandResult::Held { holder, token } | CommandResult::Preempting { holder, token } => {
                 if !waits {
                     return Err(ApiError::Held { holder, token });
                 }
-                bell.queue(&body.holder);
-                if !wait_until(&state, &lease, &mut bell, Turn::Mine, deadline).await {
+                bell.queue(&body.holder, terms.priority);
+                if !wait_until(
+                    &state,
+                    &lease,
+                    &body.holder,
+                    &mut bell,
+                    Turn::Mine,
+                    deadline,
+                )
+                .await
+                {
                     return Err(held_now(&state, &lease, &bell, holder, token));
                 }
             }
@@ -319,18 +418,46 @@ fn is_free(state: &ApiState, lease: &LeaseName) -> bool {
         .read(|s| s.table.leases.get(lease).is_none_or(|r| r.holder.is_none()))
 }
 
+/// Whether `lease` is free, and whether it is reserved for `holder` by a
+/// handover (which `holder` takes whatever the queue).
+fn free_or_reserved_for(state: &ApiState, lease: &LeaseName, holder: &str) -> (bool, bool) {
+    state.shared.read(|s| match s.table.leases.get(lease) {
+        None => (true, false),
+        Some(r) => (r.holder.is_none(), r.reserved_for(holder)),
+    })
+}
+
+/// How long `lease` is held back yet by the lock-delay of the grant whose
+/// expiry freed it, if it is.
+fn lock_delay_left(state: &ApiState, lease: &LeaseName) -> Option<Duration> {
+    let (modify_index, delay) = state.shared.read(|s| {
+        s.table
+            .leases
+            .get(lease)
+            .filter(|r| r.holder.is_none() && r.lock_delayed)
+            .map(|r| (r.modify_index, r.terms.lock_delay_ms))
+    })?;
+    let left = state
+        .lessor
+        .lock_delay_left(lease, modify_index, Duration::from_millis(delay));
+    (!left.is_zero()).then_some(left)
+}
+
 /// Waits until `lease` is free and, with `Turn::Mine`, this call may
-/// propose (it heads the queue, or nobody queues); or until `deadline`.
+/// propose (it heads the queue, or nobody queues), or until it is reserved
+/// for `holder`; or until `deadline`.
 /// True if that came. Wakes only for changes to this lease and its queue.
 async fn wait_until(
     state: &ApiState,
     lease: &LeaseName,
+    holder: &str,
     bell: &mut Bell,
     turn: Turn,
     deadline: tokio::time::Instant,
 ) -> bool {
     loop {
-        if is_free(state, lease) && (turn == Turn::Any || bell.may_propose()) {
+        let (free, reserved_for_me) = free_or_reserved_for(state, lease, holder);
+        if reserved_for_me || (free && (turn == Turn::Any || bell.may_propose())) {
             return true;
         }
         if tokio::time::timeout_at(deadline, bell.rung())
@@ -446,6 +573,12 @@ fn renew_confirmed(
         ))),
         Extended::No(RenewRefused::Expired) => Err(ApiError::Lost(format!(
             "the lease {lease} expired before this renewal"
+        ))),
+        Extended::Preempted(by) => Err(ApiError::Preempted(format!(
+            "{by} preempted the grant of {lease}: stop, and release it (it ends at its deadline)"
+        ))),
+        Extended::No(RenewRefused::MaxHold) => Err(ApiError::MaxHold(format!(
+            "the grant of {lease} reached its max-hold; it ends at its deadline"
         ))),
         Extended::No(RenewRefused::NotLeader) => Err(stopped_leading()),
     }
@@ -620,6 +753,9 @@ enum Extended {
     NotHeld,
     /// The grant was revoked: it runs out at its deadline.
     Revoked,
+    /// The grant was preempted (by this holder): it runs out at its
+    /// deadline.
+    Preempted(String),
     No(RenewRefused),
 }
 
@@ -641,11 +777,16 @@ fn extend(
         Some(r)
             if r.holder.as_deref() == Some(holder) && r.token == token && r.opens(presented) =>
         {
+            if let Some(by) = &r.preempted_by {
+                return Extended::Preempted(by.clone());
+            }
             if r.revoked {
                 return Extended::Revoked;
             }
             let ttl = Duration::from_millis(r.ttl_ms);
-            match state.lessor.renew(lease, token, ttl) {
+            let max_hold =
+                (r.terms.max_hold_ms > 0).then(|| Duration::from_millis(r.terms.max_hold_ms));
+            match state.lessor.renew(lease, token, ttl, max_hold) {
                 Ok(()) => Extended::Yes {
                     ttl_ms: r.ttl_ms,
                     grant_index: r.grant_index,
@@ -681,6 +822,117 @@ pub(super) async fn release(
         })),
         CommandResult::Lost => Err(not_held(&body, &lease)),
         other => Err(ApiError::Internal(format!("release answered {other:?}"))),
+    }
+}
+
+/// `POST /v1/leases/{name}/handover`: the holder names its successor.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HandoverRequest {
+    /// The current holder.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
+    holder: String,
+    /// Its grant's token.
+    #[schema(value_type = u64)]
+    token: FencingToken,
+    /// Its grant's secret.
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
+    secret: Option<GrantSecret>,
+    /// The successor: another holder name.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
+    to: String,
+    /// How long the lease waits for the successor's acquire:
+    /// 500..=60 000 (default 10 000). Unclaimed, the reservation expires
+    /// and the lease is free.
+    #[schema(minimum = 500, maximum = 60_000)]
+    window_ms: Option<u64>,
+}
+
+/// The default and bounds of a handover's reservation window.
+const HANDOVER_WINDOW_MS: (u64, u64, u64) = (500, 10_000, 60_000);
+
+impl Checked for HandoverRequest {
+    fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
+        check_holder(&self.holder)?;
+        check_token(self.token)?;
+        check_holder(&self.to).map_err(|e| ApiError::BadRequest(format!("to: {e}")))?;
+        if self.to == self.holder {
+            return Err(ApiError::BadRequest(
+                "a handover names another holder than the current one".into(),
+            ));
+        }
+        let (min, _, max) = HANDOVER_WINDOW_MS;
+        if self.window_ms.is_some_and(|w| !(min..=max).contains(&w)) {
+            return Err(ApiError::BadRequest(format!(
+                "window_ms must be in {min}..={max}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a handover answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct HandedOver {
+    #[schema(value_type = String)]
+    lease: LeaseName,
+    /// The successor.
+    to: String,
+    /// The successor's fencing token (higher than the old holder's): its
+    /// acquire is granted with it.
+    #[schema(value_type = u64)]
+    token: FencingToken,
+    /// How long the lease is reserved for the successor.
+    window_ms: u64,
+}
+
+/// Hands the lease to a named successor: the caller's grant ends at once
+/// (its renewals are refused from now on), and a grant with a higher token
+/// is reserved for the successor, which takes it with an acquire (waiting
+/// or not) within `window_ms`; nobody else can take the lease in between.
+/// Under a policy the caller needs `acquire` on the lease.
+#[utoipa::path(post, path = "/v1/leases/{name}/handover", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = HandoverRequest,
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = HandedOver)))]
+pub(super) async fn handover(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<HandoverRequest>,
+) -> Result<Json<HandedOver>, ApiError> {
+    let window_ms = body.window_ms.unwrap_or(HANDOVER_WINDOW_MS.1);
+    let command = Command::Handover {
+        lease: lease.clone(),
+        holder: body.holder.clone(),
+        token: body.token,
+        secret: body.secret.as_ref().map(SecretHash::of),
+        to: body.to.clone(),
+        window_ms,
+    };
+    match state.proposer.propose(command).await? {
+        CommandResult::HandedOver { token } => {
+            state
+                .lessor
+                .granted(&lease, token, Duration::from_millis(window_ms));
+            Ok(Json(HandedOver {
+                lease,
+                to: body.to,
+                token,
+                window_ms,
+            }))
+        }
+        CommandResult::Lost => Err(ApiError::Lost(format!(
+            "{} does not hold {lease} with token {} (or it was revoked)",
+            body.holder, body.token
+        ))),
+        other => Err(ApiError::Internal(format!("handover answered {other:?}"))),
     }
 }
 

@@ -70,6 +70,10 @@ pub fn router(state: ApiState) -> Router {
             leader_needs(post(leases::release), Need::Lease(Right::Acquire)),
         )
         .route(
+            "/v1/leases/{name}/handover",
+            leader_needs(post(leases::handover), Need::Lease(Right::Acquire)),
+        )
+        .route(
             "/v1/leases/{name}/revoke",
             leader_needs(post(leases::revoke), Need::Lease(Right::Admin)),
         )

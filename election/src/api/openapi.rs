@@ -42,6 +42,7 @@ pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
         super::leases::renew,
         super::leases::renew_batch,
         super::leases::release,
+        super::leases::handover,
         super::leases::revoke,
         super::reads::get_lease,
         super::reads::list_leases,

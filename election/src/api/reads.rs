@@ -39,6 +39,29 @@ pub(super) struct LeaseView {
     /// The current grant was revoked and ends at its deadline.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     revoked: bool,
+    /// Who preempted the current grant (it is then revoked too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preempted_by: Option<String>,
+    /// The holder is a handover's successor that has not taken the lease
+    /// yet (it is reserved for it until `ttl_ms` runs out).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    reserved: bool,
+    /// The grant's priority (0 when not set).
+    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    priority: u64,
+    /// A higher priority may preempt the grant.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    preemptible: bool,
+    /// The grant's lock-delay: after it expires the lease stays unavailable
+    /// this long.
+    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    lock_delay_ms: u64,
+    /// The grant's max-hold.
+    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    max_hold_ms: u64,
+    /// Free, but held back by the lock-delay of the grant that expired.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    lock_delayed: bool,
 }
 
 impl LeaseView {
@@ -56,6 +79,13 @@ impl LeaseView {
             modify_index: record.modify_index,
             expires_in_ms,
             revoked: record.revoked,
+            preempted_by: record.preempted_by.clone(),
+            reserved: record.reserved,
+            priority: u64::from(record.terms.priority),
+            preemptible: record.terms.preemptible,
+            lock_delay_ms: record.terms.lock_delay_ms,
+            max_hold_ms: record.terms.max_hold_ms,
+            lock_delayed: record.lock_delayed && record.holder.is_none(),
         }
     }
 }

@@ -1065,3 +1065,279 @@ async fn renewals_reuse_the_jwt_and_it_covers_the_deadline() {
         "at most two ttls (and a second): exp {exp}, now {now}"
     );
 }
+
+/// Seed semantics, in process: `(status, body)` of an acquire of `lease`.
+async fn acquire(node: &Node, lease: &str, body: Value) -> (StatusCode, Value) {
+    node.post(&format!("/v1/leases/{lease}/acquire"), body)
+        .await
+}
+
+fn grant_of(g: &Value) -> Value {
+    json!({"holder": g["holder"], "token": g["token"], "secret": g["secret"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_reserves_the_lease_for_the_successor_with_a_higher_token() {
+    let node = node().await;
+    let (_, a) = acquire(&node, "jobs", json!({"holder": "A", "ttl_ms": 5000})).await;
+    // Bad input changes nothing: to oneself, a bad window, not the holder.
+    let mut to_self = grant_of(&a);
+    to_self["to"] = json!("A");
+    let mut bad_window = grant_of(&a);
+    bad_window["to"] = json!("B");
+    bad_window["window_ms"] = json!(10);
+    for bad in [to_self, bad_window] {
+        let (status, body) = node.post("/v1/leases/jobs/handover", bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    let mut not_holder = grant_of(&a);
+    not_holder["holder"] = json!("C");
+    not_holder["to"] = json!("B");
+    let (status, body) = node.post("/v1/leases/jobs/handover", not_holder).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "lost"));
+    let mut forged = grant_of(&a);
+    forged["secret"] = json!("A".repeat(43));
+    forged["to"] = json!("B");
+    let (status, _) = node.post("/v1/leases/jobs/handover", forged).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+    assert_eq!(lease["holder"], "A", "unchanged: {lease}");
+
+    // B waits in the queue before the handover; C queued ahead of it.
+    let waiter = |holder: &'static str| {
+        let app = node.app.clone();
+        tokio::spawn(async move {
+            let request = Request::post("/v1/leases/jobs/acquire")
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({"holder": holder, "ttl_ms": 5000, "wait_ms": 4000}).to_string(),
+                ))
+                .expect("request");
+            let response = app.oneshot(request).await.expect("answer");
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        })
+    };
+    let c = waiter("C");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let b = waiter("B");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut handover = grant_of(&a);
+    handover["to"] = json!("B");
+    let (status, handed) = node.post("/v1/leases/jobs/handover", handover).await;
+    assert_eq!(status, StatusCode::OK, "{handed}");
+    assert!(handed["token"].as_u64() > a["token"].as_u64(), "{handed}");
+    let (status, b) = b.await.expect("B");
+    assert_eq!(status, StatusCode::OK, "B takes it past C: {b}");
+    assert_eq!(b["token"], handed["token"], "with the handover's token");
+    // A's renewal is refused; C still waits, then times out held by B.
+    let (status, body) = node.post("/v1/leases/jobs/renew", grant_of(&a)).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "lost"));
+    let (status, body) = c.await.expect("C");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["holder"], "B");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_handover_is_reserved_then_expires() {
+    let node = node().await;
+    let (_, a) = acquire(&node, "jobs", json!({"holder": "A", "ttl_ms": 5000})).await;
+    let mut handover = grant_of(&a);
+    handover["to"] = json!("B");
+    handover["window_ms"] = json!(600);
+    let (status, handed) = node.post("/v1/leases/jobs/handover", handover).await;
+    assert_eq!(status, StatusCode::OK, "{handed}");
+    let (_, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+    assert_eq!(
+        (lease["holder"].clone(), lease["reserved"].clone()),
+        (json!("B"), json!(true))
+    );
+    // Nobody else, nor a renewal naming B without B's acquire, takes it.
+    let (status, body) = acquire(&node, "jobs", json!({"holder": "C", "ttl_ms": 5000})).await;
+    assert_eq!(
+        (status, body["holder"].clone()),
+        (StatusCode::CONFLICT, json!("B"))
+    );
+    let (status, _) = node
+        .post(
+            "/v1/leases/jobs/renew",
+            json!({"holder": "B", "token": handed["token"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, body) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "C", "ttl_ms": 5000, "wait_ms": 3000}),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "free once the window passed: {body}"
+    );
+    assert!(body["token"].as_u64() > handed["token"].as_u64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_higher_priority_preempts_a_preemptible_holder() {
+    let node = node().await;
+    let (_, low) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "low", "ttl_ms": 3000, "priority": 1, "preemptible": true}),
+    )
+    .await;
+    // Out of range is a 400; equal priority, or not waiting, preempts nothing.
+    let (status, _) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "x", "ttl_ms": 3000, "priority": 1001}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "same", "ttl_ms": 3000, "priority": 1, "wait_ms": 200}),
+    )
+    .await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "held"));
+    let (status, _) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "high", "ttl_ms": 3000, "priority": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, renewed) = node.post("/v1/leases/jobs/renew", grant_of(&low)).await;
+    assert_eq!(status, StatusCode::OK, "not preempted yet: {renewed}");
+
+    let app = node.app.clone();
+    let high = tokio::spawn(async move {
+        let request = Request::post("/v1/leases/jobs/acquire")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({"holder": "high", "ttl_ms": 3000, "priority": 5, "wait_ms": 5000})
+                    .to_string(),
+            ))
+            .expect("request");
+        let response = app.oneshot(request).await.expect("answer");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (
+            status,
+            serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+        )
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+    assert_eq!(lease["preempted_by"], "high", "{lease}");
+    let (status, body) = node.post("/v1/leases/jobs/renew", grant_of(&low)).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "preempted"),
+        "{body}"
+    );
+    // The preempted holder lets go: the candidate is granted at once.
+    let released_at = tokio::time::Instant::now();
+    let (status, _) = node.post("/v1/leases/jobs/release", grant_of(&low)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, granted) = high.await.expect("high");
+    assert_eq!(status, StatusCode::OK, "{granted}");
+    assert!(
+        released_at.elapsed() < Duration::from_secs(2),
+        "granted on the release, not at expiry"
+    );
+    assert!(granted["token"].as_u64() > low["token"].as_u64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_grant_with_a_lock_delay_holds_the_lease_back_and_a_release_does_not() {
+    let node = node().await;
+    let (status, _) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "x", "ttl_ms": 500, "lock_delay_ms": 60_001}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, first) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "x", "ttl_ms": 500, "lock_delay_ms": 1500}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    // x never renews: the grant expires, then the lease is held back.
+    let mut freed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (_, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
+        if lease["holder"].is_null() {
+            assert_eq!(lease["lock_delayed"], true, "{lease}");
+            freed = true;
+            break;
+        }
+    }
+    assert!(freed, "the grant expired");
+    let (status, body) = acquire(&node, "jobs", json!({"holder": "y", "ttl_ms": 5000})).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "lock_delay"),
+        "{body}"
+    );
+    let left = body["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!(left > 500 && left <= 1500, "{left}");
+    // A waiting acquire is granted once the delay has passed.
+    let asked = tokio::time::Instant::now();
+    let (status, second) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "y", "ttl_ms": 5000, "wait_ms": 5000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert!(asked.elapsed() >= Duration::from_millis(left - 100));
+    // A clean release leaves no delay.
+    let (status, _) = node
+        .post("/v1/leases/jobs/release", grant_of(&second))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = acquire(&node, "jobs", json!({"holder": "z", "ttl_ms": 5000})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_stop_at_the_max_hold() {
+    let node = node().await;
+    let (status, g) = acquire(
+        &node,
+        "jobs",
+        json!({"holder": "x", "ttl_ms": 500, "max_hold_ms": 1200}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{g}");
+    let started = tokio::time::Instant::now();
+    let mut refused = None;
+    while started.elapsed() < Duration::from_secs(3) {
+        let (status, body) = node.post("/v1/leases/jobs/renew", grant_of(&g)).await;
+        if status != StatusCode::OK {
+            refused = Some((started.elapsed(), status, error_code(&body).to_owned()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (after, status, code) = refused.expect("a renewal was refused");
+    assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "max_hold"));
+    // Refused once now + ttl would pass the cap: not before 1200 - 500 ms.
+    assert!(after >= Duration::from_millis(650), "{after:?}");
+}
