@@ -159,6 +159,24 @@ impl ClientConfig {
     }
 }
 
+/// What an acquire may ask for beyond holder and ttl (the default asks for
+/// nothing; README "Leadership semantics").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// 0..=1000. A waiting acquire of a higher priority than a preemptible
+    /// holder's preempts it; waiters queue by priority. Equal priority
+    /// never preempts.
+    pub priority: u32,
+    /// A waiting acquire of a higher priority may preempt this grant (its
+    /// holder gets [`Error::Preempted`] on its next renewal).
+    pub preemptible: bool,
+    /// After this grant expires (not after a release) the lease stays
+    /// unavailable this long (at most 60 s).
+    pub lock_delay: Duration,
+    /// The grant is renewed for at most this long after it was granted.
+    pub max_hold: Option<Duration>,
+}
+
 /// The election cluster (and gateway) client. Cheap to clone.
 ///
 /// ```no_run
@@ -207,10 +225,30 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Lease, Error> {
+        self.acquire_with(lease, holder, ttl, wait, AcquireOptions::default())
+            .await
+    }
+
+    /// [`Client::acquire`] with a priority, preemptibility, lock-delay or
+    /// max-hold.
+    ///
+    /// # Errors
+    /// As [`Client::acquire`]; [`Error::LockDelay`] while a lock-delay holds
+    /// the lease back (and the wait, if any, ran out).
+    pub async fn acquire_with(
+        &self,
+        lease: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Option<Duration>,
+        options: AcquireOptions,
+    ) -> Result<Lease, Error> {
         // A dropped handle of this lease and holder may still be releasing.
         let gate = self.transport.release_gate(lease, holder);
         drop(gate.lock().await);
-        let (grant, sent) = self.acquire_slices(lease, holder, ttl, wait).await?;
+        let (grant, sent) = self
+            .acquire_slices(lease, holder, ttl, wait, options)
+            .await?;
         let lease = Lease::start(self.transport.clone(), grant, sent);
         if self.config().fence_on_acquire && self.config().gateway.is_some() {
             // If this fails the lease is released on drop; the error says why.
@@ -231,7 +269,26 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Grant, Error> {
-        Ok(self.acquire_slices(lease, holder, ttl, wait).await?.0)
+        self.acquire_grant_with(lease, holder, ttl, wait, AcquireOptions::default())
+            .await
+    }
+
+    /// [`Client::acquire_grant`] with [`AcquireOptions`].
+    ///
+    /// # Errors
+    /// As [`Client::acquire_with`].
+    pub async fn acquire_grant_with(
+        &self,
+        lease: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Option<Duration>,
+        options: AcquireOptions,
+    ) -> Result<Grant, Error> {
+        Ok(self
+            .acquire_slices(lease, holder, ttl, wait, options)
+            .await?
+            .0)
     }
 
     /// Acquires, waiting up to `wait`; the grant and the send time of the
@@ -242,6 +299,7 @@ impl Client {
         holder: &str,
         ttl: Duration,
         wait: Option<Duration>,
+        options: AcquireOptions,
     ) -> Result<(Grant, tokio::time::Instant), Error> {
         palisade_names::LeaseName::new(lease).map_err(|e| Error::BadRequest(e.to_string()))?;
         // Our own secret, the same for every request of this call, so that a
@@ -266,6 +324,18 @@ impl Client {
             if wait.is_some() {
                 body["wait_ms"] = json!(slice.as_millis() as u64);
             }
+            if options.priority > 0 {
+                body["priority"] = json!(options.priority);
+            }
+            if options.preemptible {
+                body["preemptible"] = json!(true);
+            }
+            if !options.lock_delay.is_zero() {
+                body["lock_delay_ms"] = json!(options.lock_delay.as_millis() as u64);
+            }
+            if let Some(max_hold) = options.max_hold {
+                body["max_hold_ms"] = json!(max_hold.as_millis() as u64);
+            }
             // Before the first attempt of this slice: if a retry inside it is
             // what gets the answer, the grant may date from the first one.
             // (A grant made for an earlier slice that timed out here comes
@@ -282,6 +352,11 @@ impl Client {
                     return Ok((grant, sent));
                 }
                 Err(Error::Held { .. }) if tokio::time::Instant::now() < deadline => {}
+                // The node waits out a lock-delay only within the slice.
+                Err(Error::LockDelay { retry_after }) if tokio::time::Instant::now() < deadline => {
+                    let until = (tokio::time::Instant::now() + retry_after).min(deadline);
+                    tokio::time::sleep_until(until).await;
+                }
                 Err(err) => return Err(err),
             }
         }
@@ -296,6 +371,16 @@ impl Client {
     /// carry its secret.
     pub async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
         self.transport.renew(id).await
+    }
+
+    /// Hands a grant to `successor` (see [`Lease::handover_to`], the way
+    /// for a held lease); the successor's token.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if `id` does not name the current grant;
+    /// [`Error::BadRequest`] for a handover to its own holder.
+    pub async fn handover_grant(&self, id: &GrantId, successor: &str) -> Result<u64, Error> {
+        self.transport.handover(id, successor).await
     }
 
     /// Releases a grant. `id` carries the secret and the grant index of the

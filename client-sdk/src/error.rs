@@ -16,6 +16,19 @@ pub enum Error {
     /// deadline passed, or the lease was released. Stop acting as leader.
     #[error("lease lost: {0}")]
     LeaseLost(String),
+    /// A waiting acquire of a higher priority preempted this (preemptible)
+    /// grant: stop acting as leader. The SDK releases it at once, so the
+    /// candidate is granted without waiting for the grant's deadline.
+    #[error("preempted: {0}")]
+    Preempted(String),
+    /// The lease is free but held back by the lock-delay of a grant that
+    /// expired (acquire without waiting, or the wait ran out). Never
+    /// retried.
+    #[error("lease is held back by a lock-delay for {retry_after:?}")]
+    LockDelay {
+        /// How long the delay lasts yet.
+        retry_after: Duration,
+    },
     /// The gateway refused a write because a newer token has been used on
     /// this lease: another holder took over. Stop acting as leader.
     #[error("fenced: token {token} is below the fence {fence}")]
@@ -64,6 +77,9 @@ pub enum Error {
 impl Error {
     /// Whether this error means "you are not the leader any more".
     pub fn is_lease_lost(&self) -> bool {
-        matches!(self, Error::LeaseLost(_) | Error::Fenced { .. })
+        matches!(
+            self,
+            Error::LeaseLost(_) | Error::Preempted(_) | Error::Fenced { .. }
+        )
     }
 }

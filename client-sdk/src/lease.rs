@@ -45,7 +45,8 @@ struct Shared {
 struct State {
     jwt: String,
     deadline: Instant,
-    lost_reason: Option<String>,
+    /// Why the lease is lost ([`Error::LeaseLost`] or [`Error::Preempted`]).
+    lost: Option<Error>,
 }
 
 impl Shared {
@@ -56,10 +57,15 @@ impl Shared {
     }
 
     fn mark_lost(&self, reason: String) {
+        self.mark_lost_as(Error::LeaseLost(reason));
+    }
+
+    /// Marks the lease lost with `error` as what later calls answer.
+    fn mark_lost_as(&self, error: Error) {
         let mut state = self.state();
-        if state.lost_reason.is_none() {
-            tracing::warn!(lease = %self.id.lease, token = self.id.token, %reason, "lease lost");
-            state.lost_reason = Some(reason);
+        if state.lost.is_none() {
+            tracing::warn!(lease = %self.id.lease, token = self.id.token, %error, "lease lost");
+            state.lost = Some(error);
         }
         drop(state);
         self.lost.send_replace(true);
@@ -68,8 +74,8 @@ impl Shared {
     /// The JWT if the lease is held now; the reason otherwise.
     fn held_jwt(&self) -> Result<String, Error> {
         let state = self.state();
-        if let Some(reason) = &state.lost_reason {
-            return Err(Error::LeaseLost(reason.clone()));
+        if let Some(error) = &state.lost {
+            return Err(error.clone());
         }
         if Instant::now() >= state.deadline {
             return Err(Error::LeaseLost("the safe deadline has passed".into()));
@@ -91,7 +97,7 @@ impl Lease {
             state: Mutex::new(State {
                 jwt,
                 deadline: sent + ttl - margin,
-                lost_reason: None,
+                lost: None,
             }),
             lost,
         });
@@ -218,6 +224,41 @@ impl Lease {
         Err(error)
     }
 
+    /// Hands the lease to `successor`: this handle stops holding it at
+    /// once (writes through it are refused from now on, and it is not
+    /// renewed), the leader ends the grant and reserves one with a higher
+    /// token for `successor`, whose acquire (waiting or not) takes it
+    /// within the reservation window (10 s). Returns the successor's token.
+    /// If the handover cannot be made the lease is released instead (this
+    /// handle has let go either way).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for yourself or a bad name (then nothing
+    /// changed and the lease is still held); [`Error::LeaseLost`] if the
+    /// lease was no longer held; [`Error::Unavailable`].
+    pub async fn handover_to(&self, successor: &str) -> Result<u64, Error> {
+        if successor == self.holder() || successor.is_empty() {
+            return Err(Error::BadRequest(format!(
+                "a handover names another holder than {:?}",
+                self.holder()
+            )));
+        }
+        let was_held = self.shared.held_jwt();
+        self.renewer.abort();
+        self.shared
+            .mark_lost(format!("handed over to {successor:?}"));
+        was_held?;
+        let handed = self
+            .shared
+            .transport
+            .handover(&self.shared.id, successor)
+            .await;
+        if !matches!(handed, Ok(_) | Err(Error::LeaseLost(_))) {
+            let _ = self.shared.transport.release_grant(&self.shared.id).await;
+        }
+        handed
+    }
+
     /// Stops renewing and releases the lease.
     ///
     /// # Errors
@@ -325,6 +366,14 @@ async fn renew_loop(shared: Arc<Shared>) {
             }
             Err(Error::LeaseLost(reason)) => {
                 shared.mark_lost(format!("renewal refused: {reason}"));
+                return;
+            }
+            Err(Error::Preempted(reason)) => {
+                // Stop first (nothing more is written through this handle),
+                // then let go at once: the candidate waits for this release,
+                // not for the grant's deadline.
+                shared.mark_lost_as(Error::Preempted(reason));
+                let _ = shared.transport.release_grant(&shared.id).await;
                 return;
             }
             Err(err) => {

@@ -27,7 +27,7 @@ mod lease;
 mod model;
 mod transport;
 
-pub use client::{ApiKey, Client, ClientConfig};
+pub use client::{AcquireOptions, ApiKey, Client, ClientConfig};
 pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
 pub use lease::Lease;

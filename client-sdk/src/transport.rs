@@ -65,7 +65,13 @@ impl Answer {
                 holder: self.body["holder"].as_str().unwrap_or("").to_owned(),
                 token: self.body["token"].as_u64().unwrap_or(0),
             },
-            (409, Some("lost")) => Error::LeaseLost(self.message()),
+            (409, Some("lost" | "max_hold")) => Error::LeaseLost(self.message()),
+            (409, Some("preempted")) => Error::Preempted(self.message()),
+            (409, Some("lock_delay")) => Error::LockDelay {
+                retry_after: Duration::from_millis(
+                    self.body["retry_after_ms"].as_u64().unwrap_or(0),
+                ),
+            },
             (409, Some("stale_token")) => Error::Fenced {
                 token: self.body["token"].as_u64().unwrap_or(0),
                 fence: self.body["fence"].as_u64().unwrap_or(0),
@@ -303,6 +309,23 @@ impl Transport {
             .entry((lease.to_owned(), holder.to_owned()))
             .or_default()
             .clone()
+    }
+}
+
+impl Transport {
+    /// Hands `id`'s lease to `successor`; the successor's token.
+    pub(crate) async fn handover(&self, id: &GrantId, successor: &str) -> Result<u64, Error> {
+        let mut body = grant_body(id, false);
+        body["to"] = json!(successor);
+        let path = format!("/v1/leases/{}/handover", id.lease);
+        let answer = self
+            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .await?;
+        let handed: Value = answer.parse()?;
+        handed["token"].as_u64().ok_or_else(|| Error::Protocol {
+            status: 200,
+            message: "a handover answered no token".into(),
+        })
     }
 }
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use palisade_client::{Client, ClientConfig, Error, GrantId, GrantSecret};
+use palisade_client::{AcquireOptions, Client, ClientConfig, Error, GrantId, GrantSecret};
 
 /// Where the election cluster (and gateway) are.
 #[derive(Debug, Clone, Args)]
@@ -71,6 +71,20 @@ pub enum LeaseCommand {
         #[arg(long, default_value_t = 100)]
         status_ms: u64,
         #[command(flatten)]
+        terms: TermsArgs,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Hand a grant to a named successor (with the secret `lease acquire`
+    /// printed): it ends now, and the successor's acquire takes the lease
+    /// with a higher token within 10 s; nobody else can in between.
+    Handover {
+        #[command(flatten)]
+        grant: GrantArgs,
+        /// The successor's holder name.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
         endpoints: Endpoints,
     },
     /// Renew a grant once (with the secret `lease acquire` printed).
@@ -113,6 +127,36 @@ pub enum LeaseCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+}
+
+/// What an acquire may ask for beyond holder and ttl.
+#[derive(Debug, Args)]
+pub struct TermsArgs {
+    /// 0..=1000: a waiting acquire of a higher priority preempts a
+    /// preemptible holder.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
+    /// A higher priority may preempt this grant.
+    #[arg(long)]
+    preemptible: bool,
+    /// After this grant expires (not after a release) the lease stays
+    /// unavailable this long.
+    #[arg(long, default_value_t = 0)]
+    lock_delay_ms: u64,
+    /// Renew this grant for at most this long.
+    #[arg(long)]
+    max_hold_ms: Option<u64>,
+}
+
+impl TermsArgs {
+    fn options(&self) -> AcquireOptions {
+        AcquireOptions {
+            priority: self.priority,
+            preemptible: self.preemptible,
+            lock_delay: Duration::from_millis(self.lock_delay_ms),
+            max_hold: self.max_hold_ms.map(Duration::from_millis),
+        }
+    }
 }
 
 /// Names one grant: what `lease acquire` printed.
@@ -204,14 +248,19 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             wait_ms,
             hold,
             status_ms,
+            terms,
             endpoints,
         } => {
             let client = endpoints.client()?;
             let ttl = Duration::from_millis(ttl_ms);
             let wait = wait_ms.map(Duration::from_millis);
+            let options = terms.options();
             if !hold {
                 return Ok(
-                    match client.acquire_grant(&lease, &holder, ttl, wait).await {
+                    match client
+                        .acquire_grant_with(&lease, &holder, ttl, wait, options)
+                        .await
+                    {
                         Ok(grant) => {
                             print_grant(endpoints.json, &grant, "granted");
                             ExitCode::SUCCESS
@@ -220,7 +269,10 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                     },
                 );
             }
-            let held = match client.acquire(&lease, &holder, ttl, wait).await {
+            let held = match client
+                .acquire_with(&lease, &holder, ttl, wait, options)
+                .await
+            {
                 Ok(held) => held,
                 Err(err) => return Ok(fail(&err)),
             };
@@ -261,6 +313,24 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 Err(err) => fail(&err),
             })
         }
+        LeaseCommand::Handover {
+            grant,
+            to,
+            endpoints,
+        } => Ok(
+            match endpoints.client()?.handover_grant(&grant.id(), &to).await {
+                Ok(token) => {
+                    let lease = &grant.lease;
+                    print(
+                        endpoints.json,
+                        &serde_json::json!({ "lease": lease, "to": to, "token": token }),
+                        format!("handed {lease} to {to} (its token {token})"),
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            },
+        ),
         LeaseCommand::Release { grant, endpoints } => {
             Ok(match endpoints.client()?.release_grant(&grant.id()).await {
                 Ok(()) => {

@@ -1,0 +1,217 @@
+//! Leadership semantics from the seed systems, on real processes (three
+//! election nodes and a gateway): a directed handover and preemption by
+//! priority, each while the old holder keeps writing; the fence refuses the
+//! old holder from the moment the new one holds.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_client::{AcquireOptions, Client, Error, Lease};
+use support::{http_client, sdk, spawn_gateway_for, Cluster, Process};
+use tokio::time::Instant;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Acquires once the gateway has the cluster's keys (it fetches the JWKS
+/// after it starts; until then the SDK's fence-on-acquire gets a 401).
+async fn acquire_when_ready(
+    client: &Client,
+    lease: &str,
+    holder: &str,
+    ttl: Duration,
+    options: AcquireOptions,
+) -> Lease {
+    for _ in 0..200 {
+        match client
+            .acquire_with(lease, holder, ttl, Some(Duration::from_secs(5)), options)
+            .await
+        {
+            Ok(lease) => return lease,
+            Err(Error::Protocol { status: 401, .. }) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("{holder} acquires {lease}: {err}"),
+        }
+    }
+    panic!("{holder} never acquired {lease}");
+}
+
+/// A raw write to `key` with `jwt`, outside any SDK check: the gateway's
+/// status.
+async fn raw_put(gateway: &Process, jwt: &str, key: &str) -> u16 {
+    http_client()
+        .put(format!("{}/v1/objects/{key}", gateway.url))
+        .bearer_auth(jwt)
+        .body("raw")
+        .send()
+        .await
+        .expect("gateway answers")
+        .status()
+        .as_u16()
+}
+
+/// Writes through `lease` every 20 ms until a write is refused; the
+/// outcomes in order.
+fn keep_writing(
+    lease: Arc<Lease>,
+    key: &'static str,
+) -> tokio::task::JoinHandle<Vec<Result<(), Error>>> {
+    tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        for i in 0..1000 {
+            let written = lease.put(key, format!("write {i}")).await.map(|_| ());
+            let refused = written.is_err();
+            outcomes.push(written);
+            if refused {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        outcomes
+    })
+}
+
+#[tokio::test]
+async fn a_handover_moves_the_lease_to_the_successor_and_fences_the_old_holder() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
+    let client = sdk(&cluster, Some(&gateway));
+    cluster.leader(&http_client()).await;
+    let ttl = Duration::from_secs(3);
+    let a = Arc::new(
+        acquire_when_ready(&client, "handover", "A", ttl, AcquireOptions::default()).await,
+    );
+    let a_jwt = a.jwt().expect("A holds");
+    let writes = keep_writing(a.clone(), "handover/state");
+    // B waits for the lease (as a standby would).
+    let b_client = client.clone();
+    let b = tokio::spawn(async move {
+        b_client
+            .acquire("handover", "B", ttl, Some(Duration::from_secs(10)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Bad input first: to oneself is refused and A still holds.
+    let refused = a.handover_to("A").await;
+    assert!(matches!(refused, Err(Error::BadRequest(_))), "{refused:?}");
+    assert!(a.is_held());
+
+    let handed_at = Instant::now();
+    let token = a.handover_to("B").await.expect("handover");
+    assert!(token > a.token(), "the successor's token is higher");
+    assert!(!a.is_held(), "A let go the moment it handed over");
+    let b = b.await.expect("B's task").expect("B acquires");
+    assert_eq!(b.token(), token, "B holds with the handover's token");
+    assert!(
+        handed_at.elapsed() < Duration::from_secs(2),
+        "B got it at once, not at an expiry: {:?}",
+        handed_at.elapsed()
+    );
+    b.put("handover/state", "from B")
+        .await
+        .expect("B's first write succeeds");
+    // A's writer stopped at its first refusal, which was local.
+    let outcomes = writes.await.expect("writer");
+    assert!(outcomes.len() > 5, "A wrote while it held: {outcomes:?}");
+    assert!(
+        matches!(outcomes.last(), Some(Err(Error::LeaseLost(_)))),
+        "{:?}",
+        outcomes.last()
+    );
+    // Outside the SDK, A's JWT is refused by the fence B raised.
+    assert_eq!(raw_put(&gateway, &a_jwt, "handover/state").await, 409);
+    let stored = b.get("handover/state").await.expect("get").expect("object");
+    assert_eq!(stored.value, "from B");
+}
+
+#[tokio::test]
+async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
+    let client = sdk(&cluster, Some(&gateway));
+    cluster.leader(&http_client()).await;
+    let ttl = Duration::from_secs(3);
+    let low_terms = AcquireOptions {
+        priority: 1,
+        preemptible: true,
+        ..AcquireOptions::default()
+    };
+    let low = Arc::new(acquire_when_ready(&client, "preempt", "low", ttl, low_terms).await);
+    let low_jwt = low.jwt().expect("low holds");
+    // When low's SDK stopped believing it holds.
+    let lost_at = Arc::new(Mutex::new(None));
+    let watcher = {
+        let (low, lost_at) = (low.clone(), lost_at.clone());
+        tokio::spawn(async move {
+            low.lost().await;
+            *lost_at.lock().expect("lock") = Some(Instant::now());
+        })
+    };
+    let writes = keep_writing(low.clone(), "preempt/state");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Equal priority, waiting, preempts nothing (stickiness).
+    let same = AcquireOptions {
+        priority: 1,
+        ..AcquireOptions::default()
+    };
+    let refused = client
+        .acquire_with(
+            "preempt",
+            "same",
+            ttl,
+            Some(Duration::from_millis(800)),
+            same,
+        )
+        .await;
+    assert!(matches!(refused, Err(Error::Held { .. })), "{refused:?}");
+    assert!(low.is_held());
+
+    let high_terms = AcquireOptions {
+        priority: 5,
+        ..AcquireOptions::default()
+    };
+    let asked = Instant::now();
+    let high = client
+        .acquire_with(
+            "preempt",
+            "high",
+            ttl,
+            Some(Duration::from_secs(10)),
+            high_terms,
+        )
+        .await
+        .expect("high acquires");
+    let granted_at = Instant::now();
+    assert!(high.token() > low.token());
+    watcher.await.expect("watcher");
+    let lost_at = lost_at.lock().expect("lock").expect("low lost the lease");
+    // S3: low stopped believing before high was granted.
+    assert!(
+        lost_at <= granted_at,
+        "overlap: low lost {:?} after high's grant",
+        lost_at - granted_at
+    );
+    // The gap: low learns at its next renewal (ttl/3) and releases; high is
+    // granted on that release, well before low's grant would have expired.
+    assert!(
+        granted_at - asked < Duration::from_secs(2),
+        "high waited {:?}",
+        granted_at - asked
+    );
+    let outcomes = writes.await.expect("writer");
+    let last = outcomes.last().expect("low wrote");
+    assert!(matches!(last, Err(Error::Preempted(_))), "{last:?}");
+    assert!(last.as_ref().expect_err("refused").is_lease_lost());
+    // S1: low's JWT is refused by the fence high raised.
+    assert_eq!(raw_put(&gateway, &low_jwt, "preempt/state").await, 409);
+    high.put("preempt/state", "from high")
+        .await
+        .expect("high writes");
+}
