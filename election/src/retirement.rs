@@ -1,9 +1,10 @@
 //! [`KeyRetirer`]: when the leader retires a rotated-out signing key.
 //!
 //! A key rotated out at time T signed its last token just before T, and no
-//! token lives longer than the longest ttl (plus the second `exp` is rounded
-//! up to). So the key is retired once that long has passed since the leader
-//! saw the rotation. Like lease deadlines, the clock restarts when
+//! token lives longer than two of the longest ttl (renewals reuse a JWT
+//! signed for two ttls: `signing::TokenCache`), plus the second `exp` is
+//! rounded up to. So the key is retired once that long has passed since the
+//! leader saw the rotation (`node.rs` sets it). Like lease deadlines, the clock restarts when
 //! leadership changes: a new leader waits the whole time again, which only
 //! publishes a key longer than needed, never shorter.
 
