@@ -215,3 +215,148 @@ async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
         .await
         .expect("high writes");
 }
+
+/// The fencing sidecar inside `palisade run`: the child gets
+/// `PALISADE_PROXY`, writes through it succeed for ten ttls (the JWT it
+/// stamps is renewed underneath), and once the grant is revoked the
+/// sidecar refuses within about one renew interval.
+#[tokio::test]
+async fn a_child_writes_through_the_sidecar_while_the_lease_is_held() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let http = http_client();
+    cluster.leader(&http).await;
+    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gw"));
+    let url_file = dir.path().join("proxy.url");
+    let bin = env!("CARGO_BIN_EXE_palisade");
+    let script = format!(
+        "echo \"$PALISADE_PROXY\" > {}; exec sleep 60",
+        url_file.display()
+    );
+    let ttl_ms = 600u64;
+    // The gateway may still be fetching the JWKS: `run` retries nothing,
+    // so wait until a raw fence read answers.
+    for _ in 0..100 {
+        let ready = http
+            .get(format!("{}/readyz", gateway.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut run = std::process::Command::new(bin)
+        .args([
+            "run",
+            "--lease",
+            "sidecar",
+            "--holder",
+            "runner",
+            "--ttl-ms",
+            &ttl_ms.to_string(),
+            "--election",
+            &cluster.urls().join(","),
+            "--gateway",
+            &gateway.url,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("palisade run");
+    let mut proxy = String::new();
+    for _ in 0..200 {
+        proxy = std::fs::read_to_string(&url_file)
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if !proxy.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        proxy.starts_with("http://127.0.0.1:"),
+        "PALISADE_PROXY: {proxy:?}"
+    );
+    let put = |key: &str, value: String| {
+        http.put(format!("{proxy}/v1/objects/{key}"))
+            .body(value)
+            .send()
+    };
+    // Ten ttls of writes, every 100 ms: every one succeeds.
+    let started = Instant::now();
+    let mut writes = 0;
+    while started.elapsed() < Duration::from_millis(10 * ttl_ms) {
+        let answer = put("sidecar/state", format!("w{writes}"))
+            .await
+            .expect("proxy answers");
+        assert_eq!(
+            answer.status().as_u16(),
+            200,
+            "write {writes}: {:?}",
+            answer.text().await
+        );
+        writes += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Outside the lease, and reads, through the same endpoint.
+    let outside = put("other/state", "x".into()).await.expect("proxy answers");
+    assert_eq!(outside.status().as_u16(), 403);
+    let read: serde_json::Value = http
+        .get(format!("{proxy}/v1/objects/sidecar/state"))
+        .send()
+        .await
+        .expect("read")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(read["value"], format!("w{}", writes - 1));
+
+    // Take the lease away: revoke its grant (renewals are refused).
+    let lease: serde_json::Value = http
+        .get(format!("{}/v1/leases/sidecar", cluster.urls()[0]))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let revoked = http
+        .post(format!("{}/v1/leases/sidecar/revoke", cluster.urls()[0]))
+        .json(&serde_json::json!({ "token": lease["token"] }))
+        .send()
+        .await
+        .expect("revoke");
+    assert_eq!(revoked.status().as_u16(), 200);
+    let revoked_at = Instant::now();
+    let refused_after = loop {
+        match put("sidecar/state", "late".into()).await {
+            Ok(answer) if answer.status().is_success() => {}
+            Ok(answer) => {
+                assert_eq!(answer.status().as_u16(), 409, "refused as lost");
+                break revoked_at.elapsed();
+            }
+            // The sidecar stopped with the child: refused too.
+            Err(_) => break revoked_at.elapsed(),
+        }
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(5),
+            "never refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // One renew interval is ttl/3 (200 ms); allow for a loaded machine.
+    assert!(
+        refused_after < Duration::from_millis(ttl_ms / 3 + 600),
+        "refused {refused_after:?} after the revoke"
+    );
+    let status = run.wait().expect("palisade run exits");
+    assert_eq!(status.code(), Some(3), "lost: the child was stopped");
+}

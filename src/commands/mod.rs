@@ -10,6 +10,7 @@ mod http;
 mod lease;
 mod object;
 mod policy;
+mod proxy;
 mod run;
 mod worker;
 
@@ -57,6 +58,9 @@ enum Command {
     Lease(lease::LeaseCommand),
     /// Run a command only while holding a lease.
     Run(run::RunArgs),
+    /// Hold a lease and serve a loopback endpoint that forwards object
+    /// reads and writes to the gateway with its current JWT (a sidecar).
+    Proxy(proxy::ProxyArgs),
     /// The election cluster's state.
     #[command(subcommand)]
     Cluster(lease::ClusterCommand),
@@ -100,6 +104,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => gateway::run(args).await,
         Command::Lease(command) => lease::run(command).await,
         Command::Run(args) => run::run(args).await,
+        Command::Proxy(args) => proxy::run(args).await,
         Command::Cluster(command) => lease::cluster(command).await,
         Command::Object(command) => object::run(command).await,
         Command::Fence(command) => fence::run(command).await,

@@ -4,6 +4,9 @@
 //! `PALISADE_JWT_FILE`: a file (0600, in a private directory) that always
 //! holds the current JWT — rewritten, by rename, whenever a renewal brings a
 //! new one — so a child writing for longer than a ttl reads it from there.
+//! With a gateway, the child also gets `PALISADE_PROXY`: the URL of a
+//! loopback sidecar (`proxy.rs`) that writes objects under the lease with
+//! the current JWT and refuses them (409) once the lease is lost.
 //! When the lease is lost the file is emptied and the child gets SIGTERM,
 //! then SIGKILL after a grace period. When the child exits, the lease is
 //! released and its exit code becomes ours.
@@ -34,6 +37,10 @@ pub struct RunArgs {
     /// After SIGTERM, how long the child has before SIGKILL.
     #[arg(long, default_value_t = 2_000)]
     grace_ms: u64,
+    /// Where the sidecar listens (with a gateway; loopback only). The child
+    /// gets its URL in PALISADE_PROXY.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    proxy_listen: std::net::SocketAddr,
     #[command(flatten)]
     endpoints: Endpoints,
     /// The command and its arguments.
@@ -42,10 +49,10 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let holder = args.holder.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-        format!("{}-{}", host.trim(), std::process::id())
-    });
+    let holder = args
+        .holder
+        .clone()
+        .unwrap_or_else(super::proxy::default_holder);
     let client = args.endpoints.client()?;
     let lease = match client
         .acquire(
@@ -67,14 +74,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let jwt_file = jwt_dir.path().join("lease.jwt");
     let mut current = lease.jwt().unwrap_or_default();
     write_atomically(&jwt_file, &current)?;
-    let mut child = tokio::process::Command::new(&args.command[0])
+    let lease = std::sync::Arc::new(lease);
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("PALISADE_LEASE", &args.lease)
         .env("PALISADE_TOKEN", lease.token().to_string())
         .env("PALISADE_JWT", &current)
         .env("PALISADE_JWT_FILE", &jwt_file)
-        .kill_on_drop(true)
-        .spawn()?;
+        .kill_on_drop(true);
+    let proxy = if args.endpoints.gateway.is_some() {
+        let (addr, server) = super::proxy::start(lease.clone(), args.proxy_listen).await?;
+        command.env("PALISADE_PROXY", format!("http://{addr}"));
+        Some(server)
+    } else {
+        None
+    };
+    // Stops the sidecar and releases the lease (once nothing else has it).
+    let release = |lease: std::sync::Arc<palisade_client::Lease>| async move {
+        if let Some(proxy) = proxy {
+            proxy.abort();
+            let _ = proxy.await;
+        }
+        if let Ok(lease) = std::sync::Arc::try_unwrap(lease) {
+            let _ = lease.release().await;
+        }
+    };
+    let mut child = command.spawn()?;
     let shutdown = super::shutdown_signal();
     let mut shutdown = std::pin::pin!(shutdown);
     // Renewals never wait on the child: the file is refreshed on a short
@@ -84,7 +110,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tokio::select! {
             status = child.wait() => {
                 let code = status?.code().unwrap_or(1);
-                let _ = lease.release().await;
+                release(lease).await;
                 return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
             }
             () = lease.lost() => break "lease lost",
@@ -114,7 +140,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         let _ = child.kill().await;
     }
-    let _ = lease.release().await;
+    release(lease).await;
     Ok(ExitCode::from(if stop_reason == "lease lost" {
         3
     } else {

@@ -1,0 +1,229 @@
+//! The fencing sidecar: `palisade proxy --lease NAME --listen ADDR`, and the
+//! same endpoint inside `palisade run`. A loopback HTTP endpoint forwards
+//! object reads and writes under the lease to the gateway, each stamped with
+//! the lease's current JWT (the SDK renews it in the background), so a child
+//! in any language writes fenced for as long as the lease is held — and is
+//! refused (409 `lost`) from the moment the SDK knows it is not.
+//!
+//! Routes: `GET|PUT|DELETE /v1/objects/{key}`, where `key` is the lease's
+//! name or lies under it (`{lease}/...`); anything else is 403. Answers are
+//! the gateway's JSON (a read answers `{"key","value","version","token"}`,
+//! the value as UTF-8 text or, if it is not, base64 with
+//! `"encoding":"base64"`).
+//!
+//! It listens on loopback only: whoever reaches it writes with the lease.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::Args;
+use palisade_client::{Error, Lease};
+use serde_json::{json, Value};
+
+use super::lease::Endpoints;
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// The lease to hold while serving.
+    #[arg(long)]
+    lease: String,
+    /// Where to listen: a loopback address (default: a free port on
+    /// 127.0.0.1, printed at start).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Holder name (default: hostname-pid).
+    #[arg(long)]
+    holder: Option<String>,
+    #[arg(long, default_value_t = 10_000)]
+    ttl_ms: u64,
+    /// How long to wait for the lease before giving up.
+    #[arg(long, default_value_t = 60_000)]
+    wait_ms: u64,
+    #[command(flatten)]
+    endpoints: Endpoints,
+}
+
+/// `hostname-pid`: the default holder name of a process's lease.
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// `palisade proxy`: holds the lease and serves the sidecar until a signal;
+/// exit code 3 if the lease was lost meanwhile (the endpoint answers 409
+/// from then on, until the signal).
+pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    if !args.listen.ip().is_loopback() {
+        eprintln!(
+            "error: --listen must be a loopback address (whoever reaches it writes with the lease)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    if args.endpoints.gateway.is_none() {
+        eprintln!("error: the proxy needs --gateway (or PALISADE_GATEWAY)");
+        return Ok(ExitCode::from(2));
+    }
+    let holder = args.holder.clone().unwrap_or_else(default_holder);
+    let client = args.endpoints.client()?;
+    let lease = match client
+        .acquire(
+            &args.lease,
+            &holder,
+            Duration::from_millis(args.ttl_ms),
+            Some(Duration::from_millis(args.wait_ms)),
+        )
+        .await
+    {
+        Ok(lease) => Arc::new(lease),
+        Err(err) => {
+            eprintln!("error: {err}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let (addr, server) = start(lease.clone(), args.listen).await?;
+    println!(
+        "proxy listening on http://{addr} for lease {} (token {})",
+        lease.name(),
+        lease.token()
+    );
+    let shutdown = super::shutdown_signal();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let lost = tokio::select! {
+        () = lease.lost() => true,
+        () = &mut shutdown => false,
+    };
+    if lost {
+        eprintln!("palisade proxy: lease lost; refusing writes until stopped");
+        shutdown.await;
+    }
+    server.abort();
+    if let Ok(lease) = Arc::try_unwrap(lease) {
+        let _ = lease.release().await;
+    }
+    Ok(ExitCode::from(if lost { 3 } else { 0 }))
+}
+
+/// Serves the sidecar for `lease` on `listen` (loopback); the address it
+/// got and the server task.
+///
+/// # Errors
+/// `listen` is not loopback, or cannot be bound.
+pub async fn start(
+    lease: Arc<Lease>,
+    listen: SocketAddr,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    anyhow::ensure!(
+        listen.ip().is_loopback(),
+        "the proxy listens on loopback only, not {listen}"
+    );
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = Router::new()
+        .route("/v1/objects/{*key}", get(read).put(write).delete(remove))
+        .with_state(lease);
+    let server = tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            tracing::error!(%err, "the proxy stopped");
+        }
+    });
+    Ok((addr, server))
+}
+
+/// A 403 unless `key` is the lease's name or lies under it.
+fn outside_the_lease(lease: &Lease, key: &str) -> Option<Response> {
+    let first = key.split('/').next().unwrap_or_default();
+    if first == lease.name() {
+        None
+    } else {
+        Some(refusal(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("this proxy writes only under the lease {}", lease.name()),
+        ))
+    }
+}
+
+fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({ "error": code, "message": message }))).into_response()
+}
+
+/// The answer for an SDK error: the status the gateway (or the loss) means.
+fn failed(err: &Error) -> Response {
+    let message = err.to_string();
+    match err {
+        Error::LeaseLost(_) | Error::Preempted(_) => {
+            refusal(StatusCode::CONFLICT, "lost", &message)
+        }
+        Error::Fenced { .. } => refusal(StatusCode::CONFLICT, "stale_token", &message),
+        Error::BadRequest(_) => refusal(StatusCode::BAD_REQUEST, "bad_request", &message),
+        Error::Unauthorized(_) => refusal(StatusCode::UNAUTHORIZED, "unauthorized", &message),
+        Error::Forbidden(_) => refusal(StatusCode::FORBIDDEN, "forbidden", &message),
+        Error::NotFound(_) => refusal(StatusCode::NOT_FOUND, "not_found", &message),
+        Error::Protocol { status, .. } => refusal(
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+            "gateway",
+            &message,
+        ),
+        _ => refusal(StatusCode::SERVICE_UNAVAILABLE, "unavailable", &message),
+    }
+}
+
+fn answered(result: Result<Value, Error>) -> Response {
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(err) => failed(&err),
+    }
+}
+
+async fn write(State(lease): State<Arc<Lease>>, Path(key): Path<String>, body: Bytes) -> Response {
+    if let Some(refused) = outside_the_lease(&lease, &key) {
+        return refused;
+    }
+    answered(lease.put(&key, body).await)
+}
+
+async fn remove(State(lease): State<Arc<Lease>>, Path(key): Path<String>) -> Response {
+    if let Some(refused) = outside_the_lease(&lease, &key) {
+        return refused;
+    }
+    answered(lease.delete(&key).await)
+}
+
+async fn read(State(lease): State<Arc<Lease>>, Path(key): Path<String>) -> Response {
+    if let Some(refused) = outside_the_lease(&lease, &key) {
+        return refused;
+    }
+    match lease.get(&key).await {
+        Ok(Some(object)) => {
+            let mut body = json!({
+                "key": key,
+                "version": object.version,
+                "token": object.token,
+            });
+            match std::str::from_utf8(&object.value) {
+                Ok(text) => body["value"] = json!(text),
+                Err(_) => {
+                    use base64::Engine;
+                    body["value"] =
+                        json!(base64::engine::general_purpose::STANDARD.encode(&object.value));
+                    body["encoding"] = json!("base64");
+                }
+            }
+            Json(body).into_response()
+        }
+        Ok(None) => refusal(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no object {key}"),
+        ),
+        Err(err) => failed(&err),
+    }
+}
