@@ -26,6 +26,10 @@ pub struct DevArgs {
     /// The gateway's port.
     #[arg(long, default_value_t = 8080)]
     gateway_port: u16,
+    /// The longest a blocking acquire or watch waits (the nodes'
+    /// --max-wait-ms; CI's fuzzing keeps it short).
+    #[arg(long, default_value_t = 60_000)]
+    max_wait_ms: u64,
 }
 
 /// The cluster and its gateway, stopped like Ctrl-C would stop them (SIGTERM,
@@ -92,6 +96,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         node.peer_port = first_peer_port + i;
         node.env = env.clone();
         node.args.clone_from(&policy_args);
+        node.args
+            .extend(["--max-wait-ms".to_owned(), args.max_wait_ms.to_string()]);
         // The status page shows the gateway's refused writes.
         node.args.extend([
             "--ui-gateway".to_owned(),

@@ -80,6 +80,10 @@ pub struct ElectionArgs {
     /// one more gets 429 with Retry-After.
     #[arg(long, default_value_t = 10_000)]
     max_waiters: usize,
+    /// The longest a blocking acquire or watch waits on this node; longer
+    /// `wait_ms` (up to the API's 60 000) are cut to it.
+    #[arg(long, default_value_t = 60_000)]
+    max_wait_ms: u64,
     /// A free lease's record is forgotten this long after it was freed, in ms
     /// (GET and watch then answer 404 for it; a later grant still gets a
     /// higher token).
@@ -158,6 +162,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     );
     config.snapshot_every = args.snapshot_every;
     config.max_waiters = args.max_waiters;
+    config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     config.max_leases = args.max_leases;
     if let Some(url) = args.ui_gateway {

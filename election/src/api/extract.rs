@@ -2,6 +2,8 @@
 //! from the path, a bounded JSON body checked against the node's limits), so
 //! a handler starts from typed, validated input.
 
+use std::time::Duration;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use http::request::Parts;
@@ -171,13 +173,17 @@ pub(super) fn check_token(token: FencingToken) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A `wait_ms` no longer than the node's `max_wait`.
-pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<(), ApiError> {
-    if u128::from(wait_ms) > config.max_wait.as_millis() {
+/// The longest `wait_ms` the API takes (a node waits at most its own
+/// `max_wait`, which may be shorter: longer waits are cut to it, as
+/// Consul's blocking queries cut theirs).
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// A `wait_ms` within the API's bound; the wait this node grants for it.
+pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<Duration, ApiError> {
+    if wait_ms > MAX_WAIT_MS {
         return Err(ApiError::BadRequest(format!(
-            "wait_ms must be at most {}",
-            config.max_wait.as_millis()
+            "wait_ms must be at most {MAX_WAIT_MS}"
         )));
     }
-    Ok(())
+    Ok(Duration::from_millis(wait_ms).min(config.max_wait))
 }

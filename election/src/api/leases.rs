@@ -115,7 +115,7 @@ impl Checked for AcquireRequest {
                 max.as_millis()
             )));
         }
-        check_wait(self.wait_ms.unwrap_or(0), config)
+        check_wait(self.wait_ms.unwrap_or(0), config).map(|_| ())
     }
 }
 
@@ -263,7 +263,8 @@ pub(super) async fn acquire(
     };
     let hash = SecretHash::of(&secret);
     let waits = body.wait_ms.is_some_and(|w| w > 0);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(body.wait_ms.unwrap_or(0));
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_wait);
     // A new name must fit under the cap on the table's size.
     let full = state.shared.read(|s| {
         !s.table.leases.contains_key(&lease) && s.table.leases.len() >= state.config.max_leases
@@ -865,7 +866,8 @@ impl Checked for HandoverRequest {
         check_token(self.token)?;
         check_holder(&self.to).map_err(|e| ApiError::BadRequest(format!("to: {e}")))?;
         if self.to == self.holder {
-            return Err(ApiError::BadRequest(
+            // Well-formed, but not a change this lease can make: 409.
+            return Err(ApiError::Conflict(
                 "a handover names another holder than the current one".into(),
             ));
         }

@@ -1,8 +1,6 @@
 //! Reading leases: one lease and the list (the leader's state, confirmed with
 //! a quorum), and the watch (a blocking query on any node's applied state).
 
-use std::time::Duration;
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
@@ -204,10 +202,10 @@ pub(super) async fn watch(
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
     let wait_ms = query.wait_ms.unwrap_or(30_000);
-    check_wait(wait_ms, &state.config)?;
+    let wait = check_wait(wait_ms, &state.config)?;
     let _waiting = state.waiter()?;
     let after = query.index.unwrap_or(0);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    let deadline = tokio::time::Instant::now() + wait;
     let mut bell = state.shared.bells.subscribe(&lease);
     loop {
         let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
