@@ -38,6 +38,15 @@ async fn acquire_when_ready(
     panic!("{holder} never acquired {lease}");
 }
 
+/// A three-node cluster with a leader, a gateway, and an SDK client of both.
+async fn cluster_with_gateway(dir: &std::path::Path) -> (Cluster, Process, Client) {
+    let cluster = Cluster::start(dir);
+    let gateway = spawn_gateway_for(&cluster, &dir.join("gateway"));
+    let client = sdk(&cluster, Some(&gateway));
+    cluster.leader(&http_client()).await;
+    (cluster, gateway, client)
+}
+
 /// A raw write to `key` with `jwt`, outside any SDK check: the gateway's
 /// status.
 async fn raw_put(gateway: &Process, jwt: &str, key: &str) -> u16 {
@@ -77,10 +86,7 @@ fn keep_writing(
 async fn a_handover_moves_the_lease_to_the_successor_and_fences_the_old_holder() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = Cluster::start(dir.path());
-    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
-    let client = sdk(&cluster, Some(&gateway));
-    cluster.leader(&http_client()).await;
+    let (_cluster, gateway, client) = cluster_with_gateway(dir.path()).await;
     let ttl = Duration::from_secs(3);
     let a = Arc::new(
         acquire_when_ready(&client, "handover", "A", ttl, AcquireOptions::default()).await,
@@ -132,10 +138,7 @@ async fn a_handover_moves_the_lease_to_the_successor_and_fences_the_old_holder()
 async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = Cluster::start(dir.path());
-    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
-    let client = sdk(&cluster, Some(&gateway));
-    cluster.leader(&http_client()).await;
+    let (_cluster, gateway, client) = cluster_with_gateway(dir.path()).await;
     let ttl = Duration::from_secs(3);
     let low_terms = AcquireOptions {
         priority: 1,

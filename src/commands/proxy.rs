@@ -16,7 +16,6 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -29,32 +28,18 @@ use palisade_client::{Error, Lease};
 use serde_json::{json, Value};
 
 use super::lease::Endpoints;
+use super::run::HoldArgs;
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
-    /// The lease to hold while serving.
-    #[arg(long)]
-    lease: String,
+    #[command(flatten)]
+    hold: HoldArgs,
     /// Where to listen: a loopback address (default: a free port on
     /// 127.0.0.1, printed at start).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Holder name (default: hostname-pid).
-    #[arg(long)]
-    holder: Option<String>,
-    #[arg(long, default_value_t = 10_000)]
-    ttl_ms: u64,
-    /// How long to wait for the lease before giving up.
-    #[arg(long, default_value_t = 60_000)]
-    wait_ms: u64,
     #[command(flatten)]
     endpoints: Endpoints,
-}
-
-/// `hostname-pid`: the default holder name of a process's lease.
-pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-    format!("{}-{}", host.trim(), std::process::id())
 }
 
 /// `palisade proxy`: holds the lease and serves the sidecar until a signal;
@@ -71,22 +56,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: the proxy needs --gateway (or PALISADE_GATEWAY)");
         return Ok(ExitCode::from(2));
     }
-    let holder = args.holder.clone().unwrap_or_else(default_holder);
-    let client = args.endpoints.client()?;
-    let lease = match client
-        .acquire(
-            &args.lease,
-            &holder,
-            Duration::from_millis(args.ttl_ms),
-            Some(Duration::from_millis(args.wait_ms)),
-        )
-        .await
-    {
+    let lease = match args.hold.acquire(&args.endpoints).await? {
         Ok(lease) => Arc::new(lease),
-        Err(err) => {
-            eprintln!("error: {err}");
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(code) => return Ok(code),
     };
     let (addr, server) = start(lease.clone(), args.listen).await?;
     println!(

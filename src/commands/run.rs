@@ -19,13 +19,16 @@ use anyhow::Context;
 
 use clap::Args;
 
+use palisade_client::Lease;
+
 use super::lease::Endpoints;
 
+/// The lease a process holds while it works (`run` and `proxy`).
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The lease to hold while the command runs.
+pub struct HoldArgs {
+    /// The lease to hold.
     #[arg(long)]
-    lease: String,
+    pub lease: String,
     /// Holder name (default: hostname-pid).
     #[arg(long)]
     holder: Option<String>,
@@ -34,6 +37,36 @@ pub struct RunArgs {
     /// How long to wait for the lease before giving up.
     #[arg(long, default_value_t = 60_000)]
     wait_ms: u64,
+}
+
+impl HoldArgs {
+    /// Acquires the lease through `endpoints`; on failure, says why on
+    /// stderr and gives the exit code.
+    pub async fn acquire(&self, endpoints: &Endpoints) -> anyhow::Result<Result<Lease, ExitCode>> {
+        let holder = self.holder.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        let acquired = endpoints
+            .client()?
+            .acquire(
+                &self.lease,
+                &holder,
+                Duration::from_millis(self.ttl_ms),
+                Some(Duration::from_millis(self.wait_ms)),
+            )
+            .await;
+        Ok(acquired.map_err(|err| {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    hold: HoldArgs,
     /// After SIGTERM, how long the child has before SIGKILL.
     #[arg(long, default_value_t = 2_000)]
     grace_ms: u64,
@@ -49,27 +82,11 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let holder = args
-        .holder
-        .clone()
-        .unwrap_or_else(super::proxy::default_holder);
-    let client = args.endpoints.client()?;
-    let lease = match client
-        .acquire(
-            &args.lease,
-            &holder,
-            Duration::from_millis(args.ttl_ms),
-            Some(Duration::from_millis(args.wait_ms)),
-        )
-        .await
-    {
+    let lease = match args.hold.acquire(&args.endpoints).await? {
         Ok(lease) => lease,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(code) => return Ok(code),
     };
-    tracing::info!(lease = %args.lease, token = lease.token(), "lease held; starting the command");
+    tracing::info!(lease = %args.hold.lease, token = lease.token(), "lease held; starting the command");
     let jwt_dir = private_dir()?;
     let jwt_file = jwt_dir.path().join("lease.jwt");
     let mut current = lease.jwt().unwrap_or_default();
@@ -78,7 +95,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
-        .env("PALISADE_LEASE", &args.lease)
+        .env("PALISADE_LEASE", &args.hold.lease)
         .env("PALISADE_TOKEN", lease.token().to_string())
         .env("PALISADE_JWT", &current)
         .env("PALISADE_JWT_FILE", &jwt_file)

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use palisade_serve::policy::{Policy, Principal, Right};
 
 use super::extract::{check_holder, check_token, check_wait, Checked, CheckedJson, LeaseCall};
-use super::openapi::{ErrorBody, LeaseNameParam};
+use super::openapi::{ErrorBody, HolderParam, LeaseNameParam};
 use super::state::ApiState;
 use crate::command::{Command, CommandResult, SecretHash, Terms};
 use crate::error::ApiError;
@@ -33,11 +33,7 @@ use crate::ElectionConfig;
 #[serde(deny_unknown_fields)]
 pub(super) struct AcquireRequest {
     /// Who asks: 1..=256 characters, no control characters.
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-    )]
+    #[schema(value_type = HolderParam)]
     holder: String,
     /// How long the grant lasts without renewal: within the node's
     /// `--min-ttl-ms..=--max-ttl-ms` (the schema states the defaults).
@@ -124,11 +120,7 @@ impl Checked for AcquireRequest {
 #[serde(deny_unknown_fields)]
 pub(super) struct HolderToken {
     /// The holder the grant was made to.
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-    )]
+    #[schema(value_type = HolderParam)]
     holder: String,
     #[schema(value_type = u64)]
     token: FencingToken,
@@ -606,11 +598,7 @@ pub(super) struct BatchRenewal {
     #[schema(value_type = LeaseNameParam)]
     lease: LeaseName,
     /// The holder the grant was made to.
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-    )]
+    #[schema(value_type = HolderParam)]
     holder: String,
     #[schema(value_type = u64)]
     token: FencingToken,
@@ -831,11 +819,7 @@ pub(super) async fn release(
 #[serde(deny_unknown_fields)]
 pub(super) struct HandoverRequest {
     /// The current holder.
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-    )]
+    #[schema(value_type = HolderParam)]
     holder: String,
     /// Its grant's token.
     #[schema(value_type = u64)]
@@ -844,11 +828,7 @@ pub(super) struct HandoverRequest {
     #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{32,128}$")]
     secret: Option<GrantSecret>,
     /// The successor: another holder name.
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-    )]
+    #[schema(value_type = HolderParam)]
     to: String,
     /// How long the lease waits for the successor's acquire:
     /// 500..=60 000 (default 10 000). Unclaimed, the reservation expires

@@ -31,6 +31,26 @@ pub(super) struct ErrorBody {
 #[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$", example = "orders")]
 pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
 
+/// A holder name: 1..=256 characters, no control characters (what
+/// `extract::check_holder` enforces; derive cannot state lengths on a
+/// newtype, so the schema is written out).
+#[derive(Debug)]
+pub(super) struct HolderParam;
+
+impl utoipa::PartialSchema for HolderParam {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .min_length(Some(1))
+            .max_length(Some(super::extract::MAX_HOLDER_LEN))
+            .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]+$"))
+            .examples(["worker-1"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for HolderParam {}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -57,7 +77,7 @@ pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
         super::cluster::metrics,
         super::ui::page,
     ),
-    components(schemas(ErrorBody, LeaseNameParam))
+    components(schemas(ErrorBody, LeaseNameParam, HolderParam))
 )]
 #[derive(Debug)]
 pub(super) struct ApiDoc;

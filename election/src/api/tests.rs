@@ -1078,7 +1078,7 @@ fn grant_of(g: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_reserves_the_lease_for_the_successor_with_a_higher_token() {
-    let node = node().await;
+    let node = std::sync::Arc::new(node().await);
     let (_, a) = acquire(&node, "jobs", json!({"holder": "A", "ttl_ms": 5000})).await;
     // Bad input changes nothing: to oneself, a bad window, not the holder.
     let mut to_self = grant_of(&a);
@@ -1108,23 +1108,10 @@ async fn a_handover_reserves_the_lease_for_the_successor_with_a_higher_token() {
 
     // B waits in the queue before the handover; C queued ahead of it.
     let waiter = |holder: &'static str| {
-        let app = node.app.clone();
+        let node = node.clone();
         tokio::spawn(async move {
-            let request = Request::post("/v1/leases/jobs/acquire")
-                .header("content-type", "application/json")
-                .body(Body::from(
-                    json!({"holder": holder, "ttl_ms": 5000, "wait_ms": 4000}).to_string(),
-                ))
-                .expect("request");
-            let response = app.oneshot(request).await.expect("answer");
-            let status = response.status();
-            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-                .await
-                .expect("body");
-            (
-                status,
-                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
-            )
+            let body = json!({"holder": holder, "ttl_ms": 5000, "wait_ms": 4000});
+            node.post("/v1/leases/jobs/acquire", body).await
         })
     };
     let c = waiter("C");
@@ -1190,7 +1177,7 @@ async fn an_unclaimed_handover_is_reserved_then_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_higher_priority_preempts_a_preemptible_holder() {
-    let node = node().await;
+    let node = std::sync::Arc::new(node().await);
     let (_, low) = acquire(
         &node,
         "jobs",
@@ -1222,25 +1209,13 @@ async fn a_waiting_higher_priority_preempts_a_preemptible_holder() {
     let (status, renewed) = node.post("/v1/leases/jobs/renew", grant_of(&low)).await;
     assert_eq!(status, StatusCode::OK, "not preempted yet: {renewed}");
 
-    let app = node.app.clone();
-    let high = tokio::spawn(async move {
-        let request = Request::post("/v1/leases/jobs/acquire")
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({"holder": "high", "ttl_ms": 3000, "priority": 5, "wait_ms": 5000})
-                    .to_string(),
-            ))
-            .expect("request");
-        let response = app.oneshot(request).await.expect("answer");
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .expect("body");
-        (
-            status,
-            serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
-        )
-    });
+    let high = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let body = json!({"holder": "high", "ttl_ms": 3000, "priority": 5, "wait_ms": 5000});
+            node.post("/v1/leases/jobs/acquire", body).await
+        })
+    };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, lease) = node.call(Method::GET, "/v1/leases/jobs", None).await;
     assert_eq!(lease["preempted_by"], "high", "{lease}");
