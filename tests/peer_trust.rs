@@ -15,12 +15,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{acquire, get_json, http_client, make_certs, Cluster};
 
-const RAFT_PATHS: [&str; 5] = [
+const RAFT_PATHS: [&str; 6] = [
     "/raft/append",
     "/raft/vote",
     "/raft/pre-vote",
     "/raft/snapshot",
     "/raft/transfer-leader",
+    "/raft/standing",
 ];
 
 /// A vote for `node` with the highest term there is.
@@ -212,6 +213,7 @@ async fn forged_raft_traffic_is_refused_and_changes_nothing() {
             (&as_node4, "4", forged_vote(4), "/raft/vote"),
             (&as_node4, "4", forged_append(4), "/raft/append"),
             (&as_node4, "4", json!({}), "/forward/v1/leases/kept/release"),
+            (&as_node4, "4", json!({}), "/raft/standing"),
             (&as_node3, "1", forged_vote(1), "/raft/vote"),
             (&as_node3, "3", forged_vote(1), "/raft/vote"),
             (&as_node3, "3", forged_vote(1), "/raft/pre-vote"),

@@ -85,9 +85,47 @@ pub struct ElectionConfig {
     /// leadership transfer to it. A cluster needs a quorum of nodes that
     /// may lead among those up to elect. Default false.
     pub never_lead: bool,
+    /// Leadership placement (ICE's server priority): the leader hands Raft
+    /// leadership to a member of strictly higher priority once that member
+    /// has answered and been caught up for `checks` checks in a row, one
+    /// check every `every` ([`crate::placement`]). Equal priorities never
+    /// move leadership (the leader is sticky). Default: priority 0, 3
+    /// checks, 1 s apart.
+    pub placement: Placement,
+    /// Replayable election timing: with a seed, this node's election timeout
+    /// is one fixed value drawn from (seed, its id, the peer ids) inside
+    /// `election_timeout` instead of a fresh random one per election
+    /// ([`ElectionConfig::raft_election_timeout`]). Default `None`.
+    pub timing_seed: Option<u64>,
     /// A gateway whose fencing audit the status page shows (`/ui`), with
     /// the API key and CA to call it with.
     pub ui_gateway: Option<UiGateway>,
+}
+
+/// How a node takes part in leadership placement ([`crate::placement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// This node's priority, 0..=[`Placement::MAX_PRIORITY`].
+    pub priority: u32,
+    /// Consecutive good checks before leadership moves (at least 1).
+    pub checks: u32,
+    /// The time between two checks.
+    pub every: Duration,
+}
+
+impl Placement {
+    /// The highest priority a node may have.
+    pub const MAX_PRIORITY: u32 = 1000;
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            priority: 0,
+            checks: 3,
+            every: Duration::from_secs(1),
+        }
+    }
 }
 
 /// Where the status page reads a gateway's refused writes from.
@@ -129,6 +167,8 @@ impl ElectionConfig {
             reclaim_after: Duration::from_secs(300),
             max_leases: 1_000_000,
             never_lead: false,
+            placement: Placement::default(),
+            timing_seed: None,
             ui_gateway: None,
         }
     }
@@ -172,7 +212,50 @@ impl ElectionConfig {
         if self.snapshot_every < 100 {
             return Err("snapshot interval must be at least 100 entries".into());
         }
+        if self.placement.priority > Placement::MAX_PRIORITY {
+            return Err(format!(
+                "the priority must be at most {}",
+                Placement::MAX_PRIORITY
+            ));
+        }
+        if self.placement.checks == 0 {
+            return Err("leadership placement needs at least one check".into());
+        }
+        if self.placement.every < Duration::from_millis(10) {
+            return Err("placement checks must be at least 10 ms apart".into());
+        }
         Ok(())
+    }
+
+    /// The election timeout range openraft draws from, in ms. Without a
+    /// timing seed, `election_timeout` itself. With one, a one-millisecond
+    /// range (openraft draws from `min..max`, max excluded, with its own
+    /// unseedable generator, so this pins the draw) at a point chosen from
+    /// the seed: the peers are ranked by a hash of (seed, id), each rank owns
+    /// an equal slot of the range, and a node sits in the first half of its
+    /// slot at a seeded offset. So every node's timeout differs from every
+    /// other's by at least half a slot (10 ms for 3 nodes in 60..120), which
+    /// keeps a fixed timing from splitting votes over and over, and the same
+    /// seed gives every node the same timeout on every start.
+    pub fn raft_election_timeout(&self) -> (u64, u64) {
+        let (min, max) = (
+            self.election_timeout.0.as_millis() as u64,
+            self.election_timeout.1.as_millis() as u64,
+        );
+        let Some(seed) = self.timing_seed else {
+            return (min, max);
+        };
+        let mut ranked: Vec<(u64, NodeId)> =
+            self.peers.keys().map(|&id| (mix(seed, id), id)).collect();
+        ranked.sort_unstable();
+        let rank = ranked
+            .iter()
+            .position(|&(_, id)| id == self.id)
+            .unwrap_or(0) as u64;
+        let slot = (max - min) / ranked.len().max(1) as u64;
+        let offset = mix(seed ^ 0x5eed, self.id) % (slot / 2).max(1);
+        let timeout = min + rank * slot + offset;
+        (timeout, timeout + 1)
     }
 
     /// The address peers dial for this node.
@@ -199,6 +282,17 @@ impl ElectionConfig {
             .ok_or_else(|| format!("this node's --peers entry {own:?} has no port"))?;
         Ok(SocketAddr::from(([0, 0, 0, 0], port)))
     }
+}
+
+/// A fixed 64-bit mix of (seed, id) (splitmix64's finalizer): the same
+/// inputs give the same number on every machine and every build.
+fn mix(seed: u64, id: NodeId) -> u64 {
+    let mut z = seed
+        .wrapping_add(id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
@@ -261,8 +355,56 @@ mod tests {
         let mut bad = config.clone();
         bad.ttl_range.0 = bad.election_timeout.1;
         assert!(bad.validate().expect_err("ttl").contains("ttl"));
+        let mut bad = config.clone();
+        bad.placement.priority = Placement::MAX_PRIORITY + 1;
+        assert!(bad.validate().expect_err("priority").contains("priority"));
+        let mut bad = config.clone();
+        bad.placement.checks = 0;
+        assert!(bad.validate().expect_err("checks").contains("check"));
         let mut bad = config;
         bad.id = 9;
         assert!(bad.validate().is_err());
+    }
+
+    /// A timing seed pins each node's timeout inside the range, the same on
+    /// every call, distinct between nodes by at least half a slot; another
+    /// seed moves them; no seed leaves the range alone.
+    #[test]
+    fn a_timing_seed_pins_distinct_timeouts() {
+        let peers = parse_peers("1=h:1,2=h:2,3=h:3").expect("ok");
+        let node = |id, seed| {
+            let mut config = ElectionConfig::new(
+                id,
+                "127.0.0.1:7101".parse().expect("addr"),
+                "/tmp".into(),
+                peers.clone(),
+            );
+            config.timing_seed = seed;
+            config.raft_election_timeout()
+        };
+        assert_eq!(node(1, None), (60, 120));
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200u64 {
+            let mut timeouts: Vec<u64> = (1..=3)
+                .map(|id| {
+                    let (min, max) = node(id, Some(seed));
+                    assert_eq!(max, min + 1);
+                    assert!((60..120).contains(&min), "seed {seed}: {min}");
+                    assert_eq!(node(id, Some(seed)), (min, max), "replayable");
+                    min
+                })
+                .collect();
+            seen.insert(timeouts.clone());
+            timeouts.sort_unstable();
+            assert!(
+                timeouts.windows(2).all(|w| w[1] - w[0] >= 10),
+                "seed {seed}: {timeouts:?}"
+            );
+        }
+        assert!(
+            seen.len() > 50,
+            "seeds hardly vary the timeouts: {}",
+            seen.len()
+        );
     }
 }

@@ -24,6 +24,7 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod placement;
 pub mod propose;
 pub mod read_batcher;
 pub mod retirement;

@@ -43,6 +43,8 @@ pub struct ElectionMetrics {
     pub reclaimed: Counter,
     /// Times this node saw the leader change (to another node or to none).
     pub leader_changes: Counter,
+    /// Leadership transfers this node started as leader (placement).
+    pub leader_transfers: Counter,
     /// Proposals that did not apply (no quorum, refused, fatal).
     pub proposal_failures: Counter,
     /// Renewal latency on the leader, in seconds.
@@ -93,6 +95,7 @@ impl Default for ElectionMetrics {
             revocations: Counter::default(),
             reclaimed: Counter::default(),
             leader_changes: Counter::default(),
+            leader_transfers: Counter::default(),
             proposal_failures: Counter::default(),
             renew_seconds: latency(),
             log_fsync_seconds: latency(),
@@ -151,6 +154,11 @@ impl Default for ElectionMetrics {
                 "palisade_election_leader_changes",
                 "Leader changes seen by this node",
                 &this.leader_changes,
+            ),
+            (
+                "palisade_election_leader_transfers",
+                "Leadership transfers this node started to place leadership by priority",
+                &this.leader_transfers,
             ),
             (
                 "palisade_election_proposal_failures",

@@ -44,6 +44,7 @@ use serde::Serialize;
 use crate::config::PeerTls;
 use crate::error::ApiError;
 use crate::incarnation::{Incarnations, INCARNATION_HEADER};
+use crate::placement::Standing;
 use crate::{NodeId, Raft, TypeConfig};
 
 /// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
@@ -209,6 +210,30 @@ impl PeerDialer {
             .request(method, self.url(target, addr, path))
             .header(FROM_HEADER, self.me.to_string())
             .header(INCARNATION_HEADER, self.incarnations.mine())
+    }
+
+    /// Asks `target` (peer address `addr`) for its [`Standing`], waiting at
+    /// most `timeout`.
+    ///
+    /// # Errors
+    /// Why there is no answer to trust.
+    pub async fn standing(
+        &self,
+        target: NodeId,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<Standing, String> {
+        let response = self
+            .request(reqwest::Method::POST, target, addr, "/raft/standing")
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("node {target} answered {}", response.status()));
+        }
+        self.answer_is_trusted(target, &response)?;
+        response.json().await.map_err(|e| e.to_string())
     }
 
     /// Whether an answer from `target` comes from the incarnation this node
@@ -456,14 +481,14 @@ async fn authenticate(State(gate): State<PeerGate>, mut request: Request, next: 
 
 /// What peers call on the peer listener: Raft RPC under `/raft/` and client
 /// requests forwarded to the leader under `/forward/` (the client API), all
-/// behind [`authenticate`]. A `never_lead` node refuses leadership
-/// transfers to it.
+/// behind [`authenticate`]. `standing` is what this node tells the leader
+/// of itself; a `never_lead` node refuses leadership transfers to it.
 pub fn peer_router(
     raft: Arc<Raft>,
     incarnations: Arc<Incarnations>,
     api: Router,
     tls: bool,
-    never_lead: bool,
+    standing: Standing,
 ) -> Router {
     let gate = PeerGate {
         raft: raft.clone(),
@@ -471,7 +496,7 @@ pub fn peer_router(
         tls,
         logged: Arc::default(),
     };
-    raft_routes(raft, never_lead)
+    raft_routes(raft, standing)
         .nest("/forward", api)
         .layer(axum::middleware::from_fn_with_state(gate, authenticate))
 }
@@ -534,9 +559,10 @@ fn parse_snapshot_frame(mut frame: Vec<u8>) -> Result<SnapshotParts, String> {
     Ok((vote, meta, data))
 }
 
-/// The routes peers call: `/raft/{append,vote,pre-vote,snapshot,transfer-leader}`.
-fn raft_routes(raft: Arc<Raft>, never_lead: bool) -> Router {
-    let transfer = if never_lead {
+/// The routes peers call:
+/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader,standing}`.
+fn raft_routes(raft: Arc<Raft>, standing: Standing) -> Router {
+    let transfer = if standing.never_lead {
         post(refuse_transfer)
     } else {
         post(transfer_leader)
@@ -550,6 +576,10 @@ fn raft_routes(raft: Arc<Raft>, never_lead: bool) -> Router {
             post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
         )
         .route("/raft/transfer-leader", transfer)
+        .route(
+            "/raft/standing",
+            post(move || async move { Json(standing) }),
+        )
         .with_state(raft)
 }
 

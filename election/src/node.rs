@@ -14,6 +14,7 @@ use crate::incarnation::Incarnations;
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
 use crate::network::{peer_router, PeerDialer};
+use crate::placement::{place_leadership, Standing};
 use crate::propose::Proposer;
 use crate::read_batcher::ReadBatcher;
 use crate::retirement::KeyRetirer;
@@ -90,11 +91,19 @@ impl ElectionNode {
         let shared = state_machine.shared();
         let log_store = SledLogStore::open(&db, shared.metrics.log_fsync_seconds.clone())?;
 
+        let (election_timeout_min, election_timeout_max) = config.raft_election_timeout();
+        if let Some(seed) = config.timing_seed {
+            tracing::info!(
+                seed,
+                timeout_ms = election_timeout_min,
+                "seeded election timing: one fixed election timeout"
+            );
+        }
         let raft_config = Config {
             cluster_name: "palisade".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
-            election_timeout_min: config.election_timeout.0.as_millis() as u64,
-            election_timeout_max: config.election_timeout.1.as_millis() as u64,
+            election_timeout_min,
+            election_timeout_max,
             enable_pre_vote: Some(true),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: 1000,
@@ -203,6 +212,13 @@ impl ElectionNode {
                 ),
                 config.reclaim_after,
             )),
+            tokio::spawn(place_leadership(
+                raft.clone(),
+                state.forwarder.clone(),
+                config.id,
+                config.placement,
+                state.shared.metrics.leader_transfers.clone(),
+            )),
             tokio::spawn(report_waiting(raft.clone(), config)),
             tokio::spawn(forget_removed_nodes(raft, incarnations.clone())),
             read_rounds,
@@ -235,7 +251,10 @@ impl ElectionNode {
             self.state.incarnations.clone(),
             api.clone(),
             self.peer_tls.is_some(),
-            self.state.config.never_lead,
+            Standing {
+                priority: self.state.config.placement.priority,
+                never_lead: self.state.config.never_lead,
+            },
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use palisade_election::config::{parse_peers, PeerTls};
+use palisade_election::config::{parse_peers, PeerTls, Placement};
 use palisade_election::{ElectionConfig, ElectionNode};
 
 #[derive(Debug, Args)]
@@ -64,6 +64,24 @@ pub struct ElectionArgs {
     /// or in a zone that must not lead).
     #[arg(long)]
     never_lead: bool,
+    /// This node's leadership priority, 0..=1000: the leader hands Raft
+    /// leadership to a caught-up member of higher priority after
+    /// --priority-checks good checks in a row (equal priorities never move
+    /// it).
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
+    /// Consecutive good checks (answered, holding the whole log) before
+    /// leadership moves to a higher priority.
+    #[arg(long, default_value_t = 3)]
+    priority_checks: u32,
+    /// Time between two placement checks, in ms.
+    #[arg(long, default_value_t = 1000)]
+    priority_check_ms: u64,
+    /// Replayable election timing: this node's election timeout is one
+    /// value drawn from (seed, node ids) inside --election-timeout-ms
+    /// rather than a fresh random one per election.
+    #[arg(long)]
+    timing_seed: Option<u64>,
     /// Election timeout range, in ms: MIN..MAX.
     #[arg(long, default_value = "60..120", value_parser = parse_range)]
     election_timeout_ms: (u64, u64),
@@ -152,6 +170,12 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     };
     config.heartbeat = Duration::from_millis(args.heartbeat_ms);
     config.never_lead = args.never_lead;
+    config.placement = Placement {
+        priority: args.priority,
+        checks: args.priority_checks,
+        every: Duration::from_millis(args.priority_check_ms),
+    };
+    config.timing_seed = args.timing_seed;
     config.election_timeout = (
         Duration::from_millis(args.election_timeout_ms.0),
         Duration::from_millis(args.election_timeout_ms.1),

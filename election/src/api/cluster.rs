@@ -25,7 +25,7 @@ use crate::{ElectionConfig, NodeId, TypeConfig};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
-    responses((status = 200, body = Object, description = "This node's view: node_id, state, leader, term, members, last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
+    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state, leader, term, members, last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     let metrics = state.raft.metrics().borrow_watched().clone();
@@ -37,6 +37,9 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         .collect();
     Json(json!({
         "node_id": state.config.id,
+        "priority": state.config.placement.priority,
+        "never_lead": state.config.never_lead,
+        "election_timeout_ms": state.config.raft_election_timeout(),
         "state": format!("{:?}", metrics.state),
         "leader": metrics.current_leader,
         "term": metrics.current_term,
