@@ -147,13 +147,24 @@ async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
     };
     let low = Arc::new(acquire_when_ready(&client, "preempt", "low", ttl, low_terms).await);
     let low_jwt = low.jwt().expect("low holds");
-    // When low's SDK stopped believing it holds.
+    // When low's SDK stopped believing it holds; then, like a worker, low
+    // campaigns again at once: it must not slip in ahead of high.
     let lost_at = Arc::new(Mutex::new(None));
     let watcher = {
-        let (low, lost_at) = (low.clone(), lost_at.clone());
+        let (low, lost_at, client) = (low.clone(), lost_at.clone(), client.clone());
         tokio::spawn(async move {
             low.lost().await;
             *lost_at.lock().expect("lock") = Some(Instant::now());
+            client
+                .acquire_with(
+                    "preempt",
+                    "low",
+                    ttl,
+                    Some(Duration::from_secs(4)),
+                    low_terms,
+                )
+                .await
+                .map(|lease| lease.token())
         })
     };
     let writes = keep_writing(low.clone(), "preempt/state");
@@ -193,7 +204,6 @@ async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
         .expect("high acquires");
     let granted_at = Instant::now();
     assert!(high.token() > low.token());
-    watcher.await.expect("watcher");
     let lost_at = lost_at.lock().expect("lock").expect("low lost the lease");
     // S3: low stopped believing before high was granted.
     assert!(
@@ -208,6 +218,16 @@ async fn a_higher_priority_preempts_a_writing_holder_without_overlap() {
         "high waited {:?}",
         granted_at - asked
     );
+    // From low letting go to high's grant: the release's commit and the
+    // grant's, not low's deadline.
+    assert!(
+        granted_at - lost_at < Duration::from_millis(500),
+        "high was granted {:?} after low let go",
+        granted_at - lost_at
+    );
+    // Low's new campaign waited behind high (who renews) and gave up.
+    let again = watcher.await.expect("watcher");
+    assert!(matches!(again, Err(Error::Held { .. })), "{again:?}");
     let outcomes = writes.await.expect("writer");
     let last = outcomes.last().expect("low wrote");
     assert!(matches!(last, Err(Error::Preempted(_))), "{last:?}");

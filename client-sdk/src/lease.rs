@@ -369,11 +369,25 @@ async fn renew_loop(shared: Arc<Shared>) {
                 return;
             }
             Err(Error::Preempted(reason)) => {
-                // Stop first (nothing more is written through this handle),
-                // then let go at once: the candidate waits for this release,
-                // not for the grant's deadline.
+                // Let go at once: the candidate waits for this release, not
+                // for the grant's deadline. The release runs on a task of
+                // its own, so the holder dropping this handle on the loss
+                // (this task is aborted then) does not cut it short; and it
+                // holds the release gate, taken before the loss is known,
+                // so the holder's next acquire of this lease waits for it.
+                let gate = shared
+                    .transport
+                    .release_gate(&shared.id.lease, &shared.id.holder);
+                let taken = gate.clone().try_lock_owned().ok();
+                let releasing = shared.clone();
+                tokio::spawn(async move {
+                    let _guard = match taken {
+                        Some(guard) => guard,
+                        None => gate.lock_owned().await,
+                    };
+                    let _ = releasing.transport.release_grant(&releasing.id).await;
+                });
                 shared.mark_lost_as(Error::Preempted(reason));
-                let _ = shared.transport.release_grant(&shared.id).await;
                 return;
             }
             Err(err) => {

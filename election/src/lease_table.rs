@@ -7,6 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, CommandResult, SecretHash, Terms};
 
+/// How long a preempted grant's lease, once released or expired, waits for
+/// its preemptor's acquire before it is free for anyone (the preemptor's
+/// call is waiting and takes it within a commit; this bounds the case where
+/// it gave up meanwhile).
+pub const PREEMPTION_RESERVATION_MS: u64 = 2_000;
+
 /// One lease as every node knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
@@ -65,6 +71,31 @@ impl LeaseRecord {
     /// Whether the lease waits for `holder` to take it over (a handover).
     pub fn reserved_for(&self, holder: &str) -> bool {
         self.reserved && !self.revoked && self.holder.as_deref() == Some(holder)
+    }
+
+    /// Ends a preempted grant by reserving the lease for its preemptor, the
+    /// way a handover does: a grant with a new (higher) token and no secret
+    /// yet, which only the preemptor's acquire takes, for at most
+    /// [`PREEMPTION_RESERVATION_MS`] (then it expires like any grant). So
+    /// nobody slips in between the release and the preemptor's acquire (a
+    /// preempted holder that campaigns again at once would, otherwise).
+    /// Returns false, changing nothing, if the grant was not preempted.
+    fn reserve_for_preemptor(&mut self, index: u64) -> bool {
+        let Some(to) = self.preempted_by.take() else {
+            return false;
+        };
+        self.holder = Some(to);
+        self.token = FencingToken(index);
+        self.ttl_ms = PREEMPTION_RESERVATION_MS;
+        self.transitions += 1;
+        self.modify_index = index;
+        self.grant_index = index;
+        self.secret = None;
+        self.revoked = false;
+        self.terms = Terms::default();
+        self.reserved = true;
+        self.lock_delayed = false;
+        true
     }
 
     /// Ends the current grant: the lease is free.
@@ -277,17 +308,25 @@ impl LeaseTable {
                         && record.opens(secret.as_ref())
                         && grant_index.is_none_or(|g| g >= record.grant_index) =>
                 {
-                    record.free(index);
-                    record.lock_delayed = false;
+                    if !record.reserve_for_preemptor(index) {
+                        record.free(index);
+                        record.lock_delayed = false;
+                    }
                     CommandResult::Freed
                 }
                 _ => CommandResult::Lost,
             },
             Command::Expire { lease, token } => match self.leases.get_mut(lease) {
                 Some(record) if record.holder.is_some() && record.token == *token => {
-                    // An unclaimed handover asked for no lock-delay.
-                    record.lock_delayed = !record.reserved && record.terms.lock_delay_ms > 0;
-                    record.free(index);
+                    // An unclaimed handover asked for no lock-delay. A
+                    // preempted grant that ran out goes to its preemptor,
+                    // unless it asked for a lock-delay: that is kept (the
+                    // preemptor heads the queue when it ends).
+                    let delay = !record.reserved && record.terms.lock_delay_ms > 0;
+                    if delay || !record.reserve_for_preemptor(index) {
+                        record.lock_delayed = delay;
+                        record.free(index);
+                    }
                     CommandResult::Freed
                 }
                 _ => CommandResult::Lost,
@@ -723,7 +762,10 @@ mod tests {
             ),
             CommandResult::Held { .. }
         ));
-        // The preempted holder's release frees it at once, with no delay.
+        // The preempted holder's release ends its grant at once and reserves
+        // the lease for the preemptor, with a higher token: a third party
+        // (or the old holder campaigning again) finds it held; the
+        // preemptor's acquire takes it, with its own secret and ttl.
         let release = Command::Release {
             lease: name("a"),
             holder: "low".into(),
@@ -732,12 +774,38 @@ mod tests {
             secret: Some(SecretHash::from_bytes([1; 32])),
         };
         assert_eq!(table.apply(10, &release), CommandResult::Freed);
-        assert!(table.leases["a"].preempted_by.is_none());
+        let record = &table.leases["a"];
+        assert!(record.reserved_for("high") && record.preempted_by.is_none());
+        assert_eq!(record.ttl_ms, PREEMPTION_RESERVATION_MS);
+        assert!(matches!(
+            table.apply(11, &acquire_with("low", 1, low, false)),
+            CommandResult::Held { .. }
+        ));
+        assert_eq!(
+            table.apply(12, &acquire_with("high", 3, high, true)),
+            CommandResult::Granted {
+                token: FencingToken(10),
+                ttl_ms: 1000,
+                new_grant: true,
+                grant_index: 12
+            }
+        );
+        table.apply(
+            13,
+            &Command::Release {
+                lease: name("a"),
+                holder: "high".into(),
+                token: FencingToken(10),
+                grant_index: None,
+                secret: Some(SecretHash::from_bytes([3; 32])),
+            },
+        );
+        assert!(table.leases["a"].holder.is_none());
         // A grant that is not preemptible is not preempted by anyone.
-        table.apply(11, &acquire_with("high", 3, high, false));
+        table.apply(14, &acquire_with("high", 3, high, false));
         assert!(matches!(
             table.apply(
-                12,
+                15,
                 &acquire_with(
                     "higher",
                     4,

@@ -149,7 +149,7 @@ pub struct TermsArgs {
 }
 
 impl TermsArgs {
-    fn options(&self) -> AcquireOptions {
+    pub fn options(&self) -> AcquireOptions {
         AcquireOptions {
             priority: self.priority,
             preemptible: self.preemptible,

@@ -21,7 +21,7 @@ use clap::Args;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::lease::Endpoints;
+use super::lease::{Endpoints, TermsArgs};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -42,6 +42,8 @@ pub struct WorkerArgs {
     /// Append a JSON line per event to this file.
     #[arg(long)]
     history: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    terms: TermsArgs,
     #[command(flatten)]
     endpoints: Endpoints,
 }
@@ -158,7 +160,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     loop {
         let acquired = tokio::select! {
             () = &mut shutdown => return Ok(ExitCode::SUCCESS),
-            acquired = client.acquire(&args.lease, &args.holder, Duration::from_millis(args.ttl_ms), Some(Duration::from_secs(30))) => acquired,
+            acquired = client.acquire_with(&args.lease, &args.holder, Duration::from_millis(args.ttl_ms), Some(Duration::from_secs(30)), args.terms.options()) => acquired,
         };
         let lease = match acquired {
             Ok(lease) => lease,

@@ -19,6 +19,11 @@
 //!   30 s and show the newest lease from its own state;
 //! - 200 blocking acquirers queued on one lease, which passes down the
 //!   queue (each waiter releases once granted): none may be refused 409;
+//! - preemption: the workers acquire preemptible at priority 0; a "boss"
+//!   worker of priority 10 campaigns for a held lease, must hold it within
+//!   `RECOVERY_MS` (the holder learns on its next renew and lets go), writes
+//!   for a while and stops; its history joins the others, so the checker
+//!   sees no overlap (S3) and no stale write accepted (S1) across it;
 //! - network partitions that drop real packets (`netns.rs`): the Raft leader
 //!   isolated, a follower isolated (majority/minority), and a bridge (the
 //!   leader cut from one follower, both still reaching the third);
@@ -39,7 +44,8 @@
 //!
 //! CI mode: `PALISADE_FAULT_SECONDS` (default 60) of faults, every kind at
 //! least once, with a printed seed; `PALISADE_FAULT_SEED=N` replays a
-//! schedule; a long `PALISADE_FAULT_SECONDS` is the soak. Partitions need
+//! schedule, and with it the election nodes' timeouts (the seed is their
+//! `--timing-seed`); a long `PALISADE_FAULT_SECONDS` is the soak. Partitions need
 //! root (a network namespace) and drift needs libfaketime; without them the
 //! suite says what it skips, and `PALISADE_FAULT_STRICT=1` (set by `.ci/run`)
 //! makes that a failure. A violation fails the test and keeps the histories
@@ -117,10 +123,10 @@ fn worker(
     cluster: &Cluster,
     access: &Access,
     gateway: &str,
-    lease: &str,
-    holder: &str,
+    (lease, holder): (&str, &str),
     history: &Path,
     env: &[(String, String)],
+    extra: &[&str],
 ) -> Child {
     Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args([
@@ -144,6 +150,7 @@ fn worker(
             "--history",
         ])
         .arg(history)
+        .args(extra)
         .args(access.cli_args("orders"))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
@@ -172,6 +179,11 @@ const WIPE_FOLLOWER: &str = "follower wiped, restarted with its flags, then repl
 const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows";
 const LAGGING_FOLLOWER: &str = "follower lagging past the purge point, big table";
 const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
+const PREEMPT: &str = "a higher-priority worker preempts the holder";
+
+/// The priority of the preempting worker (the others acquire at 0,
+/// preemptible).
+const BOSS_PRIORITY: &str = "10";
 
 /// Leases granted (and kept, ttl 1 h) per batch while a follower is paused:
 /// with snapshots every [`SNAPSHOT_EVERY`] entries and openraft keeping
@@ -243,17 +255,20 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         HOSTILE_CLIENT,
         LAGGING_FOLLOWER,
         MANY_WAITERS,
+        PREEMPT,
     ];
     if partitions {
         kinds.extend([ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE]);
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut harness = Harness::start(dir.path(), partitions, faketime.as_deref(), drift).await;
+    let mut harness =
+        Harness::start(dir.path(), seed, partitions, faketime.as_deref(), drift).await;
     let mut schedule = Schedule(seed);
     let mut faults: Vec<Fault> = Vec::new();
     let first_kind = schedule.next(kinds.len() as u64) as usize;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(seconds) {
+    // At least one fault of every kind, however slow the machine.
+    while started.elapsed() < Duration::from_secs(seconds) || faults.len() < kinds.len() {
         tokio::time::sleep(Duration::from_millis(1000 + schedule.next(1500))).await;
         // Every kind in turn (from a seeded start), so even a short run has
         // each; the seed also picks the durations and the victims.
@@ -280,7 +295,8 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
         max_gap_ns: longest_fault + RECOVERY_MS * 1_000_000,
         recovery_ns: RECOVERY_MS * 1_000_000,
     };
-    let violations = check(&history, bounds);
+    let mut violations = check(&history, bounds);
+    violations.extend(preemption_gaps(&history));
     report(seed, &history, &kinds, bounds);
     if !violations.is_empty() {
         let kept = keep(seed, &harness.histories, &history.faults);
@@ -312,6 +328,36 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
     assert!(reads >= 50, "too few reads to mean anything: {reads}");
 }
 
+/// The handoff of each preemption: from the moment the preempted holder
+/// stopped believing in its lease to the boss's grant. The holder lets go
+/// as soon as its renew says `preempted` (one commit for the release, one
+/// for the boss's grant); one that did not would hold the boss up until its
+/// deadline, so the bound is the ttl. Prints each gap; returns violations.
+fn preemption_gaps(history: &History) -> Vec<String> {
+    let mut violations = Vec::new();
+    for boss in history.held.iter().filter(|h| h.holder.starts_with("boss")) {
+        let before = history
+            .held
+            .iter()
+            .filter(|h| h.lease == boss.lease && h.holder != boss.holder && h.to <= boss.from)
+            .map(|h| h.to)
+            .max();
+        let Some(before) = before else { continue };
+        let gap_ms = (boss.from - before) / 1_000_000;
+        eprintln!(
+            "fault suite: {} took {} {gap_ms} ms after the holder let go",
+            boss.holder, boss.lease
+        );
+        if gap_ms > TTL_MS {
+            violations.push(format!(
+                "preemption: {} waited {gap_ms} ms for {} after its holder let go (bound {TTL_MS} ms)",
+                boss.holder, boss.lease
+            ));
+        }
+    }
+    violations
+}
+
 /// Who holds which lease: two workers per lease.
 const ROLES: [(&str, &str); 4] = [
     ("orders.alpha", "w1"),
@@ -322,6 +368,8 @@ const ROLES: [(&str, &str); 4] = [
 
 /// The processes under test and how to hurt them.
 struct Harness {
+    /// Where histories go.
+    dir: PathBuf,
     /// The `admin` principal's client.
     http: reqwest::Client,
     access: Access,
@@ -350,9 +398,16 @@ impl Drop for Harness {
 }
 
 impl Harness {
-    /// Three election nodes (node 3 drifting fast), a gateway, and the
-    /// workers of `ROLES` (w2 drifting slow).
-    async fn start(dir: &Path, partitions: bool, faketime: Option<&Path>, drift: f64) -> Self {
+    /// Three election nodes (node 3 drifting fast) whose election timeouts
+    /// the seed fixes (`--timing-seed`), a gateway, and the workers of
+    /// `ROLES` (w2 drifting slow), which acquire preemptible.
+    async fn start(
+        dir: &Path,
+        seed: u64,
+        partitions: bool,
+        faketime: Option<&Path>,
+        drift: f64,
+    ) -> Self {
         let setups = (1..=3)
             .map(|id| {
                 let host = if partitions {
@@ -361,7 +416,12 @@ impl Harness {
                     "127.0.0.1".into()
                 };
                 let mut setup = node_setup(dir, id, &host);
-                setup.args = vec!["--snapshot-every".into(), SNAPSHOT_EVERY.into()];
+                setup.args = vec![
+                    "--snapshot-every".into(),
+                    SNAPSHOT_EVERY.into(),
+                    "--timing-seed".into(),
+                    seed.to_string(),
+                ];
                 if id == 3 {
                     setup.env = drift_env(faketime, 1.0 + drift);
                 }
@@ -389,7 +449,15 @@ impl Harness {
                 } else {
                     Vec::new()
                 };
-                worker(&cluster, &access, &gateway.url, lease, holder, path, &env)
+                worker(
+                    &cluster,
+                    &access,
+                    &gateway.url,
+                    (lease, holder),
+                    path,
+                    &env,
+                    &["--preemptible"],
+                )
             })
             .collect();
         let thief_stop = palisade_client::CancellationToken::new();
@@ -399,6 +467,7 @@ impl Harness {
             thief_stop.clone(),
         ));
         Self {
+            dir: dir.to_owned(),
             http,
             access,
             cluster,
@@ -558,6 +627,48 @@ impl Harness {
                     "{} of {WAITERS} waiters were not served, e.g. {:?}",
                     refused.len(),
                     &refused[..refused.len().min(3)]
+                );
+            }
+            PREEMPT => {
+                let lease = ROLES[2 * schedule.next(2) as usize].0;
+                let boss = format!("boss{}", self.histories.len());
+                let path = self.dir.join(format!("{boss}.jsonl"));
+                let mut child = worker(
+                    cluster,
+                    &self.access,
+                    &self.gateway.url,
+                    (lease, &boss),
+                    &path,
+                    &[],
+                    &["--priority", BOSS_PRIORITY],
+                );
+                self.histories.push(path);
+                // The holder learns it is preempted on its next renew and
+                // lets go; the boss, first in the queue by priority, is
+                // granted then: within a renew interval and a commit, well
+                // inside RECOVERY_MS.
+                let asked = Instant::now();
+                let mut took = None;
+                while asked.elapsed() < Duration::from_millis(RECOVERY_MS) {
+                    if current_holder(http, cluster, lease).await.as_deref() == Some(&boss) {
+                        took = Some(asked.elapsed());
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if took.is_some() {
+                    // It leads and writes for a while, then stops (and
+                    // releases): the workers take the lease back.
+                    tokio::time::sleep(Duration::from_millis(500 + schedule.next(1000))).await;
+                }
+                signal(child.id(), "TERM");
+                let _ = child.wait();
+                let took = took.unwrap_or_else(|| {
+                    panic!("{boss} (priority {BOSS_PRIORITY}) did not preempt the holder of {lease} within {RECOVERY_MS} ms")
+                });
+                eprintln!(
+                    "fault suite: {boss} preempted {lease} in {} ms",
+                    took.as_millis()
                 );
             }
             other => unreachable!("unknown fault {other}"),
