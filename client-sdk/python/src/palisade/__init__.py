@@ -9,6 +9,10 @@
   *send* time of the request, refuses writes locally after it, stamps its JWT
   on every write, and turns a 409 ``stale_token`` into :class:`LeaseLost`
   (precisely :class:`Fenced`).
+- :class:`AcquireOptions` asks for a priority (a waiting higher priority
+  preempts a preemptible holder: :class:`Preempted`), a lock-delay after an
+  expiry (:class:`LockDelay`) or a cap on how long a grant is renewed;
+  :meth:`Lease.handover_to` hands a held lease to a named successor.
 - :class:`Elector` runs work only while leading.
 
 Errors are all :class:`PalisadeError`; :class:`LeaseLost` means "stop
@@ -16,7 +20,13 @@ leading", :class:`Unavailable` transport trouble, :class:`Held` someone else
 holds the lease.
 """
 
-from ._client import DEFAULT_ELECTION, DEFAULT_GATEWAY, Client, check_lease_name
+from ._client import (
+    DEFAULT_ELECTION,
+    DEFAULT_GATEWAY,
+    AcquireOptions,
+    Client,
+    check_lease_name,
+)
 from ._elector import Elector, Task
 from ._errors import (
     BadRequest,
@@ -24,8 +34,10 @@ from ._errors import (
     Forbidden,
     Held,
     LeaseLost,
+    LockDelay,
     NotFound,
     PalisadeError,
+    Preempted,
     ProtocolError,
     Unauthorized,
     Unavailable,
@@ -38,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "API_KEY_HEADER",
+    "AcquireOptions",
     "DEFAULT_ELECTION",
     "DEFAULT_GATEWAY",
     "BadRequest",
@@ -52,10 +65,12 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "LeaseLost",
+    "LockDelay",
     "NotFound",
     "Object",
     "OnLost",
     "PalisadeError",
+    "Preempted",
     "ProtocolError",
     "Task",
     "Unauthorized",

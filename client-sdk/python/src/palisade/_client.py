@@ -12,7 +12,7 @@ import time
 from types import TracebackType
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
-from ._errors import BadRequest, Held, PalisadeError, ProtocolError
+from ._errors import BadRequest, Held, LockDelay, PalisadeError, ProtocolError
 from ._lease import Lease, OnLost
 from ._model import Grant, GrantId, LeaseInfo, Object
 from ._transport import ClientConfig, Transport
@@ -37,6 +37,49 @@ def _check_api_key(key: str) -> str:
     if not key or any(not 0x21 <= ord(c) <= 0x7E for c in key):
         raise BadRequest("an API key must be non-empty visible ASCII")
     return key
+
+
+@dataclasses.dataclass(frozen=True)
+class AcquireOptions:
+    """What an acquire may ask for beyond holder and ttl (README:
+    leadership semantics)."""
+
+    #: 0..=1000. A waiting acquire of a higher priority than a preemptible
+    #: holder's preempts it (the holder's next renewal is refused with
+    #: :class:`Preempted`); waiters queue by priority. Equal priority never
+    #: preempts.
+    priority: int = 0
+    #: A waiting acquire of a higher priority may preempt this grant.
+    preemptible: bool = False
+    #: Seconds the lease stays unavailable after this grant *expires* (not
+    #: after a release), so a crashed holder's writes in flight drain first.
+    lock_delay: float = 0.0
+    #: Renew this grant for at most this many seconds (``None``: no cap).
+    max_hold: Optional[float] = None
+
+    def body(self) -> Dict[str, Any]:
+        """The acquire body's fields for these options (none for defaults).
+        Raises :class:`BadRequest` for a value out of range."""
+        if (
+            not isinstance(self.priority, int)
+            or isinstance(self.priority, bool)
+            or not 0 <= self.priority <= 1000
+        ):
+            raise BadRequest(f"the priority must be an integer in 0..=1000, not {self.priority!r}")
+        if not self.lock_delay >= 0:
+            raise BadRequest(f"bad lock_delay {self.lock_delay!r}")
+        if self.max_hold is not None and not self.max_hold > 0:
+            raise BadRequest(f"bad max_hold {self.max_hold!r}")
+        fields: Dict[str, Any] = {}
+        if self.priority:
+            fields["priority"] = self.priority
+        if self.preemptible:
+            fields["preemptible"] = True
+        if self.lock_delay:
+            fields["lock_delay_ms"] = int(round(self.lock_delay * 1000))
+        if self.max_hold is not None:
+            fields["max_hold_ms"] = int(round(self.max_hold * 1000))
+        return fields
 
 
 def new_secret() -> str:
@@ -173,18 +216,23 @@ class Client:
         ttl: float = 5.0,
         wait: Optional[float] = None,
         on_lost: Optional[OnLost] = None,
+        *,
+        options: Optional[AcquireOptions] = None,
     ) -> Lease:
         """Acquires ``lease`` for ``holder`` with ``ttl`` seconds, waiting up to
         ``wait`` seconds for it to be free (``None``: try once). Raises the
         gateway fence to the new token first (fence-on-acquire) and returns a
         :class:`Lease` that renews itself in a background thread until
         released or lost; ``on_lost(reason)`` is called once on loss.
+        ``options`` asks for a priority, preemptibility, lock-delay or
+        max-hold.
 
         Raises :class:`Held` if someone else holds it (after ``wait``),
+        :class:`LockDelay` if a lock-delay outlasts ``wait``,
         :class:`Unavailable` if no quorum answered, :class:`BadRequest` for a
-        bad name, holder or ttl, :class:`Unauthorized`/:class:`Forbidden`
-        under a policy."""
-        grant, sent = self._acquire(lease, holder, ttl, wait)
+        bad name, holder, ttl or option, :class:`Unauthorized`/
+        :class:`Forbidden` under a policy."""
+        grant, sent = self._acquire(lease, holder, ttl, wait, options)
         handle = Lease(self._transport, grant, sent, on_lost)
         if self.config.fence_on_acquire and self.config.gateway:
             try:
@@ -206,21 +254,34 @@ class Client:
         ttl: float = 5.0,
         wait: Optional[float] = None,
         on_lost: Optional[OnLost] = None,
+        *,
+        options: Optional[AcquireOptions] = None,
     ) -> Iterator[Lease]:
         """``with client.lease(name, holder, ttl=5.0, wait=30.0) as lease:``
         — :meth:`acquire` on entry, release on exit (if still held)."""
-        with self.acquire(lease, holder, ttl, wait, on_lost) as handle:
+        with self.acquire(lease, holder, ttl, wait, on_lost, options=options) as handle:
             yield handle
 
     def acquire_grant(
-        self, lease: str, holder: str, ttl: float = 5.0, wait: Optional[float] = None
+        self,
+        lease: str,
+        holder: str,
+        ttl: float = 5.0,
+        wait: Optional[float] = None,
+        *,
+        options: Optional[AcquireOptions] = None,
     ) -> Grant:
         """One acquire, without a renewing handle or a fence (for tools that
         manage renewals themselves). Errors as :meth:`acquire`."""
-        return self._acquire(lease, holder, ttl, wait)[0]
+        return self._acquire(lease, holder, ttl, wait, options)[0]
 
     def _acquire(
-        self, lease: str, holder: str, ttl: float, wait: Optional[float]
+        self,
+        lease: str,
+        holder: str,
+        ttl: float,
+        wait: Optional[float],
+        options: Optional[AcquireOptions],
     ) -> Tuple[Grant, float]:
         """Acquires, waiting up to ``wait``; the grant and the send time of
         the request that got it (where its safe deadline starts)."""
@@ -229,6 +290,7 @@ class Client:
             raise BadRequest("the holder must not be empty")
         if not ttl > 0:
             raise BadRequest(f"bad ttl {ttl!r}")
+        terms = (options or AcquireOptions()).body()
         # Our own secret, the same for every request of this call, so that a
         # retry (its answer lost, or a slice that timed out here but was
         # granted there) is recognised as the same client: the same grant.
@@ -245,6 +307,7 @@ class Client:
                 "holder": holder,
                 "ttl_ms": int(round(ttl * 1000)),
                 "secret": secret,
+                **terms,
             }
             if wait is not None:
                 remaining = max(deadline - time.monotonic(), 0.0)
@@ -262,6 +325,10 @@ class Client:
             error = answer.error()
             if isinstance(error, Held) and time.monotonic() < deadline:
                 continue
+            if isinstance(error, LockDelay) and time.monotonic() < deadline:
+                # The node waits out a lock-delay only within the slice.
+                time.sleep(max(0.0, min(error.retry_after, deadline - time.monotonic())))
+                continue
             raise error
 
     def renew_grant(self, grant_id: GrantId) -> Grant:
@@ -269,6 +336,13 @@ class Client:
         :class:`LeaseLost` if the grant is gone, revoked or the secret
         wrong."""
         return self._transport.renew_grant(grant_id)
+
+    def handover_grant(self, grant_id: GrantId, successor: str) -> int:
+        """Hands a grant to ``successor`` (:meth:`Lease.handover_to` is the
+        way for a held lease); the successor's token. Raises
+        :class:`LeaseLost` if ``grant_id`` does not name the current grant,
+        :class:`BadRequest` for a bad successor."""
+        return self._transport.handover(grant_id, successor)
 
     def release_grant(self, grant_id: GrantId) -> None:
         """Releases a grant (``grant_id`` carries the secret and the grant

@@ -1,7 +1,8 @@
 """The errors the client raises, kept apart by what the caller should do.
 
 Every error is a :class:`PalisadeError`. The ones that mean "stop acting as
-leader" are :class:`LeaseLost` and its subclass :class:`Fenced`; transport
+leader" are :class:`LeaseLost` and its subclasses :class:`Fenced` and
+:class:`Preempted`; transport
 trouble is :class:`Unavailable`; someone else holding the lease is
 :class:`Held`.
 """
@@ -47,6 +48,23 @@ class Fenced(LeaseLost):
         self.token = token
         #: The fence that refused it.
         self.fence = fence
+
+
+class Preempted(LeaseLost):
+    """A waiting acquire of a higher priority preempted this (preemptible)
+    grant (409 ``preempted`` on a renewal). The lease is released at once,
+    so the preemptor need not wait for the deadline. A :class:`LeaseLost`."""
+
+
+class LockDelay(PalisadeError):
+    """409 ``lock_delay``: the lease's last grant expired with a lock-delay,
+    and the lease is held back for ``retry_after`` seconds more (longer than
+    the acquire's wait)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(f"lock-delay: {message}")
+        #: Seconds until the lease is free.
+        self.retry_after = retry_after
 
 
 class BadRequest(PalisadeError):

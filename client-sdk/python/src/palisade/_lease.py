@@ -10,7 +10,7 @@ import weakref
 from types import TracebackType
 from typing import Callable, Optional, Type, Union
 
-from ._errors import Fenced, LeaseLost, PalisadeError
+from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError, Preempted
 from ._model import Grant, GrantId, JsonObject, Object, encode_key
 from ._transport import Transport
 
@@ -45,19 +45,23 @@ class _Shared:
         margin = margin_for(transport.config.drift_margin_ratio, self.ttl)
         self.deadline = sent + self.ttl - margin
         self.lost_reason: Optional[str] = None
+        #: Lost to a preemption: writes raise :class:`Preempted`.
+        self.preempted = False
         self.lost = threading.Event()
         self.stop = threading.Event()
         self.on_lost = on_lost
 
-    def mark_lost(self, reason: str) -> None:
-        """Marks the lease lost (once); calls ``on_lost`` for a real loss."""
+    def mark_lost(self, reason: str, quiet: bool = False) -> None:
+        """Marks the lease lost (once); calls ``on_lost`` for a real loss
+        (not for a release, a drop or a ``quiet`` one: the holder's own
+        doing)."""
         with self.lock:
             first = self.lost_reason is None
             if first:
                 self.lost_reason = reason
         self.stop.set()
         self.lost.set()
-        if not first or reason in (_RELEASED, _DROPPED):
+        if not first or quiet or reason in (_RELEASED, _DROPPED):
             return
         log.warning("lease %s (token %d) lost: %s", self.id.lease, self.id.token, reason)
         if self.on_lost is not None:
@@ -75,7 +79,7 @@ class _Shared:
             expired = time.monotonic() >= self.deadline
             jwt = self.jwt
         if reason is not None:
-            raise LeaseLost(reason)
+            raise Preempted(reason) if self.preempted else LeaseLost(reason)
         if expired:
             self.mark_lost(_DEADLINE_PASSED)
             raise LeaseLost("the safe deadline has passed")
@@ -114,6 +118,18 @@ def _renew_loop(shared: _Shared) -> None:
             # Retries end at the deadline, and each attempt's timeout is cut
             # to it: a renewal stuck on a frozen node cannot hide the loss.
             grant = shared.transport.renew_grant(shared.id, until=deadline)
+        except Preempted as err:
+            # Let go at once: the preemptor waits for this release, not for
+            # the grant's deadline (and the cluster keeps the lease for the
+            # preemptor, so a new acquire by this holder waits behind it).
+            with shared.lock:
+                shared.preempted = True
+            shared.mark_lost(f"preempted: {err.reason}")
+            try:
+                shared.transport.release_grant(shared.id)
+            except PalisadeError as release_err:
+                log.debug("release of preempted %s failed: %s", shared.id.lease, release_err)
+            return
         except LeaseLost as err:
             shared.mark_lost(f"renewal refused: {err.reason}")
             return
@@ -301,6 +317,39 @@ class Lease:
         """Reads ``key`` through the gateway (reads are not fenced); ``None``
         if there is no object."""
         return self._shared.transport.get_object(key)
+
+    def handover_to(self, successor: str) -> int:
+        """Hands the lease to ``successor``: this handle stops holding it at
+        once (writes through it raise :class:`LeaseLost`, and it is not
+        renewed), the leader ends the grant and reserves one with a higher
+        token for ``successor``, whose acquire (waiting or not) takes it
+        within the reservation window (10 s). Returns the successor's token.
+        If the handover cannot be made the lease is released instead (this
+        handle has let go either way).
+
+        Raises :class:`BadRequest` for yourself or an empty name (nothing
+        changed, the lease is still held); :class:`LeaseLost` if the lease
+        was no longer held; :class:`Unavailable`."""
+        if not successor or successor == self.holder:
+            raise BadRequest(f"a handover names another holder than {self.holder!r}")
+        if self._released:
+            raise LeaseLost(_RELEASED)
+        was_held = self._shared.is_held()
+        self._released = True
+        self._finalizer.detach()
+        self._shared.mark_lost(f"handed over to {successor!r}", quiet=True)
+        if not was_held:
+            raise LeaseLost("the lease was no longer held")
+        try:
+            return self._shared.transport.handover(self._shared.id, successor)
+        except LeaseLost:
+            raise
+        except PalisadeError:
+            try:
+                self._shared.transport.release_grant(self._shared.id)
+            except PalisadeError:
+                pass
+            raise
 
     def release(self) -> None:
         """Stops renewing and releases the lease. Idempotent.

@@ -28,8 +28,10 @@ from ._errors import (
     Forbidden,
     Held,
     LeaseLost,
+    LockDelay,
     NotFound,
     PalisadeError,
+    Preempted,
     ProtocolError,
     Unauthorized,
     Unavailable,
@@ -124,8 +126,12 @@ def error_for(status: int, body: Any) -> PalisadeError:
     if status == 409 and code == "held":
         holder = doc.get("holder")
         return Held(holder if isinstance(holder, str) else "", _field_int(doc, "token"))
-    if status == 409 and code == "lost":
+    if status == 409 and code in ("lost", "max_hold"):
         return LeaseLost(text)
+    if status == 409 and code == "preempted":
+        return Preempted(text)
+    if status == 409 and code == "lock_delay":
+        return LockDelay(text, _field_int(doc, "retry_after_ms") / 1000.0)
     if status == 409 and code == "stale_token":
         return Fenced(_field_int(doc, "token"), _field_int(doc, "fence"))
     if status == 404:
@@ -255,6 +261,16 @@ class Transport:
         answer = self.election("POST", f"/v1/leases/{grant_id.lease}/release", body)
         if answer.status != 200:
             raise answer.error()
+
+    def handover(self, grant_id: GrantId, successor: str) -> int:
+        """One handover call; the successor's token."""
+        body = grant_body(grant_id, with_index=False)
+        body["to"] = successor
+        answer = self.election("POST", f"/v1/leases/{grant_id.lease}/handover", body)
+        token = answer.ok_object().get("token")
+        if not isinstance(token, int) or isinstance(token, bool):
+            raise ProtocolError(200, "a handover answered no token")
+        return token
 
     # -- gateway ----------------------------------------------------------
 
