@@ -253,7 +253,10 @@ impl Lease {
             .transport
             .handover(&self.shared.id, successor)
             .await;
-        if !matches!(handed, Ok(_) | Err(Error::LeaseLost(_))) {
+        // Any failure lets go instead: a grant preempted meanwhile (the
+        // handover answers `lost` for it) must be released for its
+        // preemptor, and a release of a grant that is gone changes nothing.
+        if handed.is_err() {
             let _ = self.shared.transport.release_grant(&self.shared.id).await;
         }
         handed
@@ -379,6 +382,7 @@ async fn renew_loop(shared: Arc<Shared>) {
                     .transport
                     .release_gate(&shared.id.lease, &shared.id.holder);
                 let taken = gate.clone().try_lock_owned().ok();
+                shared.mark_lost_as(Error::Preempted(reason));
                 let releasing = shared.clone();
                 tokio::spawn(async move {
                     let _guard = match taken {
@@ -387,7 +391,6 @@ async fn renew_loop(shared: Arc<Shared>) {
                     };
                     let _ = releasing.transport.release_grant(&releasing.id).await;
                 });
-                shared.mark_lost_as(Error::Preempted(reason));
                 return;
             }
             Err(err) => {

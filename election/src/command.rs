@@ -34,6 +34,15 @@ pub enum Command {
         /// would not be there to take the lease).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         preempt: bool,
+        /// The `modify_index` of the free, lock-delayed record whose delay
+        /// the leader saw pass before proposing this; 0 when the lease was
+        /// not free with a lock-delay then. A lease that a later change
+        /// (an expiry applied in between) left lock-delayed is not granted:
+        /// the answer is [`CommandResult::LockDelayed`] and the leader
+        /// waits the delay out first. `None` in entries written before
+        /// this check existed (replayed as they were applied then).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delay_seen: Option<u64>,
     },
     /// Hand `holder`'s grant `token` of `lease` to `to`: a new grant with a
     /// higher token, reserved for `to` for `window_ms` (only `to`'s acquire
@@ -77,6 +86,13 @@ pub enum Command {
         lease: LeaseName,
         /// The grant that expired; a newer grant is left alone.
         token: FencingToken,
+        /// The grant was a reservation (a handover's or a preemption's) that
+        /// nobody had claimed when the leader proposed this: if the claim
+        /// applies first (it keeps the token), this leaves the claimed grant
+        /// alone, so the claimant is never told it holds a lease that this
+        /// entry then frees.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unclaimed: bool,
     },
     /// Stop renewals of `lease`'s grant `token`: the holder learns it on its
     /// next renewal, and the grant expires at its current deadline, so no
@@ -287,6 +303,9 @@ pub enum CommandResult {
         /// The successor's token.
         token: FencingToken,
     },
+    /// The lease is free but held back by a lock-delay the proposer did not
+    /// see pass (see `Command::Acquire::delay_seen`).
+    LockDelayed,
     /// The lease is held by someone else.
     Held {
         /// The current holder.
@@ -330,7 +349,7 @@ impl std::fmt::Display for Command {
                 to,
                 ..
             } => write!(f, "hand {lease} from {holder} (token {token}) to {to}"),
-            Command::Expire { lease, token } => write!(f, "expire {lease} (token {token})"),
+            Command::Expire { lease, token, .. } => write!(f, "expire {lease} (token {token})"),
             Command::Revoke { lease, token } => write!(f, "revoke {lease} (token {token})"),
             Command::Reclaim { leases } => write!(f, "reclaim {} free leases", leases.len()),
             // Never print the secret.

@@ -212,6 +212,11 @@ impl ElectionConfig {
         if self.snapshot_every < 100 {
             return Err("snapshot interval must be at least 100 entries".into());
         }
+        if self.timing_seed.is_some() && (max - min).as_millis() < 2 * self.peers.len() as u128 {
+            return Err(
+                "--timing-seed needs an election timeout range of at least 2 ms per node".into(),
+            );
+        }
         if self.placement.priority > Placement::MAX_PRIORITY {
             return Err(format!(
                 "the priority must be at most {}",
@@ -358,6 +363,10 @@ mod tests {
         let mut bad = config.clone();
         bad.placement.priority = Placement::MAX_PRIORITY + 1;
         assert!(bad.validate().expect_err("priority").contains("priority"));
+        let mut bad = config.clone();
+        bad.timing_seed = Some(1);
+        bad.election_timeout = (Duration::from_millis(100), Duration::from_millis(101));
+        assert!(bad.validate().expect_err("seed").contains("timing-seed"));
         let mut bad = config.clone();
         bad.placement.checks = 0;
         assert!(bad.validate().expect_err("checks").contains("check"));

@@ -174,6 +174,7 @@ impl LeaseTable {
                 secret,
                 terms,
                 preempt,
+                delay_seen,
             } => {
                 let record = self
                     .leases
@@ -245,6 +246,11 @@ impl LeaseTable {
                         holder: current.clone(),
                         token: record.token,
                     },
+                    None if record.lock_delayed
+                        && delay_seen.is_some_and(|seen| seen != record.modify_index) =>
+                    {
+                        CommandResult::LockDelayed
+                    }
                     None => {
                         record.holder = Some(holder.clone());
                         record.token = FencingToken(index);
@@ -316,8 +322,16 @@ impl LeaseTable {
                 }
                 _ => CommandResult::Lost,
             },
-            Command::Expire { lease, token } => match self.leases.get_mut(lease) {
-                Some(record) if record.holder.is_some() && record.token == *token => {
+            Command::Expire {
+                lease,
+                token,
+                unclaimed,
+            } => match self.leases.get_mut(lease) {
+                Some(record)
+                    if record.holder.is_some()
+                        && record.token == *token
+                        && (!*unclaimed || record.reserved) =>
+                {
                     // An unclaimed handover asked for no lock-delay. A
                     // preempted grant that ran out goes to its preemptor,
                     // unless it asked for a lock-delay: that is kept (the
@@ -401,6 +415,7 @@ mod tests {
             secret: None,
             terms: Terms::default(),
             preempt: false,
+            delay_seen: None,
         }
     }
 
@@ -498,6 +513,7 @@ mod tests {
             secret: s,
             terms: Terms::default(),
             preempt: false,
+            delay_seen: None,
         };
         let mut table = LeaseTable::default();
         table.apply(5, &acquire("x", 60_000, secret("k")));
@@ -560,6 +576,7 @@ mod tests {
         let expire = Command::Expire {
             lease: name("a"),
             token: FencingToken(3),
+            unclaimed: false,
         };
         assert_eq!(table.apply(7, &expire), CommandResult::Freed);
         assert!(matches!(
@@ -611,6 +628,7 @@ mod tests {
         let expire = |token| Command::Expire {
             lease: name("a"),
             token: FencingToken(token),
+            unclaimed: false,
         };
         assert_eq!(table.apply(4, &expire(2)), CommandResult::Lost);
         assert_eq!(table.leases["a"].holder.as_deref(), Some("x"));
@@ -627,6 +645,7 @@ mod tests {
             secret: Some(SecretHash::from_bytes([secret; 32])),
             terms,
             preempt,
+            delay_seen: None,
         }
     }
 
@@ -701,12 +720,56 @@ mod tests {
                 15,
                 &Command::Expire {
                     lease: name("a"),
-                    token: FencingToken(14)
+                    token: FencingToken(14),
+                    unclaimed: true,
                 }
             ),
             CommandResult::Freed
         );
         assert!(table.leases["a"].holder.is_none() && !table.leases["a"].lock_delayed);
+    }
+
+    /// The leader proposes the Expire of a reservation nobody has claimed;
+    /// the successor's claim (which keeps the reserved token) commits first.
+    /// The Expire must leave the claimed grant alone: the successor was told
+    /// it holds the lease.
+    #[test]
+    fn an_expiry_of_an_unclaimed_reservation_spares_a_claim_that_came_first() {
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire_with("x", 1, Terms::default(), false));
+        table.apply(
+            6,
+            &Command::Handover {
+                lease: name("a"),
+                holder: "x".into(),
+                token: FencingToken(5),
+                secret: Some(SecretHash::from_bytes([1; 32])),
+                to: "y".into(),
+                window_ms: 3000,
+            },
+        );
+        let claimed = table.apply(7, &acquire_with("y", 2, Terms::default(), false));
+        assert!(matches!(
+            claimed,
+            CommandResult::Granted {
+                token: FencingToken(6),
+                ..
+            }
+        ));
+        let late = Command::Expire {
+            lease: name("a"),
+            token: FencingToken(6),
+            unclaimed: true,
+        };
+        assert_eq!(table.apply(8, &late), CommandResult::Lost);
+        assert_eq!(table.leases["a"].holder.as_deref(), Some("y"));
+        // The claimed grant's own expiry (proposed as such) still applies.
+        let own = Command::Expire {
+            lease: name("a"),
+            token: FencingToken(6),
+            unclaimed: false,
+        };
+        assert_eq!(table.apply(9, &own), CommandResult::Freed);
     }
 
     #[test]
@@ -820,6 +883,67 @@ mod tests {
         ));
     }
 
+    /// An acquire proposed while the lease looked held (or free without a
+    /// delay) must not take a lease that an expiry applied in between left
+    /// lock-delayed; one that saw that very delay pass may; entries from
+    /// before the check (`None`) apply as they did.
+    #[test]
+    fn an_acquire_that_did_not_see_the_lock_delay_pass_is_refused() {
+        let delayed = Terms {
+            lock_delay_ms: 2000,
+            ..Terms::default()
+        };
+        let mut table = LeaseTable::default();
+        table.apply(5, &acquire_with("x", 1, delayed, false));
+        table.apply(
+            6,
+            &Command::Expire {
+                lease: name("a"),
+                token: FencingToken(5),
+                unclaimed: false,
+            },
+        );
+        let acquire = |seen| Command::Acquire {
+            lease: name("a"),
+            holder: "y".into(),
+            ttl_ms: 1000,
+            secret: Some(SecretHash::from_bytes([2; 32])),
+            terms: Terms::default(),
+            preempt: false,
+            delay_seen: seen,
+        };
+        assert_eq!(
+            table.apply(7, &acquire(Some(0))),
+            CommandResult::LockDelayed
+        );
+        assert_eq!(
+            table.apply(8, &acquire(Some(3))),
+            CommandResult::LockDelayed
+        );
+        assert!(table.leases["a"].holder.is_none() && table.leases["a"].lock_delayed);
+        assert!(matches!(
+            table.apply(9, &acquire(Some(6))),
+            CommandResult::Granted {
+                token: FencingToken(9),
+                ..
+            }
+        ));
+        let mut replayed = LeaseTable::default();
+        replayed.apply(5, &acquire_with("x", 1, delayed, false));
+        replayed.apply(
+            6,
+            &Command::Expire {
+                lease: name("a"),
+                token: FencingToken(5),
+                unclaimed: false,
+            },
+        );
+        assert!(matches!(
+            replayed.apply(7, &acquire(None)),
+            CommandResult::Granted { .. }
+        ));
+    }
+
     #[test]
     fn only_an_expiry_leaves_a_lock_delay() {
         let delayed = Terms {
@@ -831,6 +955,7 @@ mod tests {
         let expire = |token| Command::Expire {
             lease: name("a"),
             token: FencingToken(token),
+            unclaimed: false,
         };
         assert_eq!(table.apply(6, &expire(5)), CommandResult::Freed);
         assert!(table.leases["a"].lock_delayed);
@@ -923,9 +1048,10 @@ mod tests {
                     secret: None,
                 }
             ),
-            (lease.clone(), 0u64..40).prop_map(|(l, t)| Command::Expire {
+            (lease.clone(), 0u64..40, any::<bool>()).prop_map(|(l, t, u)| Command::Expire {
                 lease: name(l),
-                token: FencingToken(t)
+                token: FencingToken(t),
+                unclaimed: u,
             }),
             (lease, 0u64..40).prop_map(|(l, m)| Command::Reclaim {
                 leases: vec![(name(l), m)],

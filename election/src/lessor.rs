@@ -445,6 +445,7 @@ mod tests {
                 secret: None,
                 terms: Terms::default(),
                 preempt: false,
+                delay_seen: None,
             },
         );
         table
@@ -489,6 +490,7 @@ mod tests {
                 secret: None,
                 terms: Terms::default(),
                 preempt: false,
+                delay_seen: None,
             },
         );
         assert!(lessor.reconcile_changes(&both, &touched(&[])).is_empty());
@@ -629,6 +631,7 @@ mod tests {
                 secret: None,
                 terms: Terms::default(),
                 preempt: false,
+                delay_seen: None,
             },
         );
         let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
@@ -638,6 +641,7 @@ mod tests {
                 &Command::Expire {
                     lease: name(lease),
                     token: FencingToken(token),
+                    unclaimed: false,
                 },
             );
         }
@@ -654,6 +658,7 @@ mod tests {
                 secret: None,
                 terms: Terms::default(),
                 preempt: false,
+                delay_seen: None,
             },
         );
         let _ = lessor.reconcile_changes(&table, &touched(&["b"]));

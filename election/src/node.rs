@@ -340,7 +340,16 @@ async fn leader_duties(
         let reclaim_now = !reclaiming.load(std::sync::atomic::Ordering::SeqCst);
         let (expired, reclaim, has_key, retiring) = shared.read(|s| {
             let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
-            let expired = lessor.reconcile_changes(&s.table, &touched);
+            // Whether each is a reservation nobody has claimed yet (read
+            // with the same table the deadline was checked against).
+            let expired: Vec<_> = lessor
+                .reconcile_changes(&s.table, &touched)
+                .into_iter()
+                .map(|(lease, token)| {
+                    let unclaimed = s.table.leases.get(&lease).is_some_and(|r| r.reserved);
+                    (lease, token, unclaimed)
+                })
+                .collect();
             let reclaim = if reclaim_now {
                 lessor.reclaimable(&s.table, reclaim_after, RECLAIM_BATCH)
             } else {
@@ -390,12 +399,13 @@ async fn leader_duties(
                 }
             });
         }
-        for (lease, token) in expired {
+        for (lease, token, unclaimed) in expired {
             let (proposer, lessor) = (proposer.clone(), lessor.clone());
             tokio::spawn(async move {
                 let command = Command::Expire {
                     lease: lease.clone(),
                     token,
+                    unclaimed,
                 };
                 match proposer.propose(command).await {
                     Ok(_) => tracing::info!(%lease, %token, "lease expired"),

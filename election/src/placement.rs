@@ -3,12 +3,19 @@
 //! voters every [`Placement::every`], and hands leadership (openraft's
 //! `transfer_leader`, about one round trip) to the member of highest
 //! priority above its own that has, for [`Placement::checks`] checks in a
-//! row, answered its standing and held the whole log the leader had one
-//! check earlier. So a node that just restarted, is paused or lags does not
+//! row, answered its standing and held the whole log the leader had at the
+//! check. So a node that just restarted, is paused or lags does not
 //! get leadership, and leadership moves at most once per `checks` checks:
 //! after a transfer every streak starts again, on whichever node leads.
 //! Equal priorities never move it (a sticky leader), and a `--never-lead`
 //! node is never a candidate, whatever its priority.
+//!
+//! openraft's transfer makes the leader stop heartbeats and refuse writes
+//! at once, and the target ignores it if its log is behind the leader's at
+//! that instant; then leadership changes by an election instead (about one
+//! election timeout and a round without a leader). Checking that the target
+//! holds the whole log right before the transfer makes that rare, not
+//! impossible, under a steady write load.
 //!
 //! Placement only ever *moves* leadership between healthy nodes; who wins an
 //! election after a crash is still Raft's random timing. And a transfer is as
@@ -51,23 +58,24 @@ pub struct Seen {
 #[derive(Debug, Default)]
 pub struct Tracker {
     streaks: BTreeMap<NodeId, u32>,
-    /// The leader's last log index at the previous check: a candidate is
-    /// caught up if it holds at least that much.
-    bar: Option<u64>,
 }
 
 impl Tracker {
     /// Forgets everything (this node stopped leading).
     pub fn reset(&mut self) {
         self.streaks.clear();
-        self.bar = None;
     }
 
     /// Records one check by a leader of priority `mine` whose last log
-    /// index is now `last_index`. Returns the node to hand leadership to,
-    /// if one has earned it: of those with `checks` good checks in a row,
-    /// the highest priority (then the lowest id). Every streak restarts
-    /// after a pick.
+    /// index is now `last_index`. A check is good for a voter that answered,
+    /// may lead, has a higher priority and holds the whole log now (openraft
+    /// ignores a transfer to a node whose log is behind the leader's, and the
+    /// leader then refuses writes until an election). Returns the node to
+    /// hand leadership to, if one has earned it: of those with `checks` good
+    /// checks in a row, the highest priority (then the lowest id) — unless a
+    /// node of a still higher priority is on its way there (good now, its
+    /// streak not yet full), which is waited for, so leadership moves once,
+    /// not twice. Every streak restarts after a pick.
     pub fn check(
         &mut self,
         mine: u32,
@@ -75,34 +83,35 @@ impl Tracker {
         last_index: Option<u64>,
         checks: u32,
     ) -> Option<NodeId> {
-        let bar = self.bar.replace(last_index.unwrap_or(0));
+        let last_index = last_index.unwrap_or(0);
         let mut best: Option<(u32, NodeId)> = None;
+        let mut rising: Option<u32> = None;
         for voter in seen {
-            let good = match (voter.standing, bar) {
-                (Some(standing), Some(bar)) => {
-                    !standing.never_lead
-                        && standing.priority > mine
-                        && voter.matched.unwrap_or(0) >= bar
-                }
-                // The first check of a term only sets the bar.
-                _ => false,
-            };
+            let priority = voter.standing.map_or(0, |s| s.priority);
+            let good = voter.standing.is_some_and(|standing| {
+                !standing.never_lead
+                    && standing.priority > mine
+                    && voter.matched.unwrap_or(0) >= last_index
+            });
             let streak = self.streaks.entry(voter.id).or_insert(0);
             *streak = if good { *streak + 1 } else { 0 };
             if *streak >= checks {
-                let priority = voter.standing.map_or(0, |s| s.priority);
                 if best.is_none_or(|(p, id)| priority > p || (priority == p && voter.id < id)) {
                     best = Some((priority, voter.id));
                 }
+            } else if good {
+                rising = rising.max(Some(priority));
             }
         }
         // Nodes no longer voters lose their streaks.
         self.streaks
             .retain(|id, _| seen.iter().any(|voter| voter.id == *id));
-        if best.is_some() {
-            self.streaks.clear();
+        let (priority, to) = best?;
+        if rising.is_some_and(|r| r > priority) {
+            return None;
         }
-        best.map(|(_, id)| id)
+        self.streaks.clear();
+        Some(to)
     }
 }
 
@@ -140,6 +149,13 @@ pub async fn place_leadership(
                 .map(|(id, addr)| dialer.standing(*id, addr, patience)),
         )
         .await;
+        // The log positions as they are now, after the answers: the closer
+        // to the transfer, the likelier the target still holds the whole log.
+        let metrics = raft.metrics().borrow_watched().clone();
+        if metrics.state != ServerState::Leader || metrics.current_leader != Some(me) {
+            tracker.reset();
+            continue;
+        }
         let replication = metrics.replication.unwrap_or_default();
         let seen: Vec<Seen> = voters
             .iter()
@@ -191,10 +207,8 @@ mod tests {
     #[test]
     fn a_higher_priority_caught_up_member_wins_after_k_checks() {
         let mut tracker = Tracker::default();
-        // The first check sets the bar only.
         assert_eq!(tracker.check(1, &[seen(2, 5, 10)], Some(10), 3), None);
-        assert_eq!(tracker.check(1, &[seen(2, 5, 10)], Some(12), 3), None);
-        assert_eq!(tracker.check(1, &[seen(2, 5, 12)], Some(15), 3), None);
+        assert_eq!(tracker.check(1, &[seen(2, 5, 12)], Some(12), 3), None);
         assert_eq!(tracker.check(1, &[seen(2, 5, 15)], Some(15), 3), Some(2));
         // After a pick the streaks start over: no second transfer before
         // another K checks.
@@ -227,15 +241,14 @@ mod tests {
             }),
             ..seen(3, 9, 100)
         };
-        tracker.check(0, &[seen(2, 9, 100)], Some(100), 2);
         assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(100), 2), None);
-        // One miss (it lags behind the previous check's last index) resets
-        // the streak.
-        assert_eq!(tracker.check(0, &[seen(2, 9, 99)], Some(100), 2), None);
-        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(100), 2), None);
-        assert_eq!(tracker.check(0, &[silent], Some(100), 2), None);
-        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(100), 2), None);
-        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(100), 2), Some(2));
+        // One miss (one entry behind the leader's log now) resets the
+        // streak: a transfer to it would be ignored.
+        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[silent], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), Some(2));
         for _ in 0..5 {
             assert_eq!(tracker.check(0, &[never], Some(100), 1), None);
         }
@@ -245,17 +258,33 @@ mod tests {
     fn the_highest_priority_of_the_ready_wins_then_the_lowest_id() {
         let mut tracker = Tracker::default();
         let all = [seen(2, 5, 7), seen(3, 8, 7), seen(4, 8, 7)];
-        tracker.check(0, &all, Some(7), 1);
         assert_eq!(tracker.check(0, &all, Some(7), 1), Some(3));
+    }
+
+    /// A higher priority on its way (just back, its streak not full) is
+    /// waited for rather than moving leadership twice.
+    #[test]
+    fn a_rising_higher_priority_is_waited_for() {
+        let mut tracker = Tracker::default();
+        let mid_only = [
+            seen(2, 5, 7),
+            Seen {
+                standing: None,
+                ..seen(3, 9, 7)
+            },
+        ];
+        let both = [seen(2, 5, 7), seen(3, 9, 7)];
+        assert_eq!(tracker.check(0, &mid_only, Some(7), 2), None);
+        // Node 2's streak is full, but node 3 is good now: wait.
+        assert_eq!(tracker.check(0, &both, Some(7), 2), None);
+        assert_eq!(tracker.check(0, &both, Some(7), 2), Some(3));
     }
 
     #[test]
     fn a_new_term_starts_from_nothing() {
         let mut tracker = Tracker::default();
         tracker.check(0, &[seen(2, 9, 5)], Some(5), 2);
-        tracker.check(0, &[seen(2, 9, 5)], Some(5), 2);
         tracker.reset();
-        assert_eq!(tracker.check(0, &[seen(2, 9, 5)], Some(5), 2), None);
         assert_eq!(tracker.check(0, &[seen(2, 9, 5)], Some(5), 2), None);
         assert_eq!(tracker.check(0, &[seen(2, 9, 5)], Some(5), 2), Some(2));
     }

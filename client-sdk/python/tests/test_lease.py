@@ -128,9 +128,12 @@ def test_renewals_keep_the_lease_and_release_frees_it(cluster: DevCluster, name:
     client = cluster.client()
     with client.lease(name, "A", ttl=2.0) as lease:
         first_jwt = lease.jwt
-        time.sleep(3.0)  # 1.5 ttls
+        # A JWT is signed for two ttls (exp rounded up to the second) and
+        # reused while it covers the renewed deadline: by then + a second, a
+        # renewal (every ttl/3) must have brought a fresh one.
+        time.sleep(5.5)
         assert lease.is_held() and not lease.lost.is_set()
-        assert lease.jwt != first_jwt  # renewals bring fresh JWTs
+        assert lease.jwt != first_jwt
         info = client.get(name)
         assert (info.holder, info.token) == ("A", lease.token)
         lease.put(f"{name}/k", "v")

@@ -128,7 +128,10 @@ def test_max_hold_ends_a_grant_that_keeps_renewing(cluster: DevCluster, name: st
         palisade.AcquireOptions(priority=-1),
         palisade.AcquireOptions(priority=True),
         palisade.AcquireOptions(lock_delay=-1.0),
+        palisade.AcquireOptions(lock_delay=float("inf")),
+        palisade.AcquireOptions(lock_delay=float("nan")),
         palisade.AcquireOptions(max_hold=0.0),
+        palisade.AcquireOptions(max_hold=float("inf")),
     ],
 )
 def test_bad_options_are_refused_before_sending(

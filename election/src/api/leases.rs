@@ -293,19 +293,22 @@ pub(super) async fn acquire(
         }
         // A lease freed by the expiry of a grant with a lock-delay is held
         // back until the delay has passed on this leader's clock.
-        if let Some(left) = lock_delay_left(&state, &lease) {
-            if !waits || tokio::time::Instant::now() + left > deadline {
-                return Err(ApiError::LockDelay {
-                    message: format!(
-                        "{lease} expired with a lock-delay; free in {} ms",
-                        left.as_millis()
-                    ),
-                    retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-                });
+        let delay_seen = match lock_delay_left(&state, &lease) {
+            Ok(seen) => seen,
+            Err(left) => {
+                if !waits || tokio::time::Instant::now() + left > deadline {
+                    return Err(ApiError::LockDelay {
+                        message: format!(
+                            "{lease} expired with a lock-delay; free in {} ms",
+                            left.as_millis()
+                        ),
+                        retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                tokio::time::sleep(left).await;
+                continue;
             }
-            tokio::time::sleep(left).await;
-            continue;
-        }
+        };
         let command = Command::Acquire {
             lease: lease.clone(),
             holder: body.holder.clone(),
@@ -313,8 +316,12 @@ pub(super) async fn acquire(
             secret: Some(hash),
             terms,
             preempt: waits && terms.priority > 0,
+            delay_seen: Some(delay_seen),
         };
         match state.proposer.propose(command).await? {
+            // An expiry with a lock-delay applied between the look above
+            // and this entry: look again (wait it out, or answer 409).
+            CommandResult::LockDelayed => continue,
             CommandResult::Granted {
                 token,
                 ttl_ms,
@@ -420,20 +427,30 @@ fn free_or_reserved_for(state: &ApiState, lease: &LeaseName, holder: &str) -> (b
     })
 }
 
-/// How long `lease` is held back yet by the lock-delay of the grant whose
-/// expiry freed it, if it is.
-fn lock_delay_left(state: &ApiState, lease: &LeaseName) -> Option<Duration> {
-    let (modify_index, delay) = state.shared.read(|s| {
+/// Whether `lease` is held back by the lock-delay of the grant whose expiry
+/// freed it: `Err(time left)`, or `Ok(what the acquire's `delay_seen`
+/// carries)` — the freeing change's `modify_index` when it was lock-delayed
+/// and the delay has passed, 0 when there was none. One read, so the two
+/// agree.
+fn lock_delay_left(state: &ApiState, lease: &LeaseName) -> Result<u64, Duration> {
+    let delayed = state.shared.read(|s| {
         s.table
             .leases
             .get(lease)
             .filter(|r| r.holder.is_none() && r.lock_delayed)
             .map(|r| (r.modify_index, r.terms.lock_delay_ms))
-    })?;
+    });
+    let Some((modify_index, delay)) = delayed else {
+        return Ok(0);
+    };
     let left = state
         .lessor
         .lock_delay_left(lease, modify_index, Duration::from_millis(delay));
-    (!left.is_zero()).then_some(left)
+    if left.is_zero() {
+        Ok(modify_index)
+    } else {
+        Err(left)
+    }
 }
 
 /// Waits until `lease` is free and, with `Turn::Mine`, this call may

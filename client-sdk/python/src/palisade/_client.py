@@ -66,10 +66,10 @@ class AcquireOptions:
             or not 0 <= self.priority <= 1000
         ):
             raise BadRequest(f"the priority must be an integer in 0..=1000, not {self.priority!r}")
-        if not self.lock_delay >= 0:
-            raise BadRequest(f"bad lock_delay {self.lock_delay!r}")
-        if self.max_hold is not None and not self.max_hold > 0:
-            raise BadRequest(f"bad max_hold {self.max_hold!r}")
+        if not 0 <= self.lock_delay <= 60.0:
+            raise BadRequest(f"lock_delay must be 0..=60 seconds, not {self.lock_delay!r}")
+        if self.max_hold is not None and not 0 < self.max_hold <= 86_400.0:
+            raise BadRequest(f"max_hold must be None or in (0, 86400] seconds, not {self.max_hold!r}")
         fields: Dict[str, Any] = {}
         if self.priority:
             fields["priority"] = self.priority

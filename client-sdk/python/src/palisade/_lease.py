@@ -51,18 +51,23 @@ class _Shared:
         self.stop = threading.Event()
         self.on_lost = on_lost
 
-    def mark_lost(self, reason: str, quiet: bool = False) -> None:
+    def mark_lost(self, reason: str, quiet: bool = False) -> bool:
         """Marks the lease lost (once); calls ``on_lost`` for a real loss
         (not for a release, a drop or a ``quiet`` one: the holder's own
-        doing)."""
+        doing, or one whose caller calls :meth:`notify_lost` itself).
+        Whether this call marked it."""
         with self.lock:
             first = self.lost_reason is None
             if first:
                 self.lost_reason = reason
         self.stop.set()
         self.lost.set()
-        if not first or quiet or reason in (_RELEASED, _DROPPED):
-            return
+        if first and not quiet and reason not in (_RELEASED, _DROPPED):
+            self.notify_lost(reason)
+        return first
+
+    def notify_lost(self, reason: str) -> None:
+        """Logs a real loss and calls ``on_lost``."""
         log.warning("lease %s (token %d) lost: %s", self.id.lease, self.id.token, reason)
         if self.on_lost is not None:
             try:
@@ -122,13 +127,19 @@ def _renew_loop(shared: _Shared) -> None:
             # Let go at once: the preemptor waits for this release, not for
             # the grant's deadline (and the cluster keeps the lease for the
             # preemptor, so a new acquire by this holder waits behind it).
+            # Marked lost (no more writes) before the release, and on_lost
+            # called after it, so a slow callback does not hold the
+            # preemptor up.
             with shared.lock:
                 shared.preempted = True
-            shared.mark_lost(f"preempted: {err.reason}")
+            reason = f"preempted: {err.reason}"
+            first = shared.mark_lost(reason, quiet=True)
             try:
                 shared.transport.release_grant(shared.id)
             except PalisadeError as release_err:
                 log.debug("release of preempted %s failed: %s", shared.id.lease, release_err)
+            if first:
+                shared.notify_lost(reason)
             return
         except LeaseLost as err:
             shared.mark_lost(f"renewal refused: {err.reason}")
@@ -342,9 +353,9 @@ class Lease:
             raise LeaseLost("the lease was no longer held")
         try:
             return self._shared.transport.handover(self._shared.id, successor)
-        except LeaseLost:
-            raise
         except PalisadeError:
+            # Let go instead: a grant preempted meanwhile (the handover
+            # answers `lost` for it) must be released for its preemptor.
             try:
                 self._shared.transport.release_grant(self._shared.id)
             except PalisadeError:
