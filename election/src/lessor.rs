@@ -32,6 +32,10 @@ struct Tracked {
     since: Instant,
     /// An `Expire` for this grant is being proposed.
     expiring: bool,
+    /// The grant is a reservation (a handover's or a preemption's) not yet
+    /// claimed. Its claim keeps the token, so the lessor tells the two
+    /// apart by this: a claim is tracked afresh with the claimant's ttl.
+    reserved: bool,
 }
 
 #[derive(Debug, Default)]
@@ -79,7 +83,14 @@ pub struct Lessor {
 
 impl State {
     /// Tracks `lease`'s grant `token` with a deadline `ttl` from `now`.
-    fn track(&mut self, lease: &LeaseName, token: FencingToken, now: Instant, ttl: Duration) {
+    fn track(
+        &mut self,
+        lease: &LeaseName,
+        token: FencingToken,
+        now: Instant,
+        ttl: Duration,
+        reserved: bool,
+    ) {
         let deadline = now + ttl;
         self.deadlines.insert(
             lease.clone(),
@@ -88,6 +99,7 @@ impl State {
                 deadline,
                 since: now,
                 expiring: false,
+                reserved,
             },
         );
         self.checks.push(Reverse((deadline, lease.clone(), token)));
@@ -164,8 +176,18 @@ impl Lessor {
     pub fn granted(&self, lease: &LeaseName, token: FencingToken, ttl: Duration) {
         let mut state = self.state();
         if state.leading.is_some() {
-            state.track(lease, token, Instant::now(), ttl);
+            state.track(lease, token, Instant::now(), ttl, false);
         }
+    }
+
+    /// Whether the lessor tracks `lease`'s grant `token` as an unclaimed
+    /// reservation (what an `Expire` of it says, so that a claim committed
+    /// first is left alone).
+    pub fn is_reservation(&self, lease: &LeaseName, token: FencingToken) -> bool {
+        self.state()
+            .deadlines
+            .get(lease)
+            .is_some_and(|t| t.token == token && t.reserved)
     }
 
     /// Extends the deadline of `lease`'s grant `token` to now + ttl, unless
@@ -207,7 +229,7 @@ impl Lessor {
             }
             // Not tracked yet (fresh leader, or a grant committed by an
             // earlier leader): a full ttl from now, as reconcile would give.
-            _ => state.track(lease, token, now, ttl),
+            _ => state.track(lease, token, now, ttl, false),
         }
         Ok(())
     }
@@ -255,13 +277,15 @@ impl Lessor {
         for lease in &touched.names {
             match table.leases.get(lease) {
                 Some(record) if record.holder.is_some() => {
+                    // A claimed reservation keeps its token: it is a new
+                    // grant all the same.
                     let current = state
                         .deadlines
                         .get(lease)
-                        .is_some_and(|t| t.token == record.token);
+                        .is_some_and(|t| t.token == record.token && t.reserved == record.reserved);
                     if !current {
                         let ttl = Duration::from_millis(record.ttl_ms);
-                        state.track(lease, record.token, now, ttl);
+                        state.track(lease, record.token, now, ttl, record.reserved);
                     }
                 }
                 Some(record) => {
@@ -293,7 +317,9 @@ impl Lessor {
             table
                 .leases
                 .get(lease)
-                .is_some_and(|r| r.holder.is_some() && r.token == tracked.token)
+                .is_some_and(|r| {
+                    r.holder.is_some() && r.token == tracked.token && r.reserved == tracked.reserved
+                })
         });
         state.freed.retain(|lease, (_, m)| {
             table
@@ -306,7 +332,7 @@ impl Lessor {
                 state.note_free(lease, record.modify_index, now);
             } else if !state.deadlines.contains_key(lease) {
                 let ttl = Duration::from_millis(record.ttl_ms);
-                state.track(lease, record.token, now, ttl);
+                state.track(lease, record.token, now, ttl, record.reserved);
             }
         }
         state.compact();
@@ -456,6 +482,49 @@ mod tests {
             all: false,
             names: names.iter().map(|n| name(n)).collect(),
         }
+    }
+
+    /// A reservation (unclaimed handover) is tracked as one; its claim keeps
+    /// the token but is tracked afresh with the claimant's ttl, so an
+    /// `Expire` already due for the reservation is not proposed for the
+    /// claim, and one in flight says `unclaimed` (and misses the claim).
+    #[tokio::test(start_paused = true)]
+    async fn a_claimed_reservation_is_tracked_afresh() {
+        let lessor = Lessor::default();
+        lessor.promote(1);
+        let mut table = table_with("a", "x", 5, 60_000);
+        if let Some(record) = table.leases.get_mut(&name("a")) {
+            record.token = FencingToken(6);
+            record.reserved = true;
+            record.ttl_ms = 1000;
+        }
+        let _ = lessor.reconcile(&table);
+        assert!(lessor.is_reservation(&name("a"), FencingToken(6)));
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        // Due: the Expire goes out for the unclaimed reservation...
+        let due = lessor.reconcile_changes(&table, &touched(&[]));
+        assert_eq!(due, vec![(name("a"), FencingToken(6))]);
+        assert!(lessor.is_reservation(&name("a"), FencingToken(6)));
+        // ...and the claim commits first (same token, 3 s ttl).
+        if let Some(record) = table.leases.get_mut(&name("a")) {
+            record.reserved = false;
+            record.ttl_ms = 3000;
+        }
+        assert!(lessor.reconcile_changes(&table, &touched(&["a"])).is_empty());
+        assert!(!lessor.is_reservation(&name("a"), FencingToken(6)));
+        // The Expire did not apply (it was for the reservation): re-armed,
+        // the claim's own deadline holds.
+        lessor.expire_failed(&name("a"), FencingToken(6));
+        assert!(lessor.reconcile_changes(&table, &touched(&[])).is_empty());
+        assert!(lessor
+            .renew(&name("a"), FencingToken(6), Duration::from_secs(3), None)
+            .is_ok());
+        tokio::time::advance(Duration::from_millis(3001)).await;
+        assert_eq!(
+            lessor.reconcile_changes(&table, &touched(&[])),
+            vec![(name("a"), FencingToken(6))]
+        );
+        assert!(!lessor.is_reservation(&name("a"), FencingToken(6)));
     }
 
     /// Between full scans the lessor looks only at the leases applies

@@ -9,7 +9,7 @@ use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::api::{self, ApiState};
-use crate::command::{Command, KeySecret};
+use crate::command::{Command, CommandResult, KeySecret};
 use crate::incarnation::Incarnations;
 use crate::lessor::Lessor;
 use crate::log_store::SledLogStore;
@@ -340,13 +340,13 @@ async fn leader_duties(
         let reclaim_now = !reclaiming.load(std::sync::atomic::Ordering::SeqCst);
         let (expired, reclaim, has_key, retiring) = shared.read(|s| {
             let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
-            // Whether each is a reservation nobody has claimed yet (read
-            // with the same table the deadline was checked against).
+            // Whether each is a reservation nobody had claimed, as the
+            // lessor tracked it (a claim seen since is tracked afresh).
             let expired: Vec<_> = lessor
                 .reconcile_changes(&s.table, &touched)
                 .into_iter()
                 .map(|(lease, token)| {
-                    let unclaimed = s.table.leases.get(&lease).is_some_and(|r| r.reserved);
+                    let unclaimed = lessor.is_reservation(&lease, token);
                     (lease, token, unclaimed)
                 })
                 .collect();
@@ -408,8 +408,11 @@ async fn leader_duties(
                     unclaimed,
                 };
                 match proposer.propose(command).await {
-                    Ok(_) => tracing::info!(%lease, %token, "lease expired"),
-                    Err(_) => lessor.expire_failed(&lease, token),
+                    Ok(CommandResult::Freed) => tracing::info!(%lease, %token, "lease expired"),
+                    // Not applied: released or replaced meanwhile (the feed
+                    // drops it), or a reservation claimed first (tracked
+                    // afresh). Re-armed in case the lessor still holds it.
+                    Ok(_) | Err(_) => lessor.expire_failed(&lease, token),
                 }
             });
         }

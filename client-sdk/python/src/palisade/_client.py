@@ -68,8 +68,8 @@ class AcquireOptions:
             raise BadRequest(f"the priority must be an integer in 0..=1000, not {self.priority!r}")
         if not 0 <= self.lock_delay <= 60.0:
             raise BadRequest(f"lock_delay must be 0..=60 seconds, not {self.lock_delay!r}")
-        if self.max_hold is not None and not 0 < self.max_hold <= 86_400.0:
-            raise BadRequest(f"max_hold must be None or in (0, 86400] seconds, not {self.max_hold!r}")
+        if self.max_hold is not None and not 0.001 <= self.max_hold <= 86_400.0:
+            raise BadRequest(f"max_hold must be None or 0.001..=86400 seconds, not {self.max_hold!r}")
         fields: Dict[str, Any] = {}
         if self.priority:
             fields["priority"] = self.priority
