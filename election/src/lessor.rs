@@ -314,12 +314,9 @@ impl Lessor {
         state.since_full_scan = 0;
         let now = Instant::now();
         state.deadlines.retain(|lease, tracked| {
-            table
-                .leases
-                .get(lease)
-                .is_some_and(|r| {
-                    r.holder.is_some() && r.token == tracked.token && r.reserved == tracked.reserved
-                })
+            table.leases.get(lease).is_some_and(|r| {
+                r.holder.is_some() && r.token == tracked.token && r.reserved == tracked.reserved
+            })
         });
         state.freed.retain(|lease, (_, m)| {
             table
@@ -510,7 +507,9 @@ mod tests {
             record.reserved = false;
             record.ttl_ms = 3000;
         }
-        assert!(lessor.reconcile_changes(&table, &touched(&["a"])).is_empty());
+        assert!(lessor
+            .reconcile_changes(&table, &touched(&["a"]))
+            .is_empty());
         assert!(!lessor.is_reservation(&name("a"), FencingToken(6)));
         // The Expire did not apply (it was for the reservation): re-armed,
         // the claim's own deadline holds.
