@@ -76,6 +76,11 @@ impl Incarnations {
         &self.mine
     }
 
+    /// Whether this node has seen member `id`'s incarnation.
+    pub fn knows(&self, id: NodeId) -> bool {
+        self.read().contains_key(&id)
+    }
+
     /// Checks that member `id` is the incarnation first seen for it; the
     /// first time, remembers `seen` (on disk).
     ///
