@@ -1039,6 +1039,37 @@ mod tests {
         let holder = prop::sample::select(vec!["x", "y", "z"]);
         prop_oneof![
             (lease.clone(), holder.clone()).prop_map(|(l, h)| acquire(l, h)),
+            // With terms: preemption (and its reservation), lock-delays, and
+            // the delay an acquire saw pass.
+            (
+                lease.clone(),
+                holder.clone(),
+                (
+                    0u32..3,
+                    any::<bool>(),
+                    prop::sample::select(vec![0u64, 1000])
+                ),
+                any::<bool>(),
+                prop::option::of(0u64..40),
+            )
+                .prop_map(
+                    |(l, h, (priority, preemptible, lock_delay_ms), preempt, seen)| {
+                        Command::Acquire {
+                            lease: name(l),
+                            holder: h.into(),
+                            ttl_ms: 1000,
+                            secret: None,
+                            terms: Terms {
+                                priority,
+                                preemptible,
+                                lock_delay_ms,
+                                ..Terms::default()
+                            },
+                            preempt,
+                            delay_seen: seen,
+                        }
+                    }
+                ),
             (lease.clone(), holder, 0u64..40, prop::option::of(0u64..40)).prop_map(
                 |(l, h, t, g)| Command::Release {
                     lease: name(l),
@@ -1080,7 +1111,12 @@ mod tests {
                 if let (Command::Acquire { lease, holder, .. }, CommandResult::Granted { token, new_grant, .. }) = (command, &result) {
                     let previous = before.leases.get(lease).and_then(|r| r.holder.clone());
                     if *new_grant {
-                        prop_assert_eq!(previous, None, "granted while held");
+                        // A reservation (handover, preemption) is taken by
+                        // its claimant with the reserved token.
+                        let claimed = before.leases.get(lease).is_some_and(|r| r.reserved_for(holder));
+                        if !claimed {
+                            prop_assert_eq!(previous, None, "granted while held");
+                        }
                         let last = last_token.insert(lease.clone(), *token).unwrap_or_default();
                         prop_assert!(*token > last, "token {} not above {}", token, last);
                     } else {
