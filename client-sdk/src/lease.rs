@@ -296,19 +296,26 @@ impl Drop for Lease {
         // Best effort: release if a runtime is still around. The gate, taken
         // now, makes the next acquire of this lease and holder wait for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = self.shared.clone();
-            let gate = shared
-                .transport
-                .release_gate(&shared.id.lease, &shared.id.holder);
-            let taken = gate.clone().try_lock_owned().ok();
-            runtime.spawn(async move {
-                let _guard = match taken {
-                    Some(guard) => guard,
-                    None => gate.lock_owned().await,
-                };
-                let _ = shared.transport.release_grant(&shared.id).await;
-            });
+            runtime.spawn(gated_release(self.shared.clone()));
         }
+    }
+}
+
+/// The release of `shared`'s grant, holding the release gate of its lease
+/// and holder from this call on (taken now, not when the future first
+/// runs), so this client's next acquire of them waits for it. Spawn it: it
+/// must outlive the handle.
+fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let gate = shared
+        .transport
+        .release_gate(&shared.id.lease, &shared.id.holder);
+    let taken = gate.clone().try_lock_owned().ok();
+    async move {
+        let _guard = match taken {
+            Some(guard) => guard,
+            None => gate.lock_owned().await,
+        };
+        let _ = shared.transport.release_grant(&shared.id).await;
     }
 }
 
@@ -378,19 +385,9 @@ async fn renew_loop(shared: Arc<Shared>) {
                 // (this task is aborted then) does not cut it short; and it
                 // holds the release gate, taken before the loss is known,
                 // so the holder's next acquire of this lease waits for it.
-                let gate = shared
-                    .transport
-                    .release_gate(&shared.id.lease, &shared.id.holder);
-                let taken = gate.clone().try_lock_owned().ok();
+                let release = gated_release(shared.clone());
                 shared.mark_lost_as(Error::Preempted(reason));
-                let releasing = shared.clone();
-                tokio::spawn(async move {
-                    let _guard = match taken {
-                        Some(guard) => guard,
-                        None => gate.lock_owned().await,
-                    };
-                    let _ = releasing.transport.release_grant(&releasing.id).await;
-                });
+                tokio::spawn(release);
                 return;
             }
             Err(err) => {

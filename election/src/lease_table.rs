@@ -84,9 +84,17 @@ impl LeaseRecord {
         let Some(to) = self.preempted_by.take() else {
             return false;
         };
+        self.reserve(to, index, PREEMPTION_RESERVATION_MS);
+        true
+    }
+
+    /// Ends the current grant with one reserved for `to` (a handover's
+    /// successor or a preemptor): the token of the entry at `index`, no
+    /// secret until `to`'s acquire takes it, default terms, for `ttl_ms`.
+    fn reserve(&mut self, to: String, index: u64, ttl_ms: u64) {
         self.holder = Some(to);
         self.token = FencingToken(index);
-        self.ttl_ms = PREEMPTION_RESERVATION_MS;
+        self.ttl_ms = ttl_ms;
         self.transitions += 1;
         self.modify_index = index;
         self.grant_index = index;
@@ -94,8 +102,8 @@ impl LeaseRecord {
         self.revoked = false;
         self.terms = Terms::default();
         self.reserved = true;
+        self.preempted_by = None;
         self.lock_delayed = false;
-        true
     }
 
     /// Ends the current grant: the lease is free.
@@ -284,17 +292,7 @@ impl LeaseTable {
                 Some(record)
                     if record.extensible_by(holder, secret.as_ref()) && record.token == *token =>
                 {
-                    record.holder = Some(to.clone());
-                    record.token = FencingToken(index);
-                    record.ttl_ms = *window_ms;
-                    record.transitions += 1;
-                    record.modify_index = index;
-                    record.grant_index = index;
-                    record.secret = None;
-                    record.terms = Terms::default();
-                    record.reserved = true;
-                    record.preempted_by = None;
-                    record.lock_delayed = false;
+                    record.reserve(to.clone(), index, *window_ms);
                     CommandResult::HandedOver {
                         token: FencingToken(index),
                     }

@@ -47,5 +47,10 @@ pub type NodeId = u64;
 /// The Raft instance of a node.
 pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
 
+/// Whether `metrics` (a node's own) say that node leads.
+pub(crate) fn leads(metrics: &openraft::RaftMetrics<TypeConfig>) -> bool {
+    metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(metrics.id)
+}
+
 pub use config::ElectionConfig;
 pub use node::ElectionNode;

@@ -212,12 +212,25 @@ impl PeerDialer {
             .header(INCARNATION_HEADER, self.incarnations.mine())
     }
 
-    /// Asks `target` (peer address `addr`) for its [`Standing`], waiting at
-    /// most `timeout`.
-    ///
-    /// # Errors
-    /// Why there is no answer to trust.
-    pub async fn standing(
+    /// Asks each of `peers` (id, peer address) for its [`Standing`] at
+    /// once, waiting at most `timeout`; the answers in the same order (an
+    /// `Err` says why there is none to trust). Either way of an exchange
+    /// teaches the incarnations: the peer learns this node's from the
+    /// request, this node the peer's from the answer.
+    pub async fn standings(
+        &self,
+        peers: &[(NodeId, String)],
+        timeout: Duration,
+    ) -> Vec<Result<Standing, String>> {
+        futures::future::join_all(
+            peers
+                .iter()
+                .map(|(id, addr)| self.standing(*id, addr, timeout)),
+        )
+        .await
+    }
+
+    async fn standing(
         &self,
         target: NodeId,
         addr: &str,

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::api::{self, ApiState};
@@ -319,12 +319,9 @@ async fn acquaint_peers(
             .filter(|(id, _)| **id != me && !incarnations.knows(**id))
             .map(|(id, node)| (*id, node.addr.clone()))
             .collect();
-        futures::future::join_all(
-            strangers
-                .iter()
-                .map(|(id, addr)| dialer.standing(*id, addr, Duration::from_millis(500))),
-        )
-        .await;
+        dialer
+            .standings(&strangers, Duration::from_millis(500))
+            .await;
     }
 }
 
@@ -364,8 +361,7 @@ async fn leader_duties(
             }
             seen_leader = metrics.current_leader;
         }
-        let leading =
-            metrics.state == ServerState::Leader && metrics.current_leader == Some(metrics.id);
+        let leading = crate::leads(&metrics);
         if !leading {
             if lessor.leading().is_some() {
                 tracing::info!(

@@ -26,7 +26,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::ServerState;
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
@@ -133,7 +132,7 @@ pub async fn place_leadership(
     loop {
         tick.tick().await;
         let metrics = raft.metrics().borrow_watched().clone();
-        if metrics.state != ServerState::Leader || metrics.current_leader != Some(me) {
+        if !crate::leads(&metrics) {
             tracker.reset();
             continue;
         }
@@ -143,16 +142,11 @@ pub async fn place_leadership(
             .filter(|id| *id != me)
             .filter_map(|id| membership.get_node(&id).map(|node| (id, node.addr.clone())))
             .collect();
-        let answers = futures::future::join_all(
-            voters
-                .iter()
-                .map(|(id, addr)| dialer.standing(*id, addr, patience)),
-        )
-        .await;
+        let answers = dialer.standings(&voters, patience).await;
         // The log positions as they are now, after the answers: the closer
         // to the transfer, the likelier the target still holds the whole log.
         let metrics = raft.metrics().borrow_watched().clone();
-        if metrics.state != ServerState::Leader || metrics.current_leader != Some(me) {
+        if !crate::leads(&metrics) {
             tracker.reset();
             continue;
         }

@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::ServerState;
 
 use crate::error::ApiError;
 use crate::lessor::Lessor;
@@ -81,8 +80,7 @@ impl ApiState {
     /// Whether this node is the leader, by its own metrics (a quorum
     /// confirmation is separate: [`ApiState::confirm_leadership`]).
     pub(super) fn is_leader(&self) -> bool {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics.state == ServerState::Leader && metrics.current_leader == Some(self.config.id)
+        crate::leads(&self.raft.metrics().borrow_watched())
     }
 
     /// A permit to wait, or 429 when `max_waiters` calls already wait here.
