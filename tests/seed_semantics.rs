@@ -383,3 +383,71 @@ async fn a_child_writes_through_the_sidecar_while_the_lease_is_held() {
     let status = run.wait().expect("palisade run exits");
     assert_eq!(status.code(), Some(3), "lost: the child was stopped");
 }
+
+/// The attack the preemption reservation closes, over raw HTTP: the
+/// preempted holder sends its release and, at the same moment, a fresh
+/// acquire (another secret, waiting), hoping its acquire is proposed while
+/// the lease still looks held and applies just after the release freed it
+/// — ahead of the preemptor queued in the leader's memory. The lease must
+/// go to the preemptor, every time.
+#[tokio::test]
+async fn a_preempted_holder_cannot_slip_in_ahead_of_its_preemptor() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let http = http_client();
+    let base = cluster.url(cluster.leader(&http).await);
+    for round in 0..5 {
+        let lease = format!("barge-{round}");
+        let url = |call: &str| format!("{base}/v1/leases/{lease}/{call}");
+        let (status, low) = support::post_json(
+            &http,
+            &url("acquire"),
+            serde_json::json!({"holder": "low", "ttl_ms": 10_000, "preemptible": true,
+                               "secret": support::test_secret("low")}),
+        )
+        .await;
+        assert_eq!(status, 200, "{low}");
+        let high = tokio::spawn({
+            let (http, url) = (http.clone(), url("acquire"));
+            async move {
+                support::post_json_once(
+                    &http,
+                    &url,
+                    serde_json::json!({"holder": "high", "ttl_ms": 10_000, "priority": 10,
+                                       "wait_ms": 3_000}),
+                )
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let grant = serde_json::json!({"holder": "low", "token": low["token"],
+                                       "secret": support::test_secret("low")});
+        let (status, renewed) = support::post_json_once(&http, &url("renew"), grant.clone()).await;
+        assert_eq!(
+            (status, renewed["error"].as_str()),
+            (409, Some("preempted"))
+        );
+        let mut release = grant;
+        release["grant_index"] = low["grant_index"].clone();
+        let barge = serde_json::json!({"holder": "low", "ttl_ms": 10_000, "wait_ms": 2_000,
+                                       "secret": support::test_secret("low-again")});
+        let (release_url, acquire_url) = (url("release"), url("acquire"));
+        let (released, barged) = tokio::join!(
+            support::post_json_once(&http, &release_url, release),
+            support::post_json_once(&http, &acquire_url, barge),
+        );
+        assert_eq!(released.0, 200, "{}", released.1);
+        let (status, granted) = high.await.expect("high");
+        assert_eq!(
+            status, 200,
+            "round {round}: high was not granted: {granted}"
+        );
+        assert_eq!(
+            (barged.0, barged.1["error"].as_str()),
+            (409, Some("held")),
+            "round {round}: the preempted holder slipped in: {}",
+            barged.1
+        );
+    }
+}

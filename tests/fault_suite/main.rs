@@ -330,9 +330,11 @@ async fn run(partitions: bool, faketime: Option<PathBuf>) {
 
 /// The handoff of each preemption: from the moment the preempted holder
 /// stopped believing in its lease to the boss's grant. The holder lets go
-/// as soon as its renew says `preempted` (one commit for the release, one
-/// for the boss's grant); one that did not would hold the boss up until its
-/// deadline, so the bound is the ttl. Prints each gap; returns violations.
+/// as soon as its renew says `preempted`: one commit for the release, one
+/// for the boss's grant (seen: 30-50 ms). Half a ttl is far above that and
+/// below what a lease left to run out would cost (the rest of the grant,
+/// about two thirds of a ttl after a renewal: the fault this kind found, at
+/// 1 042 ms). Prints each gap; returns violations.
 fn preemption_gaps(history: &History) -> Vec<String> {
     let mut violations = Vec::new();
     for boss in history.held.iter().filter(|h| h.holder.starts_with("boss")) {
@@ -348,10 +350,12 @@ fn preemption_gaps(history: &History) -> Vec<String> {
             "fault suite: {} took {} {gap_ms} ms after the holder let go",
             boss.holder, boss.lease
         );
-        if gap_ms > TTL_MS {
+        if gap_ms > TTL_MS / 2 {
             violations.push(format!(
-                "preemption: {} waited {gap_ms} ms for {} after its holder let go (bound {TTL_MS} ms)",
-                boss.holder, boss.lease
+                "preemption: {} waited {gap_ms} ms for {} after its holder let go (bound {} ms)",
+                boss.holder,
+                boss.lease,
+                TTL_MS / 2
             ));
         }
     }
