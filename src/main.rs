@@ -1,15 +1,20 @@
 //! `palisade`: every server and client command in one binary.
 //!
-//! `main` parses flags (a bad flag is a one-line error and exit code 2) and
-//! hands over to one module per command under `commands/`.
+//! `main` parses flags (`cli.rs`; a bad flag is a one-line error and exit
+//! code 2) and hands over to one module per command under `commands/`.
+//! `logging.rs` sets up the log lines, `shutdown.rs` the signal servers
+//! stop on.
 
+mod cli;
 mod commands;
+mod logging;
+mod shutdown;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use commands::Cli;
+use cli::Cli;
 
 /// mimalloc gives memory back to the OS once a big table shrinks (see
 /// BENCHMARKS.md, "reclamation"); glibc's malloc kept most of it.
@@ -41,7 +46,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    commands::init_tracing(cli.log_format);
+    logging::init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -49,7 +54,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");

@@ -200,3 +200,88 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         "the gateway is gone after dev stops"
     );
 }
+
+/// `palisade dev --tls`: every node and the gateway serve clients over
+/// https:// only, and what dev prints (the CA, the endpoints) is all a
+/// client needs: the CLI, given just those variables and the key file,
+/// acquires through an election node and reads a fence through the
+/// gateway; without the CA it is refused.
+#[test]
+fn dev_tls_serves_clients_over_https_with_the_ca_it_prints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = support::free_ports(4);
+    let mut dev = palisade()
+        .args(["dev", "--tls", "--data-dir"])
+        .arg(dir.path())
+        .args(["--election-port", &ports[0].to_string()])
+        .args(["--gateway-port", &ports[3].to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn dev");
+    let mut lines = BufReader::new(dev.stdout.take().expect("stdout")).lines();
+    let printed: Vec<String> = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .take_while(|line| !line.contains("Ctrl-C stops everything"))
+        .collect();
+    assert!(
+        printed.iter().any(|l| l.contains("cluster is up")),
+        "palisade dev --tls did not come up: {printed:?}"
+    );
+    let exports: Vec<(String, String)> = printed
+        .iter()
+        .find(|l| l.contains("export PALISADE_CA="))
+        .expect("dev prints the CA to trust")
+        .split_whitespace()
+        .filter_map(|word| word.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let get = |name: &str| {
+        exports
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} not printed: {exports:?}"))
+    };
+    assert_eq!(
+        get("PALISADE_CA"),
+        dir.path().join("certs/ca.pem").display().to_string()
+    );
+    assert!(get("PALISADE_ELECTION").starts_with("https://"));
+    assert!(get("PALISADE_GATEWAY").starts_with("https://"));
+    let cli = |args: &[&str], with_ca: bool| {
+        let mut command = palisade();
+        command
+            .args(args)
+            .env_remove("PALISADE_API_KEY")
+            .env("PALISADE_API_KEY_FILE", dir.path().join("admin.key"))
+            .env("PALISADE_ELECTION", get("PALISADE_ELECTION"))
+            .env("PALISADE_GATEWAY", get("PALISADE_GATEWAY"));
+        if with_ca {
+            command.env("PALISADE_CA", get("PALISADE_CA"));
+        } else {
+            command.env_remove("PALISADE_CA");
+        }
+        command.output().expect("run the CLI")
+    };
+    let untrusted = cli(&["lease", "acquire", "orders", "--holder", "A"], false);
+    assert!(!untrusted.status.success(), "granted without the CA");
+    for args in [
+        &["lease", "acquire", "orders", "--holder", "A"][..],
+        &["fence", "get", "orders"][..],
+    ] {
+        let out = cli(args, true);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Command::new("kill")
+        .args(["-TERM", &dev.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(dev.wait().expect("wait").success());
+}

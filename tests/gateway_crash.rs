@@ -98,6 +98,14 @@ async fn acknowledged_writes_and_fences_survive_kill_9() {
         }
         let run_for = Duration::from_millis(100 + rand::random::<u64>() % 300);
         tokio::time::sleep(run_for).await;
+        // Kill mid-stream, but not before a first acknowledgement: a slow
+        // fsync on a busy disk can take longer than `run_for` (bounded).
+        for _ in 0..100 {
+            if !acked.lock().expect("lock").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         gateway.kill();
         for writer in writers {
             writer.await.expect("writer task");

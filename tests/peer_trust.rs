@@ -242,8 +242,9 @@ async fn forged_raft_traffic_is_refused_and_changes_nothing() {
     assert_eq!(before, after, "a forged RPC changed the cluster");
 }
 
-/// The signing key lives in the log and snapshots: no file or directory of a
-/// node's data dir may be readable by group or others.
+/// The signing key lives in the log and snapshots, the objects in the
+/// gateway's store: no file or directory of a node's or the gateway's data
+/// dir may be readable by group or others.
 #[tokio::test]
 async fn data_dirs_are_readable_by_their_owner_only() {
     use std::os::unix::fs::PermissionsExt;
@@ -252,10 +253,25 @@ async fn data_dirs_are_readable_by_their_owner_only() {
     let cluster = Cluster::start(dir.path());
     let client = http_client();
     let leader = cluster.leader(&client).await;
-    let (status, _) = acquire(&client, &cluster.url(leader), "k", "h", 5000).await;
+    let (status, grant) = acquire(&client, &cluster.url(leader), "k", "h", 5000).await;
     assert_eq!(status, 200);
+    // The gateway's data dir holds every object: its owner's alone too.
+    let gateway = support::spawn_gateway_for(&cluster, &dir.path().join("gateway"));
+    let jwt = grant["jwt"].as_str().expect("jwt").to_owned();
+    let written = support::send_retrying(|| {
+        client
+            .put(format!("{}/v1/objects/k/secret", gateway.url))
+            .bearer_auth(&jwt)
+            .body("payroll")
+    })
+    .await;
+    assert_eq!(written.status(), 200);
     let mut checked = 0;
-    let mut pending = vec![dir.path().join("node1"), dir.path().join("certs")];
+    let mut pending = vec![
+        dir.path().join("node1"),
+        dir.path().join("certs"),
+        dir.path().join("gateway"),
+    ];
     while let Some(path) = pending.pop() {
         let meta = std::fs::metadata(&path).expect("metadata");
         let mode = meta.permissions().mode() & 0o777;

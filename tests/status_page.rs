@@ -2,9 +2,13 @@
 //! `chromium`) loads `/ui` from a node of a real cluster, takes a
 //! screenshot, and the DOM it built shows the leader and the held leases,
 //! with a holder named like a script rendered as text, never run.
-//! Without Chromium the test says so and passes, unless
+//! A second test signs in through the form (`ui_login.rs`) in Chromium
+//! driven over the DevTools protocol. Without Chromium the tests say so
+//! and pass, unless
 //! `PALISADE_FAULT_STRICT=1` (set by `.ci/run`, which installs it).
 
+#[path = "support/devtools.rs"]
+mod devtools;
 mod support;
 
 use std::process::Command;
@@ -125,6 +129,13 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
         !dom.contains("<title>pwned"),
         "a holder's script ran: {dom}"
     );
+    // Each lease's last change (its history's newest entry), the hostile
+    // holder's name as text there too.
+    assert!(
+        dom.contains("class=\"last-change\">acquire of alpha (token")
+            && dom.contains("class=\"last-change\">acquire of &lt;script&gt;"),
+        "no last change per lease: {dom}"
+    );
     assert!(
         dom.contains("id=\"fences\"")
             && dom.contains("<td class=\"holder\">paused-old-leader</td>")
@@ -138,4 +149,77 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
         "no screenshot ({size} bytes): {}",
         String::from_utf8_lossy(&taken.stderr)
     );
+}
+
+/// The sign-in form in a real browser, driven over the DevTools protocol
+/// (`devtools.rs`), against a cluster over TLS with a policy: `/ui` sends
+/// a browser without a key to `/ui/login`; a wrong key stays there with
+/// the reason; the right one lands on the page with the held leases. The
+/// key is in no URL the browser visited and no script can read the cookie
+/// (`HttpOnly`); signing out clears it, and `/ui` sends the browser back to
+/// the form. Screenshots of the form and the signed-in page are kept in
+/// `target/ui-screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
+            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
+        );
+        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| node_setup(dir.path(), id, "127.0.0.1"))
+        .collect();
+    let (cluster, access) = Cluster::start_secure(dir.path(), setups);
+    let admin = access.http("admin");
+    let base = cluster.url(cluster.leader(&admin).await);
+    let (status, held) = acquire(&admin, &base, "orders.signed-in", "shown-holder", 60_000).await;
+    assert_eq!(status, 200, "{held}");
+    let key = access.key("admin");
+
+    let mut page = devtools::Page::open(browser, dir.path()).await;
+    page.navigate(&format!("{base}/ui")).await;
+    page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
+        .await;
+    page.screenshot("login-form").await;
+
+    page.eval("document.querySelector('input[name=key]').value = 'pal_not-a-key'; document.getElementById('login').submit(); true")
+        .await;
+    page.wait_for("!!document.getElementById('problem')").await;
+    let problem = page
+        .eval("document.getElementById('problem').textContent")
+        .await;
+    assert_eq!(problem, "unknown API key");
+
+    let fill = format!(
+        "document.querySelector('input[name=key]').value = {}; document.getElementById('login').submit(); true",
+        serde_json::Value::String(key.clone())
+    );
+    page.eval(&fill).await;
+    page.wait_for("location.pathname === '/ui' && !!document.getElementById('role')")
+        .await;
+    let text = page.eval("document.body.innerText").await;
+    assert!(
+        text.contains("orders.signed-in") && text.contains("shown-holder"),
+        "the signed-in page does not show the held lease: {text}"
+    );
+    page.screenshot("signed-in").await;
+    let cookies = page.eval("document.cookie").await;
+    assert!(
+        !cookies.contains(&key) && !cookies.contains("palisade_key"),
+        "a script can read the key: {cookies:?}"
+    );
+    for visited in page.visited() {
+        assert!(!visited.contains(&key), "the key is in a URL: {visited}");
+    }
+
+    page.eval("document.getElementById('logout').submit(); true")
+        .await;
+    page.wait_for("location.pathname === '/ui/login'").await;
+    page.navigate(&format!("{base}/ui")).await;
+    page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
+        .await;
 }

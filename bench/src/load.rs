@@ -43,6 +43,13 @@ pub struct Figures {
     p999_us: u64,
 }
 
+impl Figures {
+    /// Operations per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops_per_sec
+    }
+}
+
 /// What one benchmark operation reports: `Err(kind)` names the failure kind
 /// (`"http 503"`, `"transport"`, ...), counted per kind.
 pub type OpResult = Result<(), String>;

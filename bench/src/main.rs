@@ -5,7 +5,7 @@
 //! - `load.rs`: the load engine (concurrent tasks for a duration, latency
 //!   percentiles, errors by kind), the table, and the failover trials any
 //!   replicated system runs through the `Failover` trait.
-//! - `gateway.rs`, `election.rs`, `etcd.rs` (+ `etcd_grpc.rs`, etcd's
+//! - `gateway.rs`, `gateway_postgres.rs`, `election.rs`, `etcd.rs` (+ `etcd_grpc.rs`, etcd's
 //!   native client, with `--features etcd-grpc`): one benchmark each; each uses
 //!   `load`, none uses another. `scale.rs` (big table, many watchers,
 //!   reclamation) borrows `election.rs`'s request helpers; `hold.rs` (one
@@ -17,6 +17,7 @@ mod etcd;
 #[cfg(feature = "etcd-grpc")]
 mod etcd_grpc;
 mod gateway;
+mod gateway_postgres;
 mod hold;
 mod load;
 mod scale;
@@ -44,6 +45,10 @@ struct Cli {
 enum Command {
     /// Fenced PUT through a gateway vs. the engine's ceiling.
     Gateway(gateway::GatewayBench),
+    /// Fencing's cost on PostgreSQL (fenced put vs. a plain upsert, same
+    /// pool), and PUTs through one and two gateways on PostgreSQL and one
+    /// on sled (needs Debian's postgresql package).
+    GatewayPostgres(gateway_postgres::GatewayPostgresBench),
     /// Acquire/release and renew throughput, and failover time, on a real
     /// 3-node cluster.
     Election(election::ElectionBench),
@@ -79,6 +84,9 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Gateway(args) => gateway::run(args, &palisade(cli.palisade)?).await,
+        Command::GatewayPostgres(args) => {
+            gateway_postgres::run(args, &palisade(cli.palisade)?).await
+        }
         Command::Election(args) => election::run(args, &palisade(cli.palisade)?).await,
         Command::Etcd(args) => etcd::run(args).await,
         Command::Scale(args) => scale::run(args, &palisade(cli.palisade)?).await,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth};
+use palisade_names::sync::lock;
 use serde_json::{json, Value};
 
 use crate::election::{disk_bytes, holder_token, post, renew, rss_kib};
@@ -190,7 +191,7 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
         let (c, b, g) = (c.clone(), b.clone(), g.clone());
         async move {
             if let Some(grant) = acquire(&c, &b, &format!("big-{i}"), 3_600_000).await {
-                g.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = grant;
+                lock(&g)[i] = grant;
             }
         }
     })
@@ -260,11 +261,7 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
     drop(watch_client);
 
     // 3. Release everything; a million names used once; reclaimed.
-    let held: Vec<Value> = std::mem::take(
-        &mut *grants
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
+    let held: Vec<Value> = std::mem::take(&mut *lock(&grants));
     let held = Arc::new(held);
     let (c, b, h) = (client.clone(), base.clone(), held.clone());
     spread(args.leases, 64, move |i| {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# CI for the Python client: a venv, the package with pytest and mypy,
-# `mypy --strict` on the package, then the pytest suite against a
-# `palisade dev` cluster it starts itself (binary: PALISADE_BIN).
+# CI for the Python client: a venv, the package with pytest, mypy and
+# psycopg, `mypy --strict` on the package, then the pytest suite against a
+# `palisade dev` cluster it starts itself (binary: PALISADE_BIN) and, for the
+# fenced PostgreSQL transactions, a throwaway PostgreSQL server it also starts
+# itself (installed with apt-get when missing and running as root).
 #
 #   PALISADE_BIN=target/debug/palisade bash client-sdk/python/ci.sh
 #
@@ -42,6 +44,16 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     exit 1
   }
 fi
+# PostgreSQL for tests/test_postgres.py (tests/pgserver.py finds its binaries).
+if [ -z "${PALISADE_PG_BIN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    && ! command -v pg_config >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  apt_install postgresql || {
+    echo "ci.sh: PostgreSQL's initdb/pg_ctl not found (Debian: apt-get install postgresql, as root;" >&2
+    echo "ci.sh: or set PALISADE_PG_BIN to the directory holding them)" >&2
+    exit 1
+  }
+fi
+
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))' || {
   echo "ci.sh: Python >= 3.9 is needed, found $("$python" --version 2>&1)" >&2
   exit 1
@@ -54,13 +66,13 @@ export PYTHONDONTWRITEBYTECODE=1
 key="$( (cat "$here/pyproject.toml"; "$python" --version) | sha256sum | cut -c1-12)"
 venv="${PALISADE_PY_VENV:-${TMPDIR:-/tmp}/palisade-py-venv-$key}"
 pip=(-q --disable-pip-version-check --no-input)
-if ! "$venv/bin/python" -c 'import httpx, jwt, cryptography, pytest, mypy, setuptools' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import httpx, jwt, cryptography, pytest, mypy, setuptools, psycopg' >/dev/null 2>&1; then
   echo "--- venv $venv"
   rm -rf "$venv"
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install "${pip[@]}" --upgrade pip
   "$venv/bin/python" -m pip install "${pip[@]}" 'setuptools>=61' wheel \
-    'httpx>=0.24,<1' 'PyJWT[crypto]>=2.4,<3' 'pytest>=7' 'mypy>=1.5'
+    'httpx>=0.24,<1' 'PyJWT[crypto]>=2.4,<3' 'pytest>=7' 'mypy>=1.5' 'psycopg[binary]>=3.1,<4'
 fi
 
 echo "--- pip install client-sdk/python (from a copy)"

@@ -6,176 +6,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::acquire::{acquire, AcquireOptions};
+use crate::error::Error;
 use crate::lease::Lease;
-use crate::model::{Grant, GrantId, LeaseInfo, Object};
+use crate::model::{Grant, GrantId, LeaseInfo, Object, Transition};
+use crate::renew_queue::RenewQueue;
+use crate::transport::answer::Answer;
+use crate::transport::config::ClientConfig;
 use crate::transport::Transport;
-use crate::Error;
-
-/// How a [`Client`] behaves. Build with [`ClientConfig::new`] and adjust.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// Election node base URLs (`http://host:port`); any node will do.
-    pub endpoints: Vec<String>,
-    /// The storage gateway's base URL, for fenced writes.
-    pub gateway: Option<String>,
-    /// Timeout of one HTTP request. Default 2 s.
-    pub request_timeout: Duration,
-    /// How long one call keeps retrying transient failures. Default 5 s.
-    pub retry_budget: Duration,
-    /// The safe deadline is `send time + ttl - margin`, with
-    /// `margin = ttl * drift_margin_ratio` (at least 1 ms). It absorbs clock
-    /// rate differences between this host and the Raft leader. Default 0.1.
-    pub drift_margin_ratio: f64,
-    /// Renew every `ttl * renew_ratio`. Default 1/3.
-    pub renew_ratio: f64,
-    /// Raise the gateway fence right after acquiring (needs `gateway`), so the
-    /// previous holder's in-flight writes are refused before this holder
-    /// writes anything. Default true.
-    pub fence_on_acquire: bool,
-    /// The only CA trusted for `https://` endpoints and gateway (instead of
-    /// none: the SDK carries no public roots). Set with
-    /// [`ClientConfig::with_ca_file`].
-    pub ca: Option<reqwest::Certificate>,
-    /// This client's API key, sent as `x-palisade-key` on every request to
-    /// servers that run with an access policy. Set with
-    /// [`ClientConfig::with_api_key`]; `Debug` never shows it.
-    pub api_key: Option<ApiKey>,
-    /// Speak HTTP/2 to the nodes and the gateway (h2c on `http://`, h2 by
-    /// ALPN on `https://`): every request of this client, all its leases'
-    /// renewals included, shares one connection per server. Default true;
-    /// false for HTTP/1.1 only (e.g. a proxy in between that speaks
-    /// nothing else).
-    pub http2: bool,
-    /// Renewals of this client's leases that fall due together go in one
-    /// batch request (`POST /v1/renew`), each answered on its own. Default
-    /// true.
-    pub batch_renewals: bool,
-}
-
-/// An API key (`Debug` shows only that there is one).
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// The key itself, to send.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-impl ClientConfig {
-    /// Defaults for these election endpoints.
-    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
-        Self {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            gateway: None,
-            request_timeout: Duration::from_secs(2),
-            retry_budget: Duration::from_secs(5),
-            drift_margin_ratio: 0.1,
-            renew_ratio: 1.0 / 3.0,
-            fence_on_acquire: true,
-            ca: None,
-            api_key: None,
-            http2: true,
-            batch_renewals: true,
-        }
-    }
-
-    /// Sends `key` as this client's API key (`x-palisade-key`), e.g. the
-    /// contents of `admin.key` from `palisade dev` or `palisade policy init`.
-    ///
-    /// # Errors
-    /// [`Error::BadRequest`] when the key cannot be a header value.
-    pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
-        let key = key.trim();
-        if key.is_empty() || reqwest::header::HeaderValue::from_str(key).is_err() {
-            return Err(Error::BadRequest(
-                "an API key must be non-empty visible ASCII".into(),
-            ));
-        }
-        self.api_key = Some(ApiKey(key.to_owned()));
-        Ok(self)
-    }
-
-    /// The configuration the environment describes, as the CLI reads it:
-    /// `PALISADE_ELECTION` (comma-separated URLs; default the `palisade dev`
-    /// nodes on 127.0.0.1:7001-7003), `PALISADE_GATEWAY` (default
-    /// `http://127.0.0.1:8080`), `PALISADE_CA` (a CA file), `PALISADE_API_KEY`
-    /// or `PALISADE_API_KEY_FILE` (the API key).
-    ///
-    /// # Errors
-    /// [`Error::BadRequest`] when the CA or key file is unusable.
-    pub fn from_env() -> Result<Self, Error> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let election = var("PALISADE_ELECTION").unwrap_or_else(|| {
-            "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003".into()
-        });
-        let gateway = var("PALISADE_GATEWAY").unwrap_or_else(|| "http://127.0.0.1:8080".into());
-        let mut config =
-            Self::new(election.split(',').map(|e| e.trim().to_owned())).with_gateway(gateway);
-        if let Some(ca) = var("PALISADE_CA") {
-            config = config.with_ca_file(std::path::Path::new(&ca))?;
-        }
-        let key = match (var("PALISADE_API_KEY"), var("PALISADE_API_KEY_FILE")) {
-            (Some(key), _) => Some(key),
-            (None, Some(path)) => Some(
-                std::fs::read_to_string(&path)
-                    .map_err(|e| Error::BadRequest(format!("{path}: {e}")))?,
-            ),
-            (None, None) => None,
-        };
-        if let Some(key) = key {
-            config = config.with_api_key(key.lines().next().unwrap_or(""))?;
-        }
-        Ok(config)
-    }
-
-    /// Trusts the CA in the PEM file `path` (e.g. `ca.pem` from `palisade
-    /// certs init`) for `https://` endpoints.
-    ///
-    /// # Errors
-    /// [`Error::BadRequest`] naming the file when it is unreadable or not a
-    /// PEM certificate.
-    pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self, Error> {
-        let pem = std::fs::read(path)
-            .map_err(|e| Error::BadRequest(format!("{}: {e}", path.display())))?;
-        let ca = reqwest::Certificate::from_pem(&pem)
-            .map_err(|e| Error::BadRequest(format!("{}: {e}", path.display())))?;
-        self.ca = Some(ca);
-        Ok(self)
-    }
-
-    /// Sets the gateway URL.
-    #[must_use]
-    pub fn with_gateway(mut self, gateway: impl Into<String>) -> Self {
-        self.gateway = Some(gateway.into());
-        self
-    }
-}
-
-/// What an acquire may ask for beyond holder and ttl (the default asks for
-/// nothing; README "Leadership semantics").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AcquireOptions {
-    /// 0..=1000. A waiting acquire of a higher priority than a preemptible
-    /// holder's preempts it; waiters queue by priority. Equal priority
-    /// never preempts.
-    pub priority: u32,
-    /// A waiting acquire of a higher priority may preempt this grant (its
-    /// holder gets [`Error::Preempted`] on its next renewal).
-    pub preemptible: bool,
-    /// After this grant expires (not after a release) the lease stays
-    /// unavailable this long (at most 60 s).
-    pub lock_delay: Duration,
-    /// The grant is renewed for at most this long after it was granted.
-    pub max_hold: Option<Duration>,
-}
 
 /// The election cluster (and gateway) client. Cheap to clone.
 ///
@@ -195,14 +33,19 @@ pub struct AcquireOptions {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
+    /// The HTTP client and its retry loop, shared with the leases.
     transport: Arc<Transport>,
+    /// Renewals on their way into batches, shared with the leases.
+    renewals: Arc<RenewQueue>,
 }
 
 impl Client {
     /// A client with `config`.
     pub fn new(config: ClientConfig) -> Self {
+        let transport = Arc::new(Transport::new(config));
         Self {
-            transport: Arc::new(Transport::new(config)),
+            renewals: Arc::new(RenewQueue::new(transport.clone())),
+            transport,
         }
     }
 
@@ -246,10 +89,8 @@ impl Client {
         // A dropped handle of this lease and holder may still be releasing.
         let gate = self.transport.release_gate(lease, holder);
         drop(gate.lock().await);
-        let (grant, sent) = self
-            .acquire_slices(lease, holder, ttl, wait, options)
-            .await?;
-        let lease = Lease::start(self.transport.clone(), grant, sent);
+        let (grant, sent) = acquire(&self.transport, lease, holder, ttl, wait, options).await?;
+        let lease = Lease::start(self.transport.clone(), self.renewals.clone(), grant, sent);
         if self.config().fence_on_acquire && self.config().gateway.is_some() {
             // If this fails the lease is released on drop; the error says why.
             lease.fence().await?;
@@ -285,81 +126,9 @@ impl Client {
         wait: Option<Duration>,
         options: AcquireOptions,
     ) -> Result<Grant, Error> {
-        Ok(self
-            .acquire_slices(lease, holder, ttl, wait, options)
+        Ok(acquire(&self.transport, lease, holder, ttl, wait, options)
             .await?
             .0)
-    }
-
-    /// Acquires, waiting up to `wait`; the grant and the send time of the
-    /// request that got it (where its safe deadline starts).
-    async fn acquire_slices(
-        &self,
-        lease: &str,
-        holder: &str,
-        ttl: Duration,
-        wait: Option<Duration>,
-        options: AcquireOptions,
-    ) -> Result<(Grant, tokio::time::Instant), Error> {
-        palisade_names::LeaseName::new(lease).map_err(|e| Error::BadRequest(e.to_string()))?;
-        // Our own secret, the same for every request of this call, so that a
-        // retry (its answer lost, or a slice that timed out here but was
-        // granted there) is recognised as the same client: the same grant.
-        let secret = new_secret();
-        let path = format!("/v1/leases/{lease}/acquire");
-        // A long wait is asked for in slices of half a request timeout, each
-        // request within one request timeout: a request stuck on a leader
-        // that died, froze or was cut off costs one request timeout, as any
-        // call, not the whole wait.
-        let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
-        loop {
-            let slice = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .min(self.config().request_timeout / 2);
-            let mut body = json!({
-                "holder": holder,
-                "ttl_ms": ttl.as_millis() as u64,
-                "secret": secret.expose(),
-            });
-            if wait.is_some() {
-                body["wait_ms"] = json!(slice.as_millis() as u64);
-            }
-            if options.priority > 0 {
-                body["priority"] = json!(options.priority);
-            }
-            if options.preemptible {
-                body["preemptible"] = json!(true);
-            }
-            if !options.lock_delay.is_zero() {
-                body["lock_delay_ms"] = json!(options.lock_delay.as_millis() as u64);
-            }
-            if let Some(max_hold) = options.max_hold {
-                body["max_hold_ms"] = json!(max_hold.as_millis() as u64);
-            }
-            // Before the first attempt of this slice: if a retry inside it is
-            // what gets the answer, the grant may date from the first one.
-            // (A grant made for an earlier slice that timed out here comes
-            // back extended from this slice's arrival, as a repeat.)
-            let sent = tokio::time::Instant::now();
-            let answer = self
-                .transport
-                .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
-                .await?;
-            match answer.parse::<Grant>() {
-                Ok(mut grant) => {
-                    // A cluster that predates secrets answers none: keep ours.
-                    grant.secret.get_or_insert(secret);
-                    return Ok((grant, sent));
-                }
-                Err(Error::Held { .. }) if tokio::time::Instant::now() < deadline => {}
-                // The node waits out a lock-delay only within the slice.
-                Err(Error::LockDelay { retry_after }) if tokio::time::Instant::now() < deadline => {
-                    let until = (tokio::time::Instant::now() + retry_after).min(deadline);
-                    tokio::time::sleep_until(until).await;
-                }
-                Err(err) => return Err(err),
-            }
-        }
     }
 
     /// Renews a grant once (see [`Lease`] for the automatic way); with
@@ -370,7 +139,7 @@ impl Client {
     /// [`Error::LeaseLost`] if the grant is gone, revoked, or `id` does not
     /// carry its secret.
     pub async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
-        self.transport.renew(id).await
+        self.renewals.renew(id).await
     }
 
     /// Hands a grant to `successor` (see [`Lease::handover_to`], the way
@@ -418,6 +187,21 @@ impl Client {
     pub async fn get(&self, lease: &str) -> Result<LeaseInfo, Error> {
         let path = format!("/v1/leases/{lease}");
         self.get_json(&path, Duration::ZERO).await?.parse()
+    }
+
+    /// The lease's last transitions, oldest first (the cluster keeps a
+    /// few per lease).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if never granted (or free and reclaimed).
+    pub async fn history(&self, lease: &str) -> Result<Vec<Transition>, Error> {
+        #[derive(serde::Deserialize)]
+        struct History {
+            history: Vec<Transition>,
+        }
+        let path = format!("/v1/leases/{lease}/history");
+        let history: History = self.get_json(&path, Duration::ZERO).await?.parse()?;
+        Ok(history.history)
     }
 
     /// Every lease the table holds, in name order (fetched page by page).
@@ -533,22 +317,9 @@ impl Client {
         self.transport.get_object(key).await
     }
 
-    async fn get_json(
-        &self,
-        path: &str,
-        extra: Duration,
-    ) -> Result<crate::transport::Answer, Error> {
+    async fn get_json(&self, path: &str, extra: Duration) -> Result<Answer, Error> {
         self.transport
             .election(reqwest::Method::GET, path, None, extra)
             .await
     }
-}
-
-/// A fresh grant secret: 256 bits from the OS RNG, as 64 hex digits.
-fn new_secret() -> palisade_names::GrantSecret {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    palisade_names::GrantSecret::new(&hex).unwrap_or_else(|_| unreachable!("64 hex digits"))
 }

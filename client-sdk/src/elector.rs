@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Client, Error, Lease};
+use crate::client::Client;
+use crate::error::Error;
+use crate::lease::Lease;
 
 /// What an [`Elector`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,6 +64,11 @@ pub enum Error {
         /// The last failure.
         last: String,
     },
+    /// PostgreSQL refused a statement (feature `postgres`): SQLSTATE and
+    /// message on one line. A stale token is [`Error::Fenced`] instead, and a
+    /// connection that failed [`Error::Unavailable`].
+    #[error("database: {0}")]
+    Database(String),
     /// The server answered something this SDK does not understand.
     #[error("unexpected answer {status}: {message}")]
     Protocol {

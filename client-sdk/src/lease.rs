@@ -4,13 +4,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use palisade_names::sync::lock;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::error::Error;
 use crate::model::{encode_key, Grant, GrantId, Object};
+use crate::renew_queue::RenewQueue;
+use crate::transport::config::ClientConfig;
 use crate::transport::Transport;
-use crate::Error;
 
 /// A held lease. While [`Lease::is_held`] is true no other holder has been
 /// granted it (S3): the local deadline is the send time of the last
@@ -30,7 +33,10 @@ pub struct Lease {
 
 #[derive(Debug)]
 struct Shared {
+    /// The client's HTTP client: gateway writes, releases, handovers.
     transport: Arc<Transport>,
+    /// The client's renewal queue.
+    renewals: Arc<RenewQueue>,
     /// The grant this handle holds, with its secret and the acquire's index.
     id: GrantId,
     /// The ttl of the grant as first acquired (renewals follow the
@@ -51,9 +57,7 @@ struct State {
 
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn mark_lost(&self, reason: String) {
@@ -85,13 +89,19 @@ impl Shared {
 }
 
 impl Lease {
-    pub(crate) fn start(transport: Arc<Transport>, grant: Grant, sent: Instant) -> Self {
+    pub(crate) fn start(
+        transport: Arc<Transport>,
+        renewals: Arc<RenewQueue>,
+        grant: Grant,
+        sent: Instant,
+    ) -> Self {
         let ttl = Duration::from_millis(grant.ttl_ms);
         let margin = margin_for(&transport.config, ttl);
         let (lost, _) = watch::channel(false);
         let jwt = grant.jwt.clone();
         let shared = Arc::new(Shared {
             transport,
+            renewals,
             id: grant.id(),
             ttl,
             state: Mutex::new(State {
@@ -224,6 +234,51 @@ impl Lease {
         Err(error)
     }
 
+    /// Begins a transaction on `client` fenced in PostgreSQL with this
+    /// lease's token (`palisade.fence(name, token)`, after
+    /// [`crate::postgres::install`]), with `idle_in_transaction_session_timeout`
+    /// set to the lease's ttl for it (SET LOCAL: a holder frozen inside the
+    /// transaction loses its session, so the next holder's raise does not
+    /// wait for it forever). Write, then commit it; check [`Lease::is_held`]
+    /// before committing if the transaction ran long.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] locally, with nothing sent, once the lease is not
+    /// held; [`Error::Fenced`] when the database's fence is above the token —
+    /// a newer holder has fenced; the lease is marked lost, as for a fenced
+    /// gateway write; [`Error::BadRequest`] for a lease name PostgreSQL's
+    /// fence refuses; [`Error::Database`], [`Error::Unavailable`]. Nothing is
+    /// left open on an error (the transaction is rolled back).
+    #[cfg(feature = "postgres")]
+    pub async fn fenced_transaction<'c>(
+        &self,
+        client: &'c mut tokio_postgres::Client,
+    ) -> Result<tokio_postgres::Transaction<'c>, Error> {
+        self.shared.held_jwt()?;
+        let (lease, token) = (self.name(), self.token());
+        crate::postgres::check(lease, token)?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(crate::postgres::database)?;
+        let fenced = crate::postgres::call_fence(&tx, lease, token, Some(self.shared.ttl)).await;
+        match fenced {
+            Ok(_) => Ok(tx),
+            Err(error) => {
+                // Rolled back by the drop as well; this waits for it.
+                let _ = tx.rollback().await;
+                if let Error::Fenced { token, fence } = &error {
+                    self.shared.mark_lost(if *fence > 0 {
+                        format!("fenced in PostgreSQL: token {token} is below fence {fence}")
+                    } else {
+                        format!("fenced in PostgreSQL: token {token} is below the fence")
+                    });
+                }
+                Err(error)
+            }
+        }
+    }
+
     /// Hands the lease to `successor`: this handle stops holding it at
     /// once (writes through it are refused from now on, and it is not
     /// renewed), the leader ends the grant and reserves one with a higher
@@ -319,14 +374,14 @@ fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> +
     }
 }
 
-/// Renews every `ttl * renew_ratio`; retries failures quickly until the
-/// deadline; marks the lease lost on refusal or when the deadline passes.
 /// The drift margin for `ttl`: `ttl * drift_margin_ratio`, at least 1 ms.
-fn margin_for(config: &crate::ClientConfig, ttl: Duration) -> Duration {
+fn margin_for(config: &ClientConfig, ttl: Duration) -> Duration {
     ttl.mul_f64(config.drift_margin_ratio.clamp(0.0, 0.9))
         .max(Duration::from_millis(1))
 }
 
+/// Renews every `ttl * renew_ratio`; retries failures quickly until the
+/// deadline; marks the lease lost on refusal or when the deadline passes.
 async fn renew_loop(shared: Arc<Shared>) {
     let renew_every =
         |ttl: Duration| ttl.mul_f64(shared.transport.config.renew_ratio.clamp(0.05, 0.9));
@@ -353,7 +408,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         // wins the race, so loss is reported on time.
         let deadline = shared.state().deadline;
         let renewed = tokio::select! {
-            renewed = shared.transport.renew(&shared.id) => renewed,
+            renewed = shared.renewals.renew(&shared.id) => renewed,
             () = tokio::time::sleep_until(deadline) => {
                 shared.mark_lost("the safe deadline passed without a successful renewal".into());
                 return;

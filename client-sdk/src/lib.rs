@@ -11,30 +11,40 @@
 //! Errors keep transport trouble ([`Error::Unavailable`]) apart from what
 //! means "stop leading" ([`Error::LeaseLost`], [`Error::Fenced`]) and from
 //! [`Error::Held`].
-
 //!
-//! Inside: `client` and `lease` both build on `transport` (HTTP, the one
-//! retry loop, release gates) and `model` (the wire types); neither imports
-//! the other's internals, so the dependency runs one way:
-//! `elector → client → lease → transport → model`. `batch` adds to the
-//! transport the queue that gathers a client's renewals into batch requests.
+//! Inside, each file uses only the ones below it (by type, not only by
+//! path): `elector` → `client` → `acquire`, `lease` → `postgres`, `lease` → `renew_queue` →
+//! `transport` (with `transport/config`, `transport/answer`,
+//! `transport/release_gates` beneath it) → `model`; `error` is used by all.
+//! - `transport.rs`: the HTTP client, the one retry loop, the calls on one
+//!   grant, gateway calls; built from a [`ClientConfig`] (`transport/config.rs`).
+//! - `renew_queue.rs`: the queue that gathers a client's renewals into batch
+//!   requests; a [`Lease`] renews through it.
+//! - `lease.rs`: [`Lease`], background renewal and the safe deadline.
+//! - `acquire.rs`: [`AcquireOptions`] and the acquire loop.
+//! - `client.rs`: [`Client`], the public calls; `elector.rs`: [`Elector`].
+//! - `model.rs`: the wire types; `error.rs`: [`Error`].
+//! - `postgres.rs` (feature `postgres`): fenced transactions in your own
+//!   PostgreSQL; beside `lease.rs`, which uses it for
+//!   `Lease::fenced_transaction`.
 
-mod batch;
+mod acquire;
 mod client;
 mod elector;
 mod error;
 mod lease;
 mod model;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+mod renew_queue;
 mod transport;
 
-pub use client::{AcquireOptions, ApiKey, Client, ClientConfig};
+pub use acquire::AcquireOptions;
+pub use client::Client;
 pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
 pub use lease::Lease;
-pub use model::{encode_key, Grant, GrantId, LeaseInfo, Object};
+pub use model::{encode_key, Grant, GrantId, LeaseInfo, Object, Transition};
 pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;
-
-/// The request header that carries a client's API key (the servers'
-/// `palisade_serve::policy::KEY_HEADER`).
-pub const API_KEY_HEADER: &str = "x-palisade-key";
+pub use transport::config::{ApiKey, ClientConfig, ClientIdentity, API_KEY_HEADER};

@@ -101,3 +101,22 @@ pub fn encode_key(key: &str) -> String {
         .collect::<Vec<_>>()
         .join("/")
 }
+
+/// One transition of a lease ([`crate::Client::history`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// The log index of the entry that made it.
+    pub index: u64,
+    /// When it was proposed, on the proposer's clock (ms since the Unix
+    /// epoch); `None` for entries older than stamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
+    /// Why: `acquire`, `claim`, `handover`, `release`, `expire`, `preempt`
+    /// or `revoke`.
+    pub cause: String,
+    /// The grant it is about: the new one (acquire, claim, handover) or the
+    /// one that ended or was revoked.
+    pub holder: Option<String>,
+    /// That grant's token.
+    pub token: u64,
+}

@@ -1,91 +1,43 @@
-//! [`Transport`]: what a [`crate::Client`] and its [`crate::Lease`]s share —
-//! the HTTP client, the one retry loop for election calls, the gateway calls,
-//! and the release gates. Both the client and the lease build on it; it
-//! knows neither.
+//! [`Transport`]: what a [`Client`](crate::Client) and its
+//! [`Lease`](crate::Lease)s share — the HTTP client, the one retry loop for
+//! election calls, the calls on one grant, the gateway calls, and the
+//! release gates. Everything above builds on it; it knows none of them:
+//! its configuration (`transport/config.rs`), the answers it maps to
+//! errors (`transport/answer.rs`) and the release gates
+//! (`transport/release_gates.rs`) live beneath it.
 
-use std::collections::HashMap;
+pub(crate) mod answer;
+pub(crate) mod config;
+pub(crate) mod release_gates;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::error::Error;
 use crate::model::{encode_key, Grant, GrantId, Object};
-use crate::{ClientConfig, Error};
+use answer::Answer;
+use config::{ClientConfig, API_KEY_HEADER};
+use release_gates::{ReleaseGate, ReleaseGates};
 
 /// The header a follower adds to the answer it forwarded from the leader.
 const FORWARDED_BY_FOLLOWER: &str = "x-palisade-leader";
 
-/// Held while a lease is being released in the background.
-pub(crate) type ReleaseGate = Arc<tokio::sync::Mutex<()>>;
-
+/// The HTTP side of one client, shared by the client and its leases.
 #[derive(Debug)]
 pub(crate) struct Transport {
+    /// What the client was built with (timeouts, retry budget, endpoints).
     pub(crate) config: ClientConfig,
+    /// One connection pool for the nodes and the gateway (HTTP/2: one
+    /// connection per server).
     http: reqwest::Client,
     /// The endpoint that answered last; tried first next time.
     preferred: AtomicUsize,
-    /// One gate per (lease, holder): held by a background release (a dropped
-    /// [`crate::Lease`]) until it is done; an acquire for the same pair waits
-    /// for it. Otherwise the acquire could be granted the very same token
-    /// again (acquire by the holder is idempotent) and the late release would
-    /// then free the new grant while its holder believes in it.
-    release_gates: std::sync::Mutex<HashMap<(String, String), ReleaseGate>>,
-    /// This client's renewals on their way into batches.
-    pub(crate) renewals: crate::batch::RenewQueue,
-}
-
-/// One HTTP answer: status and JSON body (Null when not JSON).
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) body: Value,
-}
-
-impl Answer {
-    fn message(&self) -> String {
-        self.body["message"].as_str().unwrap_or("").to_owned()
-    }
-
-    /// The body as `T` if the status is 200; the mapped error otherwise.
-    pub(crate) fn parse<T: serde::de::DeserializeOwned>(self) -> Result<T, Error> {
-        if self.status == 200 {
-            return serde_json::from_value(self.body).map_err(|e| Error::Protocol {
-                status: 200,
-                message: e.to_string(),
-            });
-        }
-        Err(self.error())
-    }
-
-    /// Maps an error answer to an [`Error`].
-    pub(crate) fn error(&self) -> Error {
-        match (self.status, self.body["error"].as_str()) {
-            (409, Some("held")) => Error::Held {
-                holder: self.body["holder"].as_str().unwrap_or("").to_owned(),
-                token: self.body["token"].as_u64().unwrap_or(0),
-            },
-            (409, Some("lost" | "max_hold")) => Error::LeaseLost(self.message()),
-            (409, Some("preempted")) => Error::Preempted(self.message()),
-            (409, Some("lock_delay")) => Error::LockDelay {
-                retry_after: Duration::from_millis(
-                    self.body["retry_after_ms"].as_u64().unwrap_or(0),
-                ),
-            },
-            (409, Some("stale_token")) => Error::Fenced {
-                token: self.body["token"].as_u64().unwrap_or(0),
-                fence: self.body["fence"].as_u64().unwrap_or(0),
-            },
-            (404, _) => Error::NotFound(self.message()),
-            (401, _) => Error::Unauthorized(self.message()),
-            (403, _) => Error::Forbidden(self.message()),
-            (400 | 413, _) => Error::BadRequest(self.message()),
-            (status, _) => Error::Protocol {
-                status,
-                message: self.message(),
-            },
-        }
-    }
+    /// Background releases in progress, which acquires of the same lease
+    /// and holder wait for.
+    release_gates: ReleaseGates,
 }
 
 /// A transport failure of one gateway request (not retried).
@@ -116,13 +68,16 @@ impl Transport {
         if let Some(ca) = &config.ca {
             builder = builder.add_root_certificate(ca.clone());
         }
+        if let Some(identity) = &config.identity {
+            builder = builder.identity(identity.0.clone());
+        }
         if let Some(key) = &config.api_key {
             // Sent on every election and gateway request; marked sensitive
             // so it never shows in reqwest's Debug output.
             if let Ok(mut value) = reqwest::header::HeaderValue::from_str(key.expose()) {
                 value.set_sensitive(true);
                 let mut headers = reqwest::header::HeaderMap::new();
-                headers.insert(crate::API_KEY_HEADER, value);
+                headers.insert(API_KEY_HEADER, value);
                 builder = builder.default_headers(headers);
             }
         }
@@ -131,8 +86,7 @@ impl Transport {
             config,
             http,
             preferred: AtomicUsize::new(0),
-            release_gates: std::sync::Mutex::default(),
-            renewals: crate::batch::RenewQueue::default(),
+            release_gates: ReleaseGates::default(),
         }
     }
 
@@ -297,18 +251,9 @@ impl Transport {
         Err(Answer { status, body }.error())
     }
 
-    /// The release gate of `lease` and `holder` (see `release_gates`);
-    /// forgets gates nobody holds.
+    /// The release gate of `lease` and `holder` (see [`ReleaseGates`]).
     pub(crate) fn release_gate(&self, lease: &str, holder: &str) -> ReleaseGate {
-        let mut gates = self
-            .release_gates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
-        gates
-            .entry((lease.to_owned(), holder.to_owned()))
-            .or_default()
-            .clone()
+        self.release_gates.gate(lease, holder)
     }
 }
 

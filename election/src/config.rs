@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::NodeId;
+use crate::raft::NodeId;
 
 /// The files of a node's peer identity: the cluster CA, and this node's
 /// certificate (naming it `node-<id>.palisade`) and key.
@@ -38,7 +38,7 @@ pub struct ElectionConfig {
     pub client_tls: Option<(PathBuf, PathBuf)>,
     /// Who may call the client API ([`palisade_serve::policy`]); `None`
     /// runs it open to anyone who can reach it.
-    pub policy: Option<std::sync::Arc<palisade_serve::policy::Policy>>,
+    pub policy: Option<std::sync::Arc<palisade_serve::policy::LivePolicy>>,
     /// The local address that Raft RPC and forwarded requests leave from;
     /// `None` lets the kernel choose. On a multi-homed host this pins peer
     /// traffic to one interface (the fault suite gives each node its own
@@ -64,6 +64,13 @@ pub struct ElectionConfig {
     /// How many blocking acquires and watches may wait at once on this
     /// node; one more is answered 429 with `Retry-After`. Default 10 000.
     pub max_waiters: usize,
+    /// Requests in flight at once on the client listener; admission per
+    /// principal shares them out (`palisade_serve::admission::Seats::within`).
+    /// Default 4 096.
+    pub max_requests: usize,
+    /// How long a request body may take to arrive once its handler reads
+    /// it; a slower one is answered 408 and frees its slot. Default 5 s.
+    pub body_deadline: Duration,
     /// How long a proposal or quorum confirmation may take before the client
     /// gets a 503. Default 2 s.
     pub quorum_timeout: Duration,
@@ -80,6 +87,12 @@ pub struct ElectionConfig {
     /// number in flight. Bounds the table's memory (~200 bytes per lease
     /// plus its name, on every node). Default 1 000 000.
     pub max_leases: usize,
+    /// Under a policy, the leases one principal may own — hold, or have held
+    /// and not yet reclaimed — unless its policy entry sets `max_leases`;
+    /// an acquire that would add one more is refused (429 `over_quota`).
+    /// Checked like `max_leases`. Default a quarter of `max_leases`, so no
+    /// principal fills the table alone.
+    pub max_leases_per_principal: usize,
     /// This node votes and replicates but never becomes leader (ICE's
     /// "out of service"): it never starts an election and refuses a
     /// leadership transfer to it. A cluster needs a quorum of nodes that
@@ -88,7 +101,7 @@ pub struct ElectionConfig {
     /// Leadership placement (ICE's server priority): the leader hands Raft
     /// leadership to a member of strictly higher priority once that member
     /// has answered and been caught up for `checks` checks in a row, one
-    /// check every `every` ([`crate::placement`]). Equal priorities never
+    /// check every `every` ([`crate::leader::placement`]). Equal priorities never
     /// move leadership (the leader is sticky). Default: priority 0, 3
     /// checks, 1 s apart.
     pub placement: Placement,
@@ -102,7 +115,7 @@ pub struct ElectionConfig {
     pub ui_gateway: Option<UiGateway>,
 }
 
-/// How a node takes part in leadership placement ([`crate::placement`]).
+/// How a node takes part in leadership placement ([`crate::leader::placement`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
     /// This node's priority, 0..=[`Placement::MAX_PRIORITY`].
@@ -162,10 +175,13 @@ impl ElectionConfig {
             ttl_range: (Duration::from_millis(500), Duration::from_secs(3600)),
             max_wait: Duration::from_secs(60),
             max_waiters: 10_000,
+            body_deadline: Duration::from_secs(5),
+            max_requests: 4096,
             quorum_timeout: Duration::from_secs(2),
             snapshot_every: 10_000,
             reclaim_after: Duration::from_secs(300),
             max_leases: 1_000_000,
+            max_leases_per_principal: 250_000,
             never_lead: false,
             placement: Placement::default(),
             timing_seed: None,

@@ -28,6 +28,10 @@ pub enum ApiError {
     /// 405.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// 408 `request_timeout`: the request body did not arrive within the
+    /// body deadline (a slow or stalled sender holds no slot for longer).
+    #[error("{0}")]
+    RequestTimeout(String),
     /// 409 `held`: someone else holds the lease.
     #[error("lease is held by {holder:?}")]
     Held {
@@ -63,10 +67,18 @@ pub enum ApiError {
     /// 429 `too_many_waiters`: this node's cap on blocking calls is reached.
     #[error("{0}")]
     TooManyWaiters(String),
+    /// 429 `over_share`: the caller's principal (or address) holds its
+    /// share of this node's request seats.
+    #[error("{0}")]
+    OverShare(String),
     /// 429 `too_many_leases`: the table is at the cluster's cap on leases
     /// and this acquire names a new one.
     #[error("{0}")]
     TooManyLeases(String),
+    /// 429 `over_quota`: the caller's principal owns its quota of leases
+    /// (held, or freed and not yet reclaimed) and this acquire would add one.
+    #[error("{0}")]
+    OverQuota(String),
     /// 503 `no_quorum`: no leader, or the leader cannot reach a quorum.
     #[error("{0}")]
     NoQuorum(String),
@@ -86,6 +98,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::Held { .. } => (StatusCode::CONFLICT, "held"),
             ApiError::Lost(_) => (StatusCode::CONFLICT, "lost"),
             ApiError::Preempted(_) => (StatusCode::CONFLICT, "preempted"),
@@ -94,6 +107,8 @@ impl ApiError {
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
             ApiError::TooManyLeases(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
+            ApiError::OverQuota(_) => (StatusCode::TOO_MANY_REQUESTS, "over_quota"),
+            ApiError::OverShare(_) => (StatusCode::TOO_MANY_REQUESTS, "over_share"),
             ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -148,12 +163,12 @@ impl From<palisade_serve::policy::Denied> for ApiError {
     }
 }
 
-impl From<crate::propose::ProposeError> for ApiError {
-    fn from(err: crate::propose::ProposeError) -> Self {
+impl From<crate::raft::propose::ProposeError> for ApiError {
+    fn from(err: crate::raft::propose::ProposeError) -> Self {
         match err {
-            crate::propose::ProposeError::NoQuorum(message) => ApiError::NoQuorum(message),
-            crate::propose::ProposeError::Refused(reason) => ApiError::Conflict(reason),
-            crate::propose::ProposeError::Fatal(detail) => ApiError::Internal(detail),
+            crate::raft::propose::ProposeError::NoQuorum(message) => ApiError::NoQuorum(message),
+            crate::raft::propose::ProposeError::Refused(reason) => ApiError::Conflict(reason),
+            crate::raft::propose::ProposeError::Fatal(detail) => ApiError::Internal(detail),
         }
     }
 }

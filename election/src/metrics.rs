@@ -9,11 +9,12 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::command::{Command, CommandResult};
+use crate::lease_table::command::{Command, CommandResult};
 
 /// Latency buckets in seconds: 50 µs .. ~1.6 s.
 fn latency() -> Histogram {
@@ -27,6 +28,9 @@ pub struct ElectionMetrics {
     registry: Registry,
     /// New grants applied.
     pub grants: Counter,
+    /// Requests refused over their flow's share, by principal (`anonymous`
+    /// without a key) and pool.
+    pub admission_refusals: Family<Vec<(String, String)>, Counter>,
     /// Renewals answered (leader only).
     pub renewals: Counter,
     /// Batch renewal requests answered (leader only).
@@ -87,6 +91,7 @@ impl Default for ElectionMetrics {
         let mut registry = Registry::default();
         let this = Self {
             grants: Counter::default(),
+            admission_refusals: Family::default(),
             renewals: Counter::default(),
             renew_batches: Counter::default(),
             jwt_signatures: Counter::default(),
@@ -109,111 +114,13 @@ impl Default for ElectionMetrics {
             waiters: Gauge::default(),
             registry: Registry::default(),
         };
-        let counters = [
-            (
-                "palisade_lease_grants",
-                "New lease grants applied",
-                &this.grants,
-            ),
-            (
-                "palisade_lease_renewals",
-                "Lease renewals answered by this node as leader",
-                &this.renewals,
-            ),
-            (
-                "palisade_lease_renew_batches",
-                "Batch renewal requests (POST /v1/renew) answered by this node as leader",
-                &this.renew_batches,
-            ),
-            (
-                "palisade_lease_jwt_signatures",
-                "Lease JWTs signed (grants, and renewals whose JWT no longer covered the deadline)",
-                &this.jwt_signatures,
-            ),
-            (
-                "palisade_lease_releases",
-                "Lease releases applied",
-                &this.releases,
-            ),
-            (
-                "palisade_lease_expiries",
-                "Lease expiries applied",
-                &this.expiries,
-            ),
-            (
-                "palisade_lease_revocations",
-                "Lease revocations applied",
-                &this.revocations,
-            ),
-            (
-                "palisade_lease_reclaimed",
-                "Free lease records reclaimed",
-                &this.reclaimed,
-            ),
-            (
-                "palisade_election_leader_changes",
-                "Leader changes seen by this node",
-                &this.leader_changes,
-            ),
-            (
-                "palisade_election_leader_transfers",
-                "Leadership transfers this node started to place leadership by priority",
-                &this.leader_transfers,
-            ),
-            (
-                "palisade_election_proposal_failures",
-                "Proposals that did not apply",
-                &this.proposal_failures,
-            ),
-        ];
-        for (name, help, counter) in counters {
-            registry.register(name, help, counter.clone());
-        }
-        let gauges = [
-            (
-                "palisade_election_has_leader",
-                "1 if this node knows a leader",
-                &this.has_leader,
-            ),
-            (
-                "palisade_election_is_leader",
-                "1 if this node is the leader",
-                &this.is_leader,
-            ),
-            (
-                "palisade_election_term",
-                "The current Raft term",
-                &this.term,
-            ),
-            (
-                "palisade_election_commit_index",
-                "The committed log index as this node knows it",
-                &this.commit_index,
-            ),
-            (
-                "palisade_election_applied_index",
-                "The last applied log index",
-                &this.applied_index,
-            ),
-            (
-                "palisade_leases_held",
-                "Leases with a holder",
-                &this.leases_held,
-            ),
-            (
-                "palisade_leases_in_table",
-                "Lease records in the table, held or free",
-                &this.leases_in_table,
-            ),
-            (
-                "palisade_election_waiters",
-                "Blocking acquires and watches waiting on this node",
-                &this.waiters,
-            ),
-        ];
-        for (name, help, gauge) in gauges {
-            registry.register(name, help, gauge.clone());
-        }
+        this.register_counters(&mut registry);
+        registry.register(
+            "palisade_election_admission_refusals",
+            "Requests refused because their principal (or address) held its share of seats",
+            this.admission_refusals.clone(),
+        );
+        this.register_gauges(&mut registry);
         registry.register_with_unit(
             "palisade_lease_renew_duration",
             "Renewal latency on the leader",
@@ -231,10 +138,125 @@ impl Default for ElectionMetrics {
 }
 
 impl ElectionMetrics {
+    /// Registers the counters, each under its name and help text.
+    fn register_counters(&self, registry: &mut Registry) {
+        let counters = [
+            (
+                "palisade_lease_grants",
+                "New lease grants applied",
+                &self.grants,
+            ),
+            (
+                "palisade_lease_renewals",
+                "Lease renewals answered by this node as leader",
+                &self.renewals,
+            ),
+            (
+                "palisade_lease_renew_batches",
+                "Batch renewal requests (POST /v1/renew) answered by this node as leader",
+                &self.renew_batches,
+            ),
+            (
+                "palisade_lease_jwt_signatures",
+                "Lease JWTs signed (grants, and renewals whose JWT no longer covered the deadline)",
+                &self.jwt_signatures,
+            ),
+            (
+                "palisade_lease_releases",
+                "Lease releases applied",
+                &self.releases,
+            ),
+            (
+                "palisade_lease_expiries",
+                "Lease expiries applied",
+                &self.expiries,
+            ),
+            (
+                "palisade_lease_revocations",
+                "Lease revocations applied",
+                &self.revocations,
+            ),
+            (
+                "palisade_lease_reclaimed",
+                "Free lease records reclaimed",
+                &self.reclaimed,
+            ),
+            (
+                "palisade_election_leader_changes",
+                "Leader changes seen by this node",
+                &self.leader_changes,
+            ),
+            (
+                "palisade_election_leader_transfers",
+                "Leadership transfers this node started to place leadership by priority",
+                &self.leader_transfers,
+            ),
+            (
+                "palisade_election_proposal_failures",
+                "Proposals that did not apply",
+                &self.proposal_failures,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+    }
+
+    /// Registers the gauges (read from Raft and the table at scrape time).
+    fn register_gauges(&self, registry: &mut Registry) {
+        let gauges = [
+            (
+                "palisade_election_has_leader",
+                "1 if this node knows a leader",
+                &self.has_leader,
+            ),
+            (
+                "palisade_election_is_leader",
+                "1 if this node is the leader",
+                &self.is_leader,
+            ),
+            (
+                "palisade_election_term",
+                "The current Raft term",
+                &self.term,
+            ),
+            (
+                "palisade_election_commit_index",
+                "The committed log index as this node knows it",
+                &self.commit_index,
+            ),
+            (
+                "palisade_election_applied_index",
+                "The last applied log index",
+                &self.applied_index,
+            ),
+            (
+                "palisade_leases_held",
+                "Leases with a holder",
+                &self.leases_held,
+            ),
+            (
+                "palisade_leases_in_table",
+                "Lease records in the table, held or free",
+                &self.leases_in_table,
+            ),
+            (
+                "palisade_election_waiters",
+                "Blocking acquires and watches waiting on this node",
+                &self.waiters,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            registry.register(name, help, gauge.clone());
+        }
+    }
+}
+
+impl ElectionMetrics {
     /// Counts what applying `command` did (`reclaimed`: records a `Reclaim`
     /// removed).
     pub fn applied(&self, command: &Command, result: &CommandResult, reclaimed: usize) {
-        match (command, result) {
+        match (command.unstamped().1, result) {
             (
                 Command::Acquire { .. },
                 CommandResult::Granted {

@@ -1,7 +1,7 @@
 //! Lease tokens: signing grants as EdDSA JWTs and publishing the JWKS.
 //!
 //! The key is generated once by the first leader and replicated through the
-//! Raft log ([`crate::command::Command::InstallKey`]), so every node can sign
+//! Raft log ([`crate::lease_table::command::Command::InstallKey`]), so every node can sign
 //! and a restarted node signs with the same key. The trade-off: the private key
 //! sits in every node's log and snapshots, so a data dir is as sensitive as the
 //! key itself; in exchange there is no key file to distribute and no node can
@@ -21,7 +21,7 @@ use ed25519_dalek::{Signer as _, SigningKey};
 use palisade_names::{FencingToken, LeaseClaims, LeaseName, ISSUER};
 use serde_json::{json, Value};
 
-use crate::lease_table::SigningKeyRecord;
+use crate::lease_table::table::SigningKeyRecord;
 
 /// A ready-to-use signing key.
 ///
@@ -46,7 +46,7 @@ impl std::fmt::Debug for Signer {
     }
 }
 
-/// A fresh key for [`crate::command::Command::InstallKey`]: `(kid, secret)`.
+/// A fresh key for [`crate::lease_table::command::Command::InstallKey`]: `(kid, secret)`.
 pub fn generate_key() -> (String, Vec<u8>) {
     let secret: [u8; 32] = rand::random();
     let kid_bytes: [u8; 8] = rand::random();
@@ -133,8 +133,9 @@ impl Signer {
     }
 }
 
-/// Milliseconds since the Unix epoch on this node's clock (JWT time).
-fn unix_ms() -> u64 {
+/// Milliseconds since the Unix epoch on this node's clock (JWT time, the
+/// stamp on proposals, the status page's "ago").
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -186,9 +187,7 @@ impl TokenCache {
     pub const LIFETIME_TTLS: u64 = 2;
 
     fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        palisade_names::sync::lock(&self.entries)
     }
 
     /// A JWT for `holder`'s grant `token` of `lease`, valid at least

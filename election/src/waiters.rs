@@ -1,4 +1,4 @@
-//! Per-lease wakeups and the FIFO queue of blocking acquirers.
+//! Per-lease wakeups and the queue of blocking acquirers (by priority, then arrival).
 //!
 //! A watch or a blocking acquire subscribes to its own lease ([`Bells::subscribe`]);
 //! apply rings only the leases it changed, so a change to one lease wakes
@@ -15,7 +15,7 @@
 //! calls, answered 503 by the old one, retry there.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use palisade_names::LeaseName;
 use tokio::sync::watch;
@@ -39,7 +39,7 @@ pub struct Bells {
 
 impl Bells {
     fn entries(&self) -> MutexGuard<'_, HashMap<LeaseName, Entry>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        palisade_names::sync::lock(&self.entries)
     }
 
     /// Subscribes to changes of `lease`. Subscribe before reading the state

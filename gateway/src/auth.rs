@@ -1,4 +1,6 @@
-//! Lease-token verification: the [`LeaseToken`] extractor.
+//! Lease-token verification: [`Verifier`] turns a JWT into a
+//! [`LeaseToken`] (the extractor that hands it to handlers is in
+//! `extract.rs`).
 //!
 //! Only EdDSA is accepted, whatever the header says: `none`, HS*, RS* and the
 //! rest are refused before any key is looked at. Checks: signature, `iss`,
@@ -13,13 +15,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::FromRequestParts;
-use http::request::Parts;
 use jsonwebtoken::{Algorithm, Validation};
-use palisade_store::FencingToken;
+use palisade_names::sync::lock;
+use palisade_store::{FencingToken, LeaseName};
 
+use crate::error::ApiError;
 use crate::keys::{KeyLookup, KeySource};
-use crate::{ApiError, AppState};
 
 pub use palisade_store::names::LeaseClaims;
 
@@ -119,17 +120,17 @@ impl Verifier {
             },
         )?;
         let lease_token = to_lease_token(data.claims)?;
-        if let Ok(mut cache) = self.verified.lock() {
-            if cache.len() >= VERIFIED_CACHE_CAPACITY {
-                cache.clear();
-            }
-            cache.insert(jwt.to_owned(), (lease_token.claims.clone(), header.kid));
+        let mut cache = lock(&self.verified);
+        if cache.len() >= VERIFIED_CACHE_CAPACITY {
+            cache.clear();
         }
+        cache.insert(jwt.to_owned(), (lease_token.claims.clone(), header.kid));
+        drop(cache);
         Ok(lease_token)
     }
 
     fn cached(&self, jwt: &str) -> Option<LeaseClaims> {
-        let (claims, kid) = self.verified.lock().ok()?.get(jwt).cloned()?;
+        let (claims, kid) = lock(&self.verified).get(jwt).cloned()?;
         self.keys.trusts(kid.as_deref()).then_some(claims)
     }
 }
@@ -139,36 +140,12 @@ fn to_lease_token(claims: LeaseClaims) -> Result<LeaseToken, ApiError> {
     Ok(LeaseToken { claims, token })
 }
 
-impl<S: palisade_store::FencedStore> FromRequestParts<AppState<S>> for LeaseToken {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState<S>,
-    ) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::Unauthorized("missing Authorization header".into()))?;
-        let jwt = header
-            .to_str()
-            .ok()
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|jwt| !jwt.is_empty())
-            .ok_or_else(|| {
-                ApiError::Unauthorized("Authorization must be `Bearer <lease JWT>`".into())
-            })?;
-        state.verifier.verify(jwt).await
-    }
-}
-
 impl LeaseToken {
     /// Refuses with 403 unless this token is for `lease`.
     ///
     /// # Errors
     /// [`ApiError::Forbidden`].
-    pub fn require_lease(&self, lease: &palisade_store::LeaseName) -> Result<(), ApiError> {
+    pub fn require_lease(&self, lease: &LeaseName) -> Result<(), ApiError> {
         if self.claims.lease == lease.as_str() {
             Ok(())
         } else {

@@ -8,19 +8,21 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::Method;
-use palisade_serve::policy::{Denied, Policy, Right};
+use palisade_serve::policy::{Denied, LivePolicy, Policy, Principal, Right};
+use palisade_serve::PeerCertificate;
 use std::sync::Arc;
 
+use crate::error::ApiError;
 use crate::key_path::{lease_name, object_key};
-use crate::ApiError;
+use crate::{fences, objects};
 
 /// The middleware on `/v1/objects/...` and `/v1/fences/...`.
 pub async fn authorize(
-    State(policy): State<Option<Arc<Policy>>>,
+    State(policy): State<Option<Arc<LivePolicy>>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(policy) = policy else {
+    let Some(policy) = policy.map(|p| p.current()) else {
         return next.run(request).await;
     };
     match check(&policy, &request) {
@@ -36,15 +38,14 @@ pub async fn authorize(
 /// The middleware on `GET /v1/fences` (every lease's refusals): the
 /// `read` right on all leases.
 pub async fn authorize_all(
-    State(policy): State<Option<Arc<Policy>>>,
+    State(policy): State<Option<Arc<LivePolicy>>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(policy) = policy else {
+    let Some(policy) = policy.map(|p| p.current()) else {
         return next.run(request).await;
     };
-    let verdict = policy
-        .authenticate(request.headers())
+    let verdict = identify(&policy, &request)
         .and_then(|principal| policy.allow_prefix(&principal, Right::Read, ""));
     match verdict {
         Ok(()) => next.run(request).await,
@@ -52,16 +53,20 @@ pub async fn authorize_all(
     }
 }
 
-fn check(
-    policy: &Policy,
-    request: &Request,
-) -> Result<palisade_serve::policy::Principal, ApiError> {
-    let principal = policy.authenticate(request.headers())?;
+/// The caller: by API key, else by the client certificate its TLS
+/// connection verified.
+fn identify(policy: &Policy, request: &Request) -> Result<Principal, Denied> {
+    let certificate = request.extensions().get::<PeerCertificate>();
+    policy.identify(request.headers(), certificate.map(|c| c.0.as_ref()))
+}
+
+fn check(policy: &Policy, request: &Request) -> Result<Principal, ApiError> {
+    let principal = identify(policy, request)?;
     let path = request.uri().path();
-    let lease = if path.starts_with(crate::objects::PREFIX) {
-        object_key(path, crate::objects::PREFIX)?.lease().clone()
+    let lease = if path.starts_with(objects::PREFIX) {
+        object_key(path, objects::PREFIX)?.lease().clone()
     } else {
-        lease_name(path, crate::fences::PREFIX)?
+        lease_name(path, fences::PREFIX)?
     };
     let right = if request.method() == Method::GET || request.method() == Method::HEAD {
         Right::Read
@@ -70,13 +75,4 @@ fn check(
     };
     policy.allow(&principal, right, lease.as_str())?;
     Ok(principal)
-}
-
-impl From<Denied> for ApiError {
-    fn from(denied: Denied) -> Self {
-        match denied {
-            Denied::Unauthenticated(m) => ApiError::Unauthorized(m),
-            Denied::Forbidden(m) => ApiError::Forbidden(m),
-        }
-    }
 }

@@ -1,15 +1,17 @@
 //! [`ApiError`]: the one place where the gateway picks an HTTP status.
 //!
-//! Handlers return `Result<_, ApiError>`; every refusal is a JSON body
-//! `{"error": "<code>", "message": "..."}` (plus `token` and `fence` for a stale
-//! write). Internal failures are logged here with their detail and reach the
-//! client only as a generic message.
+//! Handlers return `Result<_, ApiError>`; every refusal is a JSON
+//! [`ErrorBody`] `{"error": "<code>", "message": "..."}` (plus `token` and
+//! `fence` for a stale write). Internal failures are logged here with their
+//! detail and reach the client only as a generic message.
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::StatusCode;
+use palisade_serve::policy::Denied;
 use palisade_store::StoreError;
-use serde_json::json;
+
+use crate::schema::ErrorBody;
 
 /// Why a request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +48,12 @@ pub enum ApiError {
     /// 413: the body is larger than the limit.
     #[error("body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
-    /// 503: the store refuses writes until restarted (a flush failed).
+    /// 503: the store refuses writes until restarted (a flush failed), or
+    /// its database is unreachable, restarting, slow or fully busy.
+    /// 429 `over_share`: the caller's principal (or address) holds its
+    /// share of the gateway's request seats; retry shortly.
+    #[error("{0}")]
+    OverShare(String),
     #[error("storage is unavailable")]
     Unavailable(String),
     /// 500: anything else; the detail is logged, not sent.
@@ -66,6 +73,7 @@ impl ApiError {
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::StaleToken { .. } => (StatusCode::CONFLICT, "stale_token"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::OverShare(_) => (StatusCode::TOO_MANY_REQUESTS, "over_share"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -84,7 +92,9 @@ impl From<StoreError> for ApiError {
                 ApiError::Unauthorized(format!("token {token} is out of range (1..=2^63-1)"))
             }
             StoreError::ValueTooLarge { max, .. } => ApiError::PayloadTooLarge(max),
-            StoreError::Engine(detail) => ApiError::Unavailable(detail),
+            StoreError::Engine(detail) | StoreError::Unavailable(detail) => {
+                ApiError::Unavailable(detail)
+            }
         }
     }
 }
@@ -95,24 +105,34 @@ impl From<palisade_store::NameError> for ApiError {
     }
 }
 
+impl From<Denied> for ApiError {
+    fn from(denied: Denied) -> Self {
+        match denied {
+            Denied::Unauthenticated(m) => ApiError::Unauthorized(m),
+            Denied::Forbidden(m) => ApiError::Forbidden(m),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let body = match &self {
-            ApiError::StaleToken { token, fence } => json!({
-                "error": code,
-                "message": self.to_string(),
-                "token": token,
-                "fence": fence,
-            }),
+        let (token, fence) = match &self {
+            ApiError::StaleToken { token, fence } => (Some(*token), Some(*fence)),
             ApiError::Unavailable(detail) | ApiError::Internal(detail) => {
                 tracing::error!(%detail, %code, "request failed");
-                json!({ "error": code, "message": self.to_string() })
+                (None, None)
             }
-            _ => json!({ "error": code, "message": self.to_string() }),
+            _ => (None, None),
+        };
+        let body = ErrorBody {
+            error: code.to_owned(),
+            message: self.to_string(),
+            token,
+            fence,
         };
         let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             // Worth retrying: the store or the election cluster may be back.
             response.headers_mut().insert(
                 http::header::RETRY_AFTER,

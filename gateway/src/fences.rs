@@ -5,12 +5,16 @@ use axum::extract::State;
 use axum::Json;
 use http::{HeaderMap, Uri};
 use palisade_store::FencedStore;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
+use crate::audit::{audited, Peer};
 use crate::auth::LeaseToken;
+use crate::body::read_body;
+use crate::error::ApiError;
 use crate::key_path::lease_name;
-use crate::{ApiError, AppState};
+use crate::schema::{ErrorBody, Fence, LeaseNameParam, ReadErrors, WriteErrors};
+use crate::shared_audit::Refusals;
+use crate::state::AppState;
 
 /// The route prefix its paths start with.
 pub(crate) const PREFIX: &str = "/v1/fences/";
@@ -27,20 +31,35 @@ struct BumpRequest {
     token: Option<u64>,
 }
 
-#[utoipa::path(get, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = crate::openapi::LeaseNameParam, Path, description = "The lease")),
-    responses((status = 200, body = crate::openapi::Fence), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)))]
+/// The answer of `GET /v1/fences` (the document shows it as an object).
+#[derive(Debug, Serialize)]
+pub struct FenceList {
+    fences: Vec<LeaseRefusals>,
+}
+
+/// One lease of a [`FenceList`].
+#[derive(Debug, Serialize)]
+struct LeaseRefusals {
+    lease: String,
+    refused: Refusals,
+}
+
+#[utoipa::path(get, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = LeaseNameParam, Path, description = "The lease")),
+    responses((status = 200, body = Fence), ReadErrors))]
 /// `GET /v1/fences/{lease}`: the fence, and the writes refused below it
 /// (`refused`: count and the last, with its holder and address).
 pub async fn get<S: FencedStore>(
     State(state): State<AppState<S>>,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Fence>, ApiError> {
     let lease = lease_name(uri.path(), PREFIX)?;
     let fence = state.store.fence(&lease).await?;
-    let refused = state.observer.refusals(lease.as_str());
-    Ok(Json(
-        json!({ "lease": lease.as_str(), "fence": fence.0, "refused": refused }),
-    ))
+    let refused = state.observer.refusals(lease.as_str()).await?;
+    Ok(Json(Fence {
+        lease: lease.as_str().to_owned(),
+        fence: fence.0,
+        refused: Some(refused),
+    }))
 }
 
 /// `GET /v1/fences`: the leases with writes refused for a stale token, the
@@ -48,32 +67,35 @@ pub async fn get<S: FencedStore>(
 /// a policy it needs the `read` right on every lease.
 #[utoipa::path(get, path = "/v1/fences", tag = "fences",
     responses((status = 200, body = Object, description = "{\"fences\":[{\"lease\",\"refused\":{\"count\",\"last\"}}]}"),
-        (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)))]
-pub async fn list<S: FencedStore>(State(state): State<AppState<S>>) -> Json<Value> {
-    let fences: Vec<Value> = state
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list<S: FencedStore>(
+    State(state): State<AppState<S>>,
+) -> Result<Json<FenceList>, ApiError> {
+    let fences = state
         .observer
         .all_refusals(1000)
+        .await?
         .into_iter()
-        .map(|(lease, refused)| json!({ "lease": lease, "refused": refused }))
+        .map(|(lease, refused)| LeaseRefusals { lease, refused })
         .collect();
-    Json(json!({ "fences": fences }))
+    Ok(Json(FenceList { fences }))
 }
 
 /// `POST /v1/fences/{lease}`: raises the fence to the JWT's token.
-#[utoipa::path(post, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = crate::openapi::LeaseNameParam, Path, description = "The lease")),
-    responses((status = 200, body = crate::openapi::Fence), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/fences/{lease}", tag = "fences", params(("lease" = LeaseNameParam, Path, description = "The lease")),
+    responses((status = 200, body = Fence), WriteErrors))]
 pub async fn bump<S: FencedStore>(
     State(state): State<AppState<S>>,
-    peer: crate::objects::Peer,
+    peer: Peer,
     uri: Uri,
     token: Result<LeaseToken, ApiError>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Fence>, ApiError> {
     let lease = lease_name(uri.path(), PREFIX)?;
     let token = token?;
     token.require_lease(&lease)?;
-    let body = crate::objects::read_body(&headers, body, MAX_FENCE_BODY).await?;
+    let body = read_body(&headers, body, MAX_FENCE_BODY).await?;
     if !body.iter().all(u8::is_ascii_whitespace) {
         let request: BumpRequest = serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("body is not a fence request: {e}")))?;
@@ -85,6 +107,10 @@ pub async fn bump<S: FencedStore>(
         }
     }
     let fence = state.store.bump_fence(&lease, token.token).await;
-    let fence = crate::objects::audited(&state, &lease, lease.as_str(), &token, &peer, fence)?;
-    Ok(Json(json!({ "lease": lease.as_str(), "fence": fence.0 })))
+    let fence = audited(&state, &lease, lease.as_str(), &token, &peer, fence).await?;
+    Ok(Json(Fence {
+        lease: lease.as_str().to_owned(),
+        fence: fence.0,
+        refused: None,
+    }))
 }

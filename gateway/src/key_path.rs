@@ -6,7 +6,7 @@
 
 use palisade_store::{LeaseName, ObjectKey};
 
-use crate::ApiError;
+use crate::error::ApiError;
 
 /// Decodes `raw` (a path suffix as sent) strictly.
 ///
@@ -54,7 +54,7 @@ pub fn lease_name(path: &str, prefix: &str) -> Result<LeaseName, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::key_path::{object_key, percent_decode_strict};
 
     #[test]
     fn decodes_strictly() {

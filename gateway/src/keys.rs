@@ -13,16 +13,22 @@
 //! `kid` is the token refused (401); when no node answered, the gateway says
 //! 503 and the client retries.
 //!
-//! Each successful fetch replaces the key set: a key the cluster retired
-//! (after every token it signed expired) stops being trusted.
+//! A fetch asks every endpoint at once, and each answer says how current
+//! its key set is (`applied_index`: the log index it is as of). The newest
+//! answer wins, and it replaces the cached set only if it is at least as
+//! new as the set cached: so a node that lags (cut off from its peers, or
+//! still starting) can neither hide a key the cluster has committed — a
+//! valid token is accepted as long as any reachable node has its key — nor
+//! bring back a key the cluster retired.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::DecodingKey;
+use palisade_names::sync::{lock, read, write};
 use tokio::sync::watch;
 
 /// The public keys tokens may be signed with.
@@ -94,13 +100,29 @@ struct Rounds {
     last_start: Option<Instant>,
 }
 
+/// A key set and the log index it is as of.
+#[derive(Debug, Default)]
+struct KeySet {
+    applied_index: u64,
+    keys: HashMap<String, DecodingKey>,
+}
+
+/// A `/v1/jwks` answer: the keys, and the index they are as of (0 from a
+/// node that does not say).
+#[derive(Debug, serde::Deserialize)]
+struct Published {
+    keys: Vec<Jwk>,
+    #[serde(default)]
+    applied_index: u64,
+}
+
 /// The JWKS of the election cluster, cached.
 #[derive(Debug)]
 pub struct JwksCache {
     /// Election node base URLs, tried in order.
     endpoints: Vec<String>,
     client: reqwest::Client,
-    keys: RwLock<HashMap<String, DecodingKey>>,
+    keys: RwLock<KeySet>,
     rounds: Mutex<Rounds>,
     /// The number and outcome of the last finished round.
     finished: watch::Sender<(u64, Result<usize, String>)>,
@@ -123,7 +145,7 @@ impl JwksCache {
         Self {
             endpoints,
             client,
-            keys: RwLock::new(HashMap::new()),
+            keys: RwLock::default(),
             rounds: Mutex::default(),
             finished: watch::channel((0, Ok(0))).0,
             min_refetch,
@@ -145,7 +167,20 @@ impl JwksCache {
 
     /// How many keys are cached.
     pub fn len(&self) -> usize {
-        self.keys.read().map(|k| k.len()).unwrap_or(0)
+        read(&self.keys).keys.len()
+    }
+
+    /// The log index the cached key set is as of.
+    pub fn applied_index(&self) -> u64 {
+        read(&self.keys).applied_index
+    }
+
+    /// The trusted key ids, sorted, and the log index they are as of.
+    pub fn trusted(&self) -> (Vec<String>, u64) {
+        let set = read(&self.keys);
+        let mut kids: Vec<String> = set.keys.keys().cloned().collect();
+        kids.sort();
+        (kids, set.applied_index)
     }
 
     /// Whether no key is cached yet.
@@ -154,7 +189,7 @@ impl JwksCache {
     }
 
     fn cached(&self, kid: &str) -> Option<DecodingKey> {
-        self.keys.read().ok()?.get(kid).cloned()
+        read(&self.keys).keys.get(kid).cloned()
     }
 
     async fn key_for(self: &Arc<Self>, kid: &str) -> KeyLookup {
@@ -193,9 +228,7 @@ impl JwksCache {
     }
 
     fn lock_rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
-        self.rounds
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.rounds)
     }
 
     /// Starts a fetch round in the background unless one runs. The task
@@ -234,36 +267,58 @@ impl JwksCache {
         self.fresh_round().await
     }
 
+    /// Asks every endpoint at once and keeps the newest key set, unless the
+    /// cached one is newer; the number of keys cached after.
     async fn fetch(&self) -> Result<usize, String> {
+        let answers =
+            futures_util::future::join_all(self.endpoints.iter().map(|e| self.fetch_one(e))).await;
+        let mut newest: Option<Published> = None;
         let mut errors = Vec::new();
-        for endpoint in &self.endpoints {
-            let url = format!("{}/v1/jwks", endpoint.trim_end_matches('/'));
-            let set = match self.client.get(&url).send().await {
-                Ok(response) if response.status().is_success() => {
-                    response.json::<JwkSet>().await.map_err(|e| e.to_string())
+        for answer in answers {
+            match answer {
+                Ok(published)
+                    if newest
+                        .as_ref()
+                        .is_none_or(|n| published.applied_index > n.applied_index) =>
+                {
+                    newest = Some(published);
                 }
-                Ok(response) => Err(format!("status {}", response.status())),
-                Err(err) => Err(err.to_string()),
-            };
-            match set {
-                Ok(set) => {
-                    let keys: HashMap<_, _> = usable_keys(&set).into_iter().collect();
-                    let count = keys.len();
-                    // The published set replaces the cached one, so a
-                    // retired key stops being trusted; an empty set (a
-                    // cluster that has no key yet) changes nothing.
-                    if count > 0 {
-                        if let Ok(mut cached) = self.keys.write() {
-                            *cached = keys;
-                        }
-                    }
-                    tracing::debug!(%url, count, "fetched JWKS");
-                    return Ok(count);
-                }
-                Err(err) => errors.push(format!("{url}: {err}")),
+                Ok(_) => {}
+                Err(err) => errors.push(err),
             }
         }
-        Err(errors.join("; "))
+        let Some(newest) = newest else {
+            return Err(errors.join("; "));
+        };
+        let keys: HashMap<_, _> = usable_keys(&newest.keys).into_iter().collect();
+        let mut cached = write(&self.keys);
+        // An empty set (a cluster that has no key yet) changes nothing, and
+        // an older set than the cached one never replaces it.
+        if !keys.is_empty() && newest.applied_index >= cached.applied_index {
+            *cached = KeySet {
+                applied_index: newest.applied_index,
+                keys,
+            };
+        }
+        tracing::debug!(
+            applied_index = newest.applied_index,
+            count = cached.keys.len(),
+            "fetched JWKS"
+        );
+        Ok(cached.keys.len())
+    }
+
+    /// One endpoint's published keys.
+    async fn fetch_one(&self, endpoint: &str) -> Result<Published, String> {
+        let url = format!("{}/v1/jwks", endpoint.trim_end_matches('/'));
+        match self.client.get(&url).send().await {
+            Ok(response) if response.status().is_success() => response
+                .json::<Published>()
+                .await
+                .map_err(|e| format!("{url}: {e}")),
+            Ok(response) => Err(format!("{url}: status {}", response.status())),
+            Err(err) => Err(format!("{url}: {err}")),
+        }
     }
 
     /// Keeps trying until the first fetch succeeds, then refreshes every
@@ -300,10 +355,9 @@ impl JwksCache {
     }
 }
 
-/// The Ed25519 keys of `set` that have a `kid` and a 32-byte `x`.
-fn usable_keys(set: &JwkSet) -> Vec<(String, DecodingKey)> {
-    set.keys
-        .iter()
+/// The Ed25519 keys of `keys` that have a `kid` and a 32-byte `x`.
+fn usable_keys(keys: &[Jwk]) -> Vec<(String, DecodingKey)> {
+    keys.iter()
         .filter_map(|jwk| {
             let kid = jwk.common.key_id.clone()?;
             let AlgorithmParameters::OctetKeyPair(params) = &jwk.algorithm else {
@@ -317,3 +371,6 @@ fn usable_keys(set: &JwkSet) -> Vec<(String, DecodingKey)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

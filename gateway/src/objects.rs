@@ -1,16 +1,19 @@
 //! `/v1/objects/{key}`: fenced PUT and DELETE, plain GET.
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{header, HeaderMap, HeaderValue, Uri};
 use palisade_store::{FencedStore, ObjectKey};
-use serde_json::json;
 
+use crate::audit::{audited, Peer};
 use crate::auth::LeaseToken;
+use crate::body::read_body;
+use crate::error::ApiError;
 use crate::key_path::object_key;
-use crate::{ApiError, AppState};
+use crate::schema::{Deleted, ErrorBody, ObjectKeyParam, ReadErrors, WriteErrors, Written};
+use crate::state::AppState;
 
 /// The route prefix its paths start with.
 pub(crate) const PREFIX: &str = "/v1/objects/";
@@ -19,69 +22,10 @@ fn key_of(uri: &Uri) -> Result<ObjectKey, ApiError> {
     object_key(uri.path(), PREFIX)
 }
 
-/// Reads a body of at most `limit` bytes, refusing early on a larger
-/// `Content-Length`.
-pub(crate) async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::PayloadTooLarge(limit));
-    }
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
-        let too_large = std::error::Error::source(&err)
-            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            ApiError::PayloadTooLarge(limit)
-        } else {
-            ApiError::BadRequest(format!("cannot read the body: {err}"))
-        }
-    })
-}
-
-/// The caller's address, when the server knows it (not in process tests).
-pub(crate) type Peer = Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;
-
-/// Passes a store answer through; a refusal for a stale token is first
-/// recorded in the fencing audit (and logged), with the JWT's holder and
-/// the caller's address.
-pub(crate) fn audited<S, T>(
-    state: &AppState<S>,
-    lease: &palisade_store::LeaseName,
-    key: &str,
-    token: &LeaseToken,
-    peer: &Peer,
-    answer: Result<T, palisade_store::StoreError>,
-) -> Result<T, ApiError> {
-    if let Err(palisade_store::StoreError::Stale {
-        token: stale,
-        fence,
-    }) = &answer
-    {
-        state.observer.refused(
-            lease.as_str(),
-            crate::observe::Refused {
-                token: stale.0,
-                fence: fence.0,
-                holder: token.claims.sub.clone(),
-                key: key.to_owned(),
-                peer: peer.as_ref().map(|p| p.0 .0.to_string()),
-                at_unix_ms: crate::observe::now_unix_ms(),
-            },
-        );
-    }
-    Ok(answer?)
-}
-
 /// `PUT /v1/objects/{key}`: stores the body if the token passes the fence.
-#[utoipa::path(put, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+#[utoipa::path(put, path = "/v1/objects/{key}", tag = "objects", params(("key" = ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 200, body = crate::openapi::Written), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
+    responses((status = 200, body = Written), WriteErrors))]
 pub async fn put<S: FencedStore>(
     State(state): State<AppState<S>>,
     peer: Peer,
@@ -89,26 +33,25 @@ pub async fn put<S: FencedStore>(
     token: Result<LeaseToken, ApiError>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Json<Written>, ApiError> {
     let key = key_of(&uri)?;
     let token = token?;
     token.require_lease(key.lease())?;
     let value = read_body(&headers, body, state.config.max_value_bytes).await?;
     let written = state.store.put(&key, value.to_vec(), token.token).await;
-    let written = audited(&state, key.lease(), key.as_str(), &token, &peer, written)?;
-    Ok(Json(json!({
-        "key": key.as_str(),
-        "version": written.version,
-        "token": token.token.0,
+    let written = audited(&state, key.lease(), key.as_str(), &token, &peer, written).await?;
+    Ok(Json(Written {
+        key: key.as_str().to_owned(),
+        version: written.version,
+        token: token.token.0,
     }))
-    .into_response())
 }
 
 /// `GET /v1/objects/{key}`: the bytes, with `ETag` and `Fencing-Token`.
-#[utoipa::path(get, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+#[utoipa::path(get, path = "/v1/objects/{key}", tag = "objects", params(("key" = ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
     responses((status = 200, body = Vec<u8>, content_type = "application/octet-stream",
         headers(("etag" = u64, description = "The version"), ("fencing-token" = u64, description = "The token that wrote it"))),
-        (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 404, body = crate::openapi::ErrorBody)))]
+        ReadErrors, (status = 404, body = ErrorBody)))]
 pub async fn get<S: FencedStore>(
     State(state): State<AppState<S>>,
     uri: Uri,
@@ -130,8 +73,8 @@ pub async fn get<S: FencedStore>(
     Ok(response)
 }
 
-#[utoipa::path(delete, path = "/v1/objects/{key}", tag = "objects", params(("key" = crate::openapi::ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
-    responses((status = 200, body = crate::openapi::Deleted), (status = 400, body = crate::openapi::ErrorBody), (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody), (status = 408, body = crate::openapi::ErrorBody), (status = 409, body = crate::openapi::ErrorBody), (status = 413, body = crate::openapi::ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/objects/{key}", tag = "objects", params(("key" = ObjectKeyParam, Path, description = "The object key, `/` percent-encoded")),
+    responses((status = 200, body = Deleted), WriteErrors))]
 /// `DELETE /v1/objects/{key}`: removes the object if the token passes the
 /// fence, and raises the fence even when there was nothing to remove.
 pub async fn delete<S: FencedStore>(
@@ -139,16 +82,15 @@ pub async fn delete<S: FencedStore>(
     peer: Peer,
     uri: Uri,
     token: Result<LeaseToken, ApiError>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<Deleted>, ApiError> {
     let key = key_of(&uri)?;
     let token = token?;
     token.require_lease(key.lease())?;
     let deleted = state.store.delete(&key, token.token).await;
-    let deleted = audited(&state, key.lease(), key.as_str(), &token, &peer, deleted)?;
-    Ok(Json(json!({
-        "key": key.as_str(),
-        "deleted": deleted.existed,
-        "token": token.token.0,
+    let deleted = audited(&state, key.lease(), key.as_str(), &token, &peer, deleted).await?;
+    Ok(Json(Deleted {
+        key: key.as_str().to_owned(),
+        deleted: deleted.existed,
+        token: token.token.0,
     }))
-    .into_response())
 }

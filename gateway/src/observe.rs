@@ -12,13 +12,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use palisade_names::sync::lock;
+use palisade_store::{StoreError, StoreHooks};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
-use serde::Serialize;
+
+use crate::shared_audit::{Refusals, Refused, SharedAudit};
 
 /// Leases whose refusals are remembered; past it the one refused longest
 /// ago is forgotten (its count too).
@@ -35,34 +38,23 @@ struct WriteLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     route: &'static str,
-    method: String,
+    /// From a closed set ([`method_label`]): a made-up method must not
+    /// mint a series of its own.
+    method: &'static str,
     status: u16,
 }
 
-/// One refused write.
-#[derive(Debug, Clone, Serialize)]
-pub struct Refused {
-    /// The token the write carried.
-    pub token: u64,
-    /// The fence it was below.
-    pub fence: u64,
-    /// The JWT's `sub`: who the cluster granted that token to.
-    pub holder: String,
-    /// The object key (the lease's name for a fence bump).
-    pub key: String,
-    /// Where the request came from, if known.
-    pub peer: Option<String>,
-    /// When, in ms since the Unix epoch.
-    pub at_unix_ms: u64,
-}
-
-/// A lease's refused writes.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Refusals {
-    /// Writes refused for a stale token since the gateway started.
-    pub count: u64,
-    /// The latest.
-    pub last: Option<Refused>,
+/// The label of `method`: the methods the gateway serves, else `other`.
+fn method_label(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "GET",
+        http::Method::PUT => "PUT",
+        http::Method::POST => "POST",
+        http::Method::DELETE => "DELETE",
+        http::Method::HEAD => "HEAD",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
 }
 
 /// The gateway's metrics and fencing audit.
@@ -74,6 +66,9 @@ pub struct Observer {
     writes: Family<WriteLabels, Counter>,
     requests: Family<RequestLabels, Histogram>,
     refused: Mutex<HashMap<String, Refusals>>,
+    /// Where the audit is kept when the gateways of one store share it;
+    /// `None`: in `refused`, this process's alone.
+    shared: Option<std::sync::Arc<dyn SharedAudit>>,
 }
 
 impl Default for Observer {
@@ -114,15 +109,16 @@ impl Default for Observer {
             writes,
             requests,
             refused: Mutex::new(HashMap::new()),
+            shared: None,
         }
     }
 }
 
 impl Observer {
     /// Hooks for the store: count fence raises, time flushes.
-    pub fn store_hooks(&self) -> palisade_store::StoreHooks {
+    pub fn store_hooks(&self) -> StoreHooks {
         let (raises, fsync) = (self.fence_raises.clone(), self.store_fsync.clone());
-        palisade_store::StoreHooks {
+        StoreHooks {
             on_flush: Some(std::sync::Arc::new(move |took: Duration| {
                 fsync.observe(took.as_secs_f64());
             })),
@@ -132,9 +128,17 @@ impl Observer {
         }
     }
 
+    /// Keeps the fencing audit in `shared` (every gateway of the store sees
+    /// the same) instead of this process's memory.
+    pub fn with_shared_audit(mut self, shared: std::sync::Arc<dyn SharedAudit>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
     /// Records a write refused because `refused.token` is below the fence,
-    /// and logs it.
-    pub fn refused(&self, lease: &str, refused: Refused) {
+    /// and logs it. A shared audit that cannot be written is logged too:
+    /// the refusal itself stands.
+    pub async fn refused(&self, lease: &str, refused: Refused) {
         tracing::warn!(
             target: "palisade::fence",
             lease,
@@ -145,10 +149,13 @@ impl Observer {
             peer = refused.peer.as_deref().unwrap_or("-"),
             "refused a write with a stale token"
         );
-        let mut leases = self
-            .refused
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(shared) = &self.shared {
+            if let Err(err) = shared.record(lease, &refused).await {
+                tracing::warn!(lease, %err, "the shared fencing audit missed a refusal");
+            }
+            return;
+        }
+        let mut leases = lock(&self.refused);
         if !leases.contains_key(lease) && leases.len() >= AUDITED_LEASES {
             let oldest = leases
                 .iter()
@@ -164,29 +171,33 @@ impl Observer {
     }
 
     /// `lease`'s refused writes.
-    pub fn refusals(&self, lease: &str) -> Refusals {
-        self.refused
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(lease)
-            .cloned()
-            .unwrap_or_default()
+    ///
+    /// # Errors
+    /// When the shared audit cannot be read.
+    pub async fn refusals(&self, lease: &str) -> Result<Refusals, StoreError> {
+        if let Some(shared) = &self.shared {
+            return shared.refusals(lease).await;
+        }
+        Ok(lock(&self.refused).get(lease).cloned().unwrap_or_default())
     }
 
     /// Leases with refused writes, the most recently refused first (at
     /// most `limit`), each with its refusals.
-    pub fn all_refusals(&self, limit: usize) -> Vec<(String, Refusals)> {
-        let leases = self
-            .refused
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ///
+    /// # Errors
+    /// When the shared audit cannot be read.
+    pub async fn all_refusals(&self, limit: usize) -> Result<Vec<(String, Refusals)>, StoreError> {
+        if let Some(shared) = &self.shared {
+            return shared.recent(limit).await;
+        }
+        let leases = lock(&self.refused);
         let mut all: Vec<(String, Refusals)> = leases
             .iter()
             .map(|(lease, r)| (lease.clone(), r.clone()))
             .collect();
         all.sort_by_key(|(_, r)| std::cmp::Reverse(r.last.as_ref().map_or(0, |l| l.at_unix_ms)));
         all.truncate(limit);
-        all
+        Ok(all)
     }
 
     /// The text exposition.
@@ -201,7 +212,7 @@ impl Observer {
         self.requests
             .get_or_create(&RequestLabels {
                 route,
-                method: method.as_str().to_owned(),
+                method: method_label(method),
                 status,
             })
             .observe(took.as_secs_f64());
@@ -277,4 +288,18 @@ pub async fn metrics(State(observer): State<std::sync::Arc<Observer>>) -> Respon
         observer.render(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod label_tests {
+    use crate::observe::method_label;
+
+    #[test]
+    fn made_up_methods_share_one_label() {
+        for made_up in ["FOO", "BREW", "X-1", "PROPFIND"] {
+            let method = http::Method::from_bytes(made_up.as_bytes()).expect("method");
+            assert_eq!(method_label(&method), "other");
+        }
+        assert_eq!(method_label(&http::Method::PUT), "PUT");
+    }
 }

@@ -2,7 +2,10 @@
 //! router (no socket) — and, for the slow-body case, a real socket.
 //!
 //! Every refusal is checked for its status, its JSON error code, and for
-//! having changed nothing.
+//! having changed nothing. The contract's checks run on both engines
+//! (`on_sled::`, `on_postgres::`): bad input is the same on PostgreSQL as on
+//! sled. The PostgreSQL runs are skipped only when its binaries are missing
+//! and `PALISADE_PG_STRICT` is unset.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +18,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use palisade_gateway::{AppState, GatewayConfig, KeySource, LeaseClaims, Verifier};
-use palisade_store::{SledStore, SledStoreConfig};
+use palisade_store::{PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -35,13 +38,25 @@ fn now() -> u64 {
         .as_secs()
 }
 
-fn fixture_with(config: GatewayConfig) -> Fixture {
-    fixture_with_policy(config, None)
+/// The engine a fixture's store runs on.
+#[derive(Debug, Clone, Copy)]
+enum Engine {
+    Sled,
+    Postgres,
 }
 
-fn fixture_with_policy(
+tokio::task_local! {
+    /// Set by the `on_postgres` tests; unset means sled.
+    static ENGINE: Engine;
+}
+
+async fn fixture_with(config: GatewayConfig) -> Fixture {
+    fixture_with_policy(config, None).await
+}
+
+async fn fixture_with_policy(
     config: GatewayConfig,
-    policy: Option<Arc<palisade_serve::policy::Policy>>,
+    policy: Option<Arc<palisade_serve::policy::LivePolicy>>,
 ) -> Fixture {
     let key = SigningKey::from_bytes(&[7u8; 32]);
     let der = key.to_pkcs8_der().expect("pkcs8");
@@ -52,31 +67,56 @@ fn fixture_with_policy(
     let dir = tempfile::tempdir().expect("tempdir");
     let pem_path = dir.path().join("key.pem");
     std::fs::write(&pem_path, &public_pem).expect("write pem");
-    let mut store_config = SledStoreConfig::new(dir.path().join("data"));
-    store_config.max_value_bytes = config.max_value_bytes;
-    let state = AppState {
-        store: Arc::new(SledStore::open(&store_config).expect("open")),
-        verifier: Arc::new(Verifier::new(
-            KeySource::from_pem_file(&pem_path).expect("key"),
-            0,
-        )),
-        config: Arc::new(config),
-        policy,
-        observer: Default::default(),
+    let verifier = Arc::new(Verifier::new(
+        KeySource::from_pem_file(&pem_path).expect("key"),
+        0,
+    ));
+    let max_value_bytes = config.max_value_bytes;
+    let app = match ENGINE.try_with(|e| *e).unwrap_or(Engine::Sled) {
+        Engine::Sled => {
+            let mut store_config = SledStoreConfig::new(dir.path().join("data"));
+            store_config.max_value_bytes = max_value_bytes;
+            palisade_gateway::router(AppState {
+                store: Arc::new(SledStore::open(&store_config).expect("open")),
+                verifier,
+                config: Arc::new(config),
+                policy,
+                observer: Default::default(),
+            })
+        }
+        Engine::Postgres => {
+            let mut store_config = PostgresStoreConfig::new(pg::fresh_database());
+            store_config.max_value_bytes = max_value_bytes;
+            let store = Arc::new(
+                PostgresStore::connect(&store_config)
+                    .await
+                    .expect("connect"),
+            );
+            let observer =
+                palisade_gateway::observe::Observer::default().with_shared_audit(store.clone());
+            palisade_gateway::router(AppState {
+                store,
+                verifier,
+                config: Arc::new(config),
+                policy,
+                observer: Arc::new(observer),
+            })
+        }
     };
     Fixture {
-        app: palisade_gateway::router(state),
+        app,
         signing: EncodingKey::from_ed_der(der.as_bytes()),
         public_pem,
         _dir: dir,
     }
 }
 
-fn fixture() -> Fixture {
+async fn fixture() -> Fixture {
     fixture_with(GatewayConfig {
         max_value_bytes: MAX_VALUE,
         ..GatewayConfig::default()
     })
+    .await
 }
 
 fn claims(lease: &str, token: u64) -> LeaseClaims {
@@ -193,7 +233,7 @@ impl Fixture {
 
     /// The state every refusal test starts from: `jobs/a` = "v10" at token 10.
     async fn seeded() -> Self {
-        let f = fixture();
+        let f = fixture().await;
         let (status, _) = f.put("jobs/a", &f.token("jobs", 10), "v10").await;
         assert_eq!(status, StatusCode::OK);
         f
@@ -227,9 +267,8 @@ fn b64(input: &[u8]) -> String {
     }
 }
 
-#[tokio::test]
 async fn write_read_stale_write_and_fence_flow() {
-    let f = fixture();
+    let f = fixture().await;
     let (status, body) = f.put("jobs/a", &f.token("jobs", 5), "first").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["key"], "jobs/a");
@@ -283,7 +322,6 @@ async fn write_read_stale_write_and_fence_flow() {
     assert_eq!(status, StatusCode::OK);
 }
 
-#[tokio::test]
 async fn bad_authorization_is_refused_and_changes_nothing() {
     let f = Fixture::seeded().await;
     let put = |auth: Option<String>| {
@@ -377,7 +415,6 @@ async fn bad_authorization_is_refused_and_changes_nothing() {
     }
 }
 
-#[tokio::test]
 async fn token_for_another_lease_is_forbidden() {
     let f = Fixture::seeded().await;
     let other = f.token("other", 99);
@@ -409,7 +446,6 @@ async fn token_for_another_lease_is_forbidden() {
         .await;
 }
 
-#[tokio::test]
 async fn bad_keys_are_refused() {
     let f = Fixture::seeded().await;
     let jwt = f.token("jobs", 99);
@@ -438,7 +474,6 @@ async fn bad_keys_are_refused() {
     assert_eq!(json(&body)["error"], "invalid_key");
 }
 
-#[tokio::test]
 async fn oversized_bodies_are_refused() {
     let f = Fixture::seeded().await;
     let jwt = f.token("jobs", 99);
@@ -479,7 +514,6 @@ fn futures_stream(bytes: Vec<u8>) -> Body {
     Body::from_stream(futures_util::stream::iter(chunks))
 }
 
-#[tokio::test]
 async fn malformed_fence_requests_are_refused() {
     let f = Fixture::seeded().await;
     let auth = format!("Bearer {}", f.token("jobs", 99));
@@ -505,9 +539,8 @@ async fn malformed_fence_requests_are_refused() {
     assert_eq!(json(&bytes)["fence"], 99);
 }
 
-#[tokio::test]
 async fn unknown_routes_and_methods_answer_json() {
-    let f = fixture();
+    let f = fixture().await;
     let (status, _, body) = f.call("GET", "/nope", None, Body::empty()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(json(&body)["error"], "not_found");
@@ -521,14 +554,14 @@ async fn unknown_routes_and_methods_answer_json() {
     assert_eq!(json(&body)["error"], "not_found");
 }
 
-#[tokio::test]
 async fn a_body_sent_too_slowly_times_out_and_writes_nothing() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let f = fixture_with(GatewayConfig {
         request_timeout: Duration::from_millis(300),
         ..GatewayConfig::default()
-    });
+    })
+    .await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -539,6 +572,7 @@ async fn a_body_sent_too_slowly_times_out_and_writes_nothing() {
         None,
         std::future::pending(),
         Duration::from_secs(1),
+        4096,
     ));
     let jwt = f.token("slow", 3);
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -665,7 +699,6 @@ async fn jwks_keys_are_fetched_fresh_for_unknown_kids_and_retired_keys_are_dropp
 
 /// With a policy, reads need the read right on the key's lease and writes
 /// the acquire right, on top of a valid JWT; refusals change nothing.
-#[tokio::test]
 async fn a_policy_limits_principals_to_their_prefixes() {
     use palisade_serve::policy::{key_digest, Policy};
     let orders_key = "pal_orders_test_key_0123456789abcdef";
@@ -684,8 +717,9 @@ async fn a_policy_limits_principals_to_their_prefixes() {
             max_value_bytes: MAX_VALUE,
             ..GatewayConfig::default()
         },
-        Some(Arc::new(policy)),
-    );
+        Some(Arc::new(policy.into())),
+    )
+    .await;
     let bearer = |lease: &str| format!("Bearer {}", f.token(lease, 5));
     let status = |r: (StatusCode, http::HeaderMap, Vec<u8>)| (r.0, json(&r.2)["error"].clone());
 
@@ -802,3 +836,65 @@ async fn a_policy_limits_principals_to_their_prefixes() {
         StatusCode::OK
     );
 }
+
+/// The PostgreSQL the `on_postgres` runs use: one throwaway server per test
+/// binary (stopped when the binary exits), a fresh database per fixture.
+mod pg {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use palisade_local_cluster::PostgresServer;
+
+    static DATABASES: AtomicU32 = AtomicU32::new(0);
+
+    /// Whether the PostgreSQL runs happen (else they are skipped, saying
+    /// so; under `PALISADE_PG_STRICT` a missing PostgreSQL fails them).
+    pub fn available() -> bool {
+        server().is_some()
+    }
+
+    fn server() -> Option<&'static PostgresServer> {
+        palisade_local_cluster::shared_test_server("palisade-gateway-pg-")
+    }
+
+    /// The URL of a new, empty database.
+    pub fn fresh_database() -> String {
+        let server = server().expect("PostgreSQL runs only when available");
+        let name = format!("api_{}", DATABASES.fetch_add(1, Ordering::SeqCst));
+        server
+            .sql(&format!("CREATE DATABASE {name}"))
+            .expect("create a database");
+        server.url(&name)
+    }
+}
+
+/// Each check once per engine: `on_sled::NAME` and `on_postgres::NAME`.
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        mod on_sled {
+            $(#[tokio::test]
+            async fn $name() {
+                super::ENGINE.scope(super::Engine::Sled, super::$name()).await
+            })*
+        }
+        mod on_postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                if super::pg::available() {
+                    super::ENGINE.scope(super::Engine::Postgres, super::$name()).await
+                }
+            })*
+        }
+    };
+}
+
+on_both_engines!(
+    write_read_stale_write_and_fence_flow,
+    bad_authorization_is_refused_and_changes_nothing,
+    token_for_another_lease_is_forbidden,
+    bad_keys_are_refused,
+    oversized_bodies_are_refused,
+    malformed_fence_requests_are_refused,
+    unknown_routes_and_methods_answer_json,
+    a_body_sent_too_slowly_times_out_and_writes_nothing,
+    a_policy_limits_principals_to_their_prefixes,
+);

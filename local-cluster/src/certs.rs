@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Runs `binary certs init` into `dir`: a CA and certificates for election
 /// nodes `1..=nodes`, a gateway and a client (see [`crate::PeerAuth::Certs`]).

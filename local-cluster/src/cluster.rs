@@ -2,9 +2,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::node::Node;
+use crate::ports::free_ports;
+use crate::ready;
 use crate::spec::{Logs, NodeSpec, PeerAuth, Role};
-use crate::{free_ports, ready, Error};
 
 /// How one election node of a [`Cluster`] runs.
 #[derive(Debug, Clone)]

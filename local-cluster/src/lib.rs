@@ -12,6 +12,9 @@
 //!   dirs: start, kill and restart one node, poll for a leader.
 //! - `ready.rs`: the HTTP probes readiness is judged by.
 //! - `certs.rs`: [`make_certs`], the certificates peers authenticate with.
+//! - `postgres.rs`: [`PostgresServer`], a throwaway PostgreSQL (and its
+//!   synchronous standby) from Debian's binaries.
+//! - `ports.rs`: [`free_ports`]; `error.rs`: [`Error`].
 //!
 //! The dependency runs one way: `cluster → node → spec`.
 //!
@@ -23,6 +26,8 @@ mod certs;
 mod cluster;
 mod error;
 mod node;
+mod ports;
+mod postgres;
 pub mod ready;
 mod spec;
 
@@ -30,21 +35,8 @@ pub use certs::make_certs;
 pub use cluster::{Cluster, ClusterConfig, NodeSetup};
 pub use error::Error;
 pub use node::{stop_gracefully, Node};
+pub use ports::free_ports;
+pub use postgres::{
+    postgres_installed, shared_test_server, PostgresError, PostgresServer, PG_BIN, PG_INSTALL_HINT,
+};
 pub use spec::{GatewayKeys, Logs, NodeSpec, PeerAuth, Role};
-
-/// `n` distinct free loopback ports: bound together, then released, since a
-/// cluster's peers must know every port before any node starts.
-///
-/// # Errors
-/// [`Error::Ports`] if the system has none to give.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Error::Ports)?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()
-        .map_err(Error::Ports)
-}

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 
+use crate::error::Error;
 use crate::spec::{Logs, NodeSpec};
-use crate::Error;
 
 /// One running `palisade` server: a child process, killed (SIGKILL) when
 /// dropped.
@@ -181,7 +181,7 @@ fn listening_url(line: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::listening_url;
+    use crate::node::listening_url;
 
     #[test]
     fn the_url_is_the_word_after_listening_on() {

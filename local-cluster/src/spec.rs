@@ -22,6 +22,9 @@ pub enum Role {
     Gateway {
         /// Where it gets the keys it verifies tokens with.
         keys: GatewayKeys,
+        /// A PostgreSQL URL (`--postgres`) to keep objects in instead of
+        /// sled in the data dir.
+        postgres: Option<String>,
     },
 }
 
@@ -78,13 +81,34 @@ impl NodeSpec {
     /// A gateway on `listen` over `data_dir`, verifying with `keys`.
     pub fn gateway(listen: impl Into<String>, data_dir: PathBuf, keys: GatewayKeys) -> Self {
         Self {
-            role: Role::Gateway { keys },
+            role: Role::Gateway {
+                keys,
+                postgres: None,
+            },
             listen: listen.into(),
             data_dir,
             args: Vec::new(),
             env: Vec::new(),
             logs: Logs::Discard,
         }
+    }
+
+    /// A gateway on `listen` keeping objects in the PostgreSQL at `url`
+    /// (`--postgres`); `data_dir` only names it in messages.
+    pub fn gateway_on_postgres(
+        listen: impl Into<String>,
+        url: impl Into<String>,
+        keys: GatewayKeys,
+    ) -> Self {
+        let mut spec = Self::gateway(listen, PathBuf::new(), keys);
+        spec.role = match spec.role {
+            Role::Gateway { keys, .. } => Role::Gateway {
+                keys,
+                postgres: Some(url.into()),
+            },
+            other => other,
+        };
+        spec
     }
 
     /// A short name for messages and log files: `election-<id>` or `gateway`.
@@ -123,10 +147,13 @@ impl NodeSpec {
                     PeerAuth::Insecure => line.word("--insecure-peers"),
                 }
             }
-            Role::Gateway { keys } => {
+            Role::Gateway { keys, postgres } => {
                 line.word("gateway");
                 line.flag("--listen", &self.listen);
-                line.flag("--data-dir", &self.data_dir);
+                match postgres {
+                    Some(url) => line.flag("--postgres", url),
+                    None => line.flag("--data-dir", &self.data_dir),
+                }
                 match keys {
                     GatewayKeys::Election(urls) => line.flag("--election", urls.join(",")),
                     GatewayKeys::PublicKey(path) => line.flag("--public-key", path),
@@ -157,7 +184,9 @@ impl CommandLine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeMap;
+
+    use crate::spec::{GatewayKeys, Logs, NodeSpec, PeerAuth, Role};
 
     fn text(spec: &NodeSpec) -> Vec<String> {
         spec.command_line()

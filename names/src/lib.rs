@@ -4,6 +4,12 @@
 
 use std::fmt;
 
+mod holder;
+pub mod sled_files;
+pub mod sync;
+
+pub use holder::{Holder, InvalidHolder, MAX_HOLDER_LEN};
+
 /// Why a name or token was refused; the text says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {

@@ -75,6 +75,18 @@ pub fn roots(ca: &Path) -> Result<Arc<RootCertStore>, TlsError> {
     Ok(Arc::new(roots))
 }
 
+/// What a server asks of its clients' certificates.
+#[derive(Debug, Clone, Copy)]
+pub enum ClientCerts<'a> {
+    /// None is asked for.
+    None,
+    /// Every client must present one chaining to this CA (mutual TLS).
+    Required(&'a Path),
+    /// A client may present one chaining to this CA (then checked, and
+    /// the request carries it: a policy may name it), or none.
+    Optional(&'a Path),
+}
+
 /// A server config presenting `cert`/`key`. With `client_ca`, every client
 /// must present a certificate chaining to it (mutual TLS); without, none is
 /// asked for.
@@ -86,17 +98,35 @@ pub fn server_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    let clients = client_ca.map_or(ClientCerts::None, ClientCerts::Required);
+    server_config_with(cert, key, clients)
+}
+
+/// A server config presenting `cert`/`key`, asking `clients` of its
+/// clients.
+///
+/// # Errors
+/// [`TlsError`] naming the file or the mismatch.
+pub fn server_config_with(
+    cert: &Path,
+    key: &Path,
+    clients: ClientCerts<'_>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let builder = match client_ca {
-        Some(ca) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
+    let builder = match clients {
+        ClientCerts::Required(ca) | ClientCerts::Optional(ca) => {
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider());
+            if matches!(clients, ClientCerts::Optional(_)) {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier
                 .build()
                 .map_err(|e| TlsError::Config(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth(),
+        ClientCerts::None => builder.with_no_client_auth(),
     };
     let mut config = builder
         .with_single_cert(load_certs(cert)?, load_key(key)?)

@@ -23,8 +23,10 @@ async fn who(certificate: Option<Extension<PeerCertificate>>) -> &'static str {
 fn app() -> Router {
     Router::new().route("/", get(who)).route(
         "/slow",
-        get(|| async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        get(|query: axum::extract::RawQuery| async move {
+            // `?wait=long` waits past the idle tests' timeout.
+            let long = query.0.as_deref() == Some("wait=long");
+            tokio::time::sleep(Duration::from_millis(if long { 900 } else { 300 })).await;
             "done"
         }),
     )
@@ -163,29 +165,7 @@ async fn keys_are_written_for_the_owner_only() {
 async fn connections_over_the_cap_are_closed_and_others_still_served() {
     let mut config = ServeConfig::new("test");
     config.max_connections = 2;
-    let (addr, stop, task) = start(config).await;
-    let mut idle = Vec::new();
-    for _ in 0..2 {
-        idle.push(TcpStream::connect(addr).await.expect("connect"));
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The third is accepted and closed at once.
-    let mut third = TcpStream::connect(addr).await.expect("connect");
-    let _ = third.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
-    let mut buf = [0u8; 64];
-    let read = tokio::time::timeout(Duration::from_secs(2), third.read(&mut buf)).await;
-    assert!(
-        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
-        "over the cap: {read:?}"
-    );
-    drop(idle);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let answer = reqwest::get(format!("http://{addr}/"))
-        .await
-        .expect("served again");
-    assert_eq!(answer.text().await.expect("body"), "anonymous");
-    let _ = stop.send(());
-    task.await.expect("stopped");
+    a_third_connection_is_closed_until_two_leave(config, "over the cap").await;
 }
 
 #[tokio::test]
@@ -264,4 +244,66 @@ async fn http2_multiplexes_but_requests_in_flight_are_capped() {
         .await
         .expect("send");
     assert_eq!(answer.status(), 200);
+}
+
+#[tokio::test]
+async fn silent_and_idle_connections_are_closed_but_a_waiting_request_is_not() {
+    let mut config = ServeConfig::new("test");
+    config.idle_timeout = Duration::from_millis(300);
+    let (addr, stop, task) = start(config).await;
+    // Silent from the start: never sends a byte.
+    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    // Idle after a request: keep-alive, then nothing.
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    idle.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = [0u8; 256];
+    let _ = idle.read(&mut answer).await.expect("answer");
+    // A request that waits longer than the idle timeout is not cut.
+    let waiting = tokio::spawn(async move {
+        reqwest::get(format!("http://{addr}/slow?wait=long"))
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    for (name, stream) in [("silent", &mut silent), ("idle", &mut idle)] {
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut buf)).await;
+        assert!(read.is_ok(), "the {name} connection was not closed");
+    }
+    assert_eq!(waiting.await.expect("task").expect("answer"), 200);
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+#[tokio::test]
+async fn one_address_cannot_take_every_connection() {
+    let mut config = ServeConfig::new("test");
+    config.max_connections_per_address = 2;
+    a_third_connection_is_closed_until_two_leave(config, "over the per-address cap").await;
+}
+
+/// With two connections held (the cap `config` sets), a third is accepted
+/// and closed at once; once the two leave, a request is served again.
+async fn a_third_connection_is_closed_until_two_leave(config: ServeConfig, cap: &str) {
+    let (addr, stop, task) = start(config).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = TcpStream::connect(addr).await.expect("connect");
+    let _ = third.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(2), third.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{cap}: {read:?}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = reqwest::get(format!("http://{addr}/"))
+        .await
+        .expect("served again");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.expect("body"), "anonymous");
+    let _ = stop.send(());
+    task.await.expect("stopped");
 }

@@ -1,6 +1,8 @@
 //! `palisade dev`: a whole local cluster in one command — three election
 //! nodes and a gateway, as child processes of this binary on loopback — with
 //! the endpoints and a copy-paste walkthrough printed once it is ready.
+//! With `--postgres`: a throwaway PostgreSQL (`dev_postgres.rs`) and two
+//! gateways sharing it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +12,7 @@ use anyhow::bail;
 use clap::Args;
 use palisade_local_cluster::{
     ready, stop_gracefully, Cluster, ClusterConfig, GatewayKeys, Logs, Node, NodeSpec, PeerAuth,
+    PostgresServer,
 };
 
 #[derive(Debug, Args)]
@@ -30,26 +33,43 @@ pub struct DevArgs {
     /// --max-wait-ms; CI's fuzzing keeps it short).
     #[arg(long, default_value_t = 60_000)]
     max_wait_ms: u64,
+    /// Keep objects in a throwaway PostgreSQL (in the data dir; needs
+    /// Debian's postgresql package) and run two gateways on it, on the
+    /// gateway port and the next one.
+    #[arg(long)]
+    postgres: bool,
+    /// Serve clients over TLS (election nodes and gateways, https://) with
+    /// the certificates dev makes in the data dir; clients trust
+    /// certs/ca.pem (`--ca`, PALISADE_CA), which dev prints.
+    #[arg(long)]
+    tls: bool,
 }
 
-/// The cluster and its gateway, stopped like Ctrl-C would stop them (SIGTERM,
-/// SIGKILL after 5 s) when dropped.
+/// The cluster and its gateways, stopped like Ctrl-C would stop them
+/// (SIGTERM, SIGKILL after 5 s) when dropped; then PostgreSQL, if any (fast).
 struct Running {
     cluster: Cluster,
-    gateway: Node,
+    gateways: Vec<Node>,
+    postgres: Option<PostgresServer>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let nodes = self
-            .cluster
-            .running_nodes()
-            .chain(std::iter::once(&mut self.gateway));
+        let nodes = self.cluster.running_nodes().chain(self.gateways.iter_mut());
         stop_gracefully(nodes, Duration::from_secs(5));
+        if let Some(postgres) = &self.postgres {
+            postgres.stop("fast");
+        }
     }
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    if args.postgres {
+        if let Err(line) = super::dev_postgres::check_installed() {
+            eprintln!("error: {line}");
+            return Ok(ExitCode::from(2));
+        }
+    }
     let temp;
     let root = match &args.data_dir {
         Some(dir) => dir.clone(),
@@ -82,6 +102,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         palisade_serve::policy::add(&root, "admin", &palisade_serve::policy::operator())?;
     }
     let policy_args = vec!["--policy".to_owned(), policy.display().to_string()];
+    let ca = certs.join("ca.pem");
+    let scheme = if args.tls { "https" } else { "http" };
+    // A gateway over TLS serves gateway.pem and trusts the CA for the
+    // nodes' https:// JWKS.
+    let mut gateway_args = policy_args.clone();
+    if args.tls {
+        gateway_args.extend(["--certs".to_owned(), certs.display().to_string()]);
+    }
 
     let env = vec![(
         "RUST_LOG".to_owned(),
@@ -90,7 +118,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let first_peer_port = args
         .peer_port
         .unwrap_or_else(|| args.election_port.saturating_add(100));
-    let mut config = ClusterConfig::new(&root, 3, PeerAuth::Certs(certs));
+    let mut config = ClusterConfig::new(&root, 3, PeerAuth::Certs(certs.clone()));
+    config.client_tls = args.tls;
     for (i, node) in (0..).zip(&mut config.nodes) {
         node.port = args.election_port + i;
         node.peer_port = first_peer_port + i;
@@ -101,50 +130,89 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         // The status page shows the gateway's refused writes.
         node.args.extend([
             "--ui-gateway".to_owned(),
-            format!("http://127.0.0.1:{}", args.gateway_port),
+            format!("{scheme}://127.0.0.1:{}", args.gateway_port),
             "--ui-gateway-key-file".to_owned(),
             root.join("admin.key").display().to_string(),
         ]);
+        if args.tls {
+            node.args
+                .extend(["--ui-gateway-ca".to_owned(), ca.display().to_string()]);
+        }
         node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
     }
+    let postgres = match args.postgres {
+        true => Some(super::dev_postgres::start(&root)?),
+        false => None,
+    };
     let cluster = Cluster::start(&exe, config)?;
     let election_urls = cluster.urls();
-    let gateway_url = format!("http://127.0.0.1:{}", args.gateway_port);
-    let gateway = Node::start(
-        &exe,
-        NodeSpec {
-            env,
-            args: policy_args,
-            logs: Logs::File(root.join("gateway.log")),
-            ..NodeSpec::gateway(
-                format!("127.0.0.1:{}", args.gateway_port),
-                root.join("gateway"),
-                GatewayKeys::Election(election_urls.clone()),
-            )
-        },
-    )?;
-    let mut running = Running { cluster, gateway };
+    let count = if postgres.is_some() { 2 } else { 1 };
+    let mut gateways = Vec::new();
+    let mut gateway_urls = Vec::new();
+    for i in 0..count {
+        let port = args.gateway_port + i;
+        let listen = format!("127.0.0.1:{port}");
+        let keys = GatewayKeys::Election(election_urls.clone());
+        let spec = match &postgres {
+            Some(pg) => NodeSpec::gateway_on_postgres(listen, pg.url("postgres"), keys),
+            None => NodeSpec::gateway(listen, root.join("gateway"), keys),
+        };
+        let log = match i {
+            0 => root.join("gateway.log"),
+            _ => root.join(format!("gateway-{}.log", i + 1)),
+        };
+        gateways.push(Node::start(
+            &exe,
+            NodeSpec {
+                env: env.clone(),
+                args: gateway_args.clone(),
+                logs: Logs::File(log),
+                ..spec
+            },
+        )?);
+        gateway_urls.push(format!("{scheme}://127.0.0.1:{port}"));
+    }
+    let pg_url = postgres.as_ref().map(|pg| pg.url("postgres"));
+    let mut running = Running {
+        cluster,
+        gateways,
+        postgres,
+    };
 
-    wait_ready(&mut running, &gateway_url).await?;
-    print_walkthrough(&root, &election_urls, &gateway_url);
-    super::shutdown_signal().await;
+    let trusted = args.tls.then_some(ca.as_path());
+    for gateway_url in &gateway_urls {
+        wait_ready(&mut running, gateway_url, trusted).await?;
+    }
+    let urls = Urls {
+        elections: &election_urls,
+        gateways: &gateway_urls,
+        postgres: pg_url.as_deref(),
+        ca: trusted,
+    };
+    print_walkthrough(&root, &urls);
+    crate::shutdown::shutdown_signal().await;
     println!("stopping the cluster...");
     drop(running);
     println!("stopped");
     Ok(ExitCode::SUCCESS)
 }
-
-async fn wait_ready(running: &mut Running, gateway: &str) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()?;
+/// Waits until node 1 has the signing key and `gateway` answers healthy
+/// (trusting `ca` for https://).
+async fn wait_ready(
+    running: &mut Running,
+    gateway: &str,
+    ca: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let mut client = reqwest::Client::builder().timeout(Duration::from_millis(500));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca)?;
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+    }
+    let client = client.build()?;
     let first = running.cluster.url(1);
     for _ in 0..200 {
-        if let Some(status) = running
-            .cluster
-            .exited()
-            .or_else(|| running.gateway.exited())
-        {
+        let gateway_exited = running.gateways.iter_mut().find_map(|g| g.exited());
+        if let Some(status) = running.cluster.exited().or(gateway_exited) {
             bail!("a cluster process exited early ({status}); see the logs in the data dir (ports in use?)");
         }
         if ready::signing_key_installed(&client, &first).await
@@ -157,14 +225,56 @@ async fn wait_ready(running: &mut Running, gateway: &str) -> anyhow::Result<()> 
     bail!("the cluster was not ready within 20 s")
 }
 
-fn print_walkthrough(root: &std::path::Path, elections: &[String], gateway: &str) {
+/// Where the running cluster answers, for the walkthrough.
+struct Urls<'a> {
+    elections: &'a [String],
+    gateways: &'a [String],
+    postgres: Option<&'a str>,
+    /// The CA clients trust, under `--tls`.
+    ca: Option<&'a std::path::Path>,
+}
+
+fn print_walkthrough(root: &std::path::Path, urls: &Urls<'_>) {
+    let Urls {
+        elections,
+        gateways,
+        postgres,
+        ca,
+    } = *urls;
     let e = &elections[0];
+    let gateway = &gateways[0];
+    let late = &gateways[gateways.len() - 1];
+    let through = if gateways.len() > 1 {
+        " (through the other gateway)"
+    } else {
+        ""
+    };
+    let on = match postgres {
+        Some(url) => format!(
+            "\n  on PostgreSQL:  {url} (in {root}/postgres; every gateway shares it: write through one, \
+             read or be refused through the other)",
+            root = root.display()
+        ),
+        None => String::new(),
+    };
+    let (tls, curl) = match ca {
+        Some(ca) => (
+            format!(
+                "\n  clients speak TLS: trust {ca} (the CLI and SDKs read PALISADE_CA)\n\n  \
+                 export PALISADE_CA={ca} PALISADE_ELECTION={all} PALISADE_GATEWAY={gateway}\n",
+                ca = ca.display(),
+                all = elections.join(","),
+            ),
+            format!("curl -s --cacert {}", ca.display()),
+        ),
+        None => (String::new(), "curl -s".to_owned()),
+    };
     println!(
         "\
 Palisade dev cluster is up (data and logs in {root}).
 
   election nodes: {elections}
-  gateway:        {gateway}
+  gateway:        {gateways}{on}{tls}
 
 Clients need the API key in {root}/admin.key (principal `admin`, allowed
 everything by {root}/policy.json): the CLI and SDK read PALISADE_API_KEY.
@@ -174,24 +284,25 @@ everything by {root}/policy.json): the CLI and SDK read PALISADE_API_KEY.
 Walkthrough: a paused leader's late write is refused.
 
   # A acquires a 2 s lease and writes with its token
-  A=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
+  A=$({curl} -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"A\",\"ttl_ms\":2000}}' {e}/v1/leases/orders/acquire)
   JWT_A=$(echo \"$A\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
+  {curl} -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'from A' {gateway}/v1/objects/orders/state
 
   # A stops renewing; after 2 s B gets the lease (waiting up to 5 s), raises the fence, writes
-  B=$(curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
+  B=$({curl} -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H 'content-type: application/json' -d '{{\"holder\":\"B\",\"ttl_ms\":10000,\"wait_ms\":5000}}' {e}/v1/leases/orders/acquire)
   JWT_B=$(echo \"$B\" | sed 's/.*\"jwt\":\"\\([^\"]*\\)\".*/\\1/')
-  curl -s -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
+  {curl} -XPOST -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" {gateway}/v1/fences/orders
+  {curl} -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_B\" --data 'from B' {gateway}/v1/objects/orders/state
 
-  # A wakes up and writes: 409 stale_token, nothing changed
-  curl -s -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {gateway}/v1/objects/orders/state
-  curl -s -H \"x-palisade-key: $PALISADE_API_KEY\" {gateway}/v1/objects/orders/state
+  # A wakes up and writes{through}: 409 stale_token, nothing changed
+  {curl} -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {late}/v1/objects/orders/state
+  {curl} -H \"x-palisade-key: $PALISADE_API_KEY\" {late}/v1/objects/orders/state
 
   palisade cluster status      # who leads (the CLI defaults to these endpoints)
 
 Ctrl-C stops everything.",
         root = root.display(),
         elections = elections.join(" "),
+        gateways = gateways.join(" "),
     );
 }

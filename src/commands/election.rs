@@ -98,6 +98,12 @@ pub struct ElectionArgs {
     /// one more gets 429 with Retry-After.
     #[arg(long, default_value_t = 10_000)]
     max_waiters: usize,
+    /// Requests in flight at once on the client listener (over every
+    /// connection); one more gets a fast 503. Admission per principal
+    /// shares them out: a quarter for calls that wait, an eighth for
+    /// renewals alone, the rest but an eighth for other calls.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=1_000_000))]
+    max_requests: u64,
     /// The longest a blocking acquire or watch waits on this node; longer
     /// `wait_ms` (up to the API's 60 000) are cut to it.
     #[arg(long, default_value_t = 60_000)]
@@ -111,6 +117,12 @@ pub struct ElectionArgs {
     /// acquire of a new name beyond it gets 429 `too_many_leases`.
     #[arg(long, default_value_t = 1_000_000)]
     max_leases: usize,
+    /// Under a policy, leases one principal may own (held, or freed and not
+    /// yet reclaimed) unless its policy entry sets `max_leases`; beyond it
+    /// an acquire of another lease gets 429 `over_quota`. Default: a
+    /// quarter of --max-leases.
+    #[arg(long)]
+    max_leases_per_principal: Option<usize>,
     /// A gateway whose refused writes the status page (/ui) shows.
     #[arg(long)]
     ui_gateway: Option<String>,
@@ -186,9 +198,14 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     );
     config.snapshot_every = args.snapshot_every;
     config.max_waiters = args.max_waiters;
+    config.max_requests = args.max_requests as usize;
     config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     config.max_leases = args.max_leases;
+    config.max_leases_per_principal = args
+        .max_leases_per_principal
+        .unwrap_or(args.max_leases / 4)
+        .max(1);
     if let Some(url) = args.ui_gateway {
         let key = match &args.ui_gateway_key_file {
             Some(path) => match std::fs::read_to_string(path) {
@@ -213,7 +230,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
     }
-    config.policy = match super::load_policy(args.policy.as_deref(), "client API") {
+    config.policy = match super::policy::load_policy(args.policy.as_deref(), "client API") {
         Ok(policy) => policy,
         Err(line) => {
             eprintln!("error: {line}");
@@ -235,7 +252,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         node.peer_addr, node.local_addr
     );
     tracing::info!(id, addr = %node.local_addr, peer_addr = %node.peer_addr, "election node started");
-    node.serve(super::shutdown_signal()).await?;
+    node.serve(crate::shutdown::shutdown_signal()).await?;
     tracing::info!(id, "election node stopped");
     Ok(ExitCode::SUCCESS)
 }

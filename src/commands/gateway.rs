@@ -8,18 +8,27 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{ArgGroup, Args};
+use palisade_gateway::observe::Observer;
 use palisade_gateway::{AppState, GatewayConfig, JwksCache, KeySource, Verifier};
-use palisade_store::{SledStore, SledStoreConfig};
+use palisade_store::{FencedStore, PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("keys").required(true).args(["election", "public_key"])))]
+#[command(group(ArgGroup::new("storage").required(true).args(["data_dir", "postgres"])))]
 pub struct GatewayArgs {
     /// Address to listen on (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Directory for the object store (created if missing).
+    /// Directory for the object store on sled (created if missing).
     #[arg(long)]
-    data_dir: PathBuf,
+    data_dir: Option<PathBuf>,
+    /// Keep objects and fences in PostgreSQL instead (every gateway on the
+    /// database shares them): a libpq URL; several hosts with
+    /// `target_session_attrs=read-write` follow a promoted standby.
+    #[arg(long, env = "PALISADE_GATEWAY_POSTGRES", conflicts_with = "data_dir")]
+    postgres: Option<String>,
+    #[command(flatten)]
+    pg: PostgresArgs,
     /// Election node URLs, comma-separated, to fetch signing keys from (/v1/jwks).
     #[arg(long, value_delimiter = ',')]
     election: Vec<String>,
@@ -58,6 +67,44 @@ pub struct GatewayArgs {
     /// On shutdown, in-flight requests get this long to finish, in ms.
     #[arg(long, default_value_t = 10_000)]
     drain_timeout_ms: u64,
+    /// Requests in flight the gateway serves at once (64..=1 000 000); half
+    /// of them are shared out per principal (over its share: 429
+    /// `over_share`).
+    #[arg(long, default_value_t = 4096)]
+    max_requests: usize,
+}
+
+/// The PostgreSQL engine's pool and timeouts.
+#[derive(Debug, Args)]
+struct PostgresArgs {
+    /// Database connections at most, per gateway.
+    #[arg(long, default_value_t = 16)]
+    pg_pool_size: usize,
+    /// A request waits this long for a free connection, then gets a 503, in ms.
+    #[arg(long, default_value_t = 1000)]
+    pg_pool_wait_ms: u64,
+    /// Connecting to one host, in ms.
+    #[arg(long, default_value_t = 2000)]
+    pg_connect_timeout_ms: u64,
+    /// Every statement, in ms: past it a 503, and the connection is closed.
+    #[arg(long, default_value_t = 5000)]
+    pg_statement_timeout_ms: u64,
+    /// A write waits this long for its lease's lock, then gets a 503, in ms.
+    #[arg(long, default_value_t = 3000)]
+    pg_lock_timeout_ms: u64,
+}
+
+impl PostgresArgs {
+    fn config(&self, url: &str, max_value_bytes: usize) -> PostgresStoreConfig {
+        let mut config = PostgresStoreConfig::new(url);
+        config.max_value_bytes = max_value_bytes;
+        config.pool_size = self.pg_pool_size;
+        config.pool_wait = Duration::from_millis(self.pg_pool_wait_ms);
+        config.connect_timeout = Duration::from_millis(self.pg_connect_timeout_ms);
+        config.statement_timeout = Duration::from_millis(self.pg_statement_timeout_ms);
+        config.lock_timeout = Duration::from_millis(self.pg_lock_timeout_ms);
+        config
+    }
 }
 
 pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
@@ -65,12 +112,13 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         max_value_bytes: args.max_value_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         drain_timeout: Duration::from_millis(args.drain_timeout_ms),
+        max_requests: args.max_requests,
     };
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));
     }
-    let policy = match super::load_policy(args.policy.as_deref(), "gateway") {
+    let policy = match super::policy::load_policy(args.policy.as_deref(), "gateway") {
         Ok(policy) => policy,
         Err(line) => {
             eprintln!("error: {line}");
@@ -105,47 +153,126 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             KeySource::Jwks(cache)
         }
     };
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
-    let observer = Arc::new(palisade_gateway::observe::Observer::default());
-    let mut store_config = SledStoreConfig::new(&args.data_dir);
-    store_config.max_value_bytes = args.max_value_bytes;
+    let verifier = Arc::new(Verifier::new(keys, args.exp_leeway_secs));
+    let observer = Observer::default();
+    let served = match (&args.postgres, &args.data_dir) {
+        (Some(url), _) => {
+            let pg_config = args.pg.config(url, args.max_value_bytes);
+            if let Err(problem) = pg_config.validate().and_then(|()| {
+                pg_config
+                    .driver_config()
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }) {
+                eprintln!("error: {problem}");
+                return Ok(ExitCode::from(2));
+            }
+            if pg_config.statement_timeout >= config.request_timeout {
+                eprintln!("error: --pg-statement-timeout-ms must be below --request-timeout-ms");
+                return Ok(ExitCode::from(2));
+            }
+            let mut pg_config = pg_config;
+            pg_config.hooks = observer.store_hooks();
+            let store = Arc::new(
+                PostgresStore::connect(&pg_config)
+                    .await
+                    .context("cannot open the store in PostgreSQL")?,
+            );
+            let observer = observer.with_shared_audit(store.clone());
+            let parts = Parts {
+                verifier,
+                config,
+                policy,
+                observer: Arc::new(observer),
+            };
+            serve_store(store, parts, &args, "postgres").await
+        }
+        (None, Some(data_dir)) => {
+            let store = open_sled(data_dir, args.max_value_bytes, &observer)?;
+            let parts = Parts {
+                verifier,
+                config,
+                policy,
+                observer: Arc::new(observer),
+            };
+            serve_store(Arc::new(store), parts, &args, "sled").await
+        }
+        (None, None) => anyhow::bail!("--data-dir or --postgres is required"),
+    };
+    if let Some(task) = refresher {
+        task.abort();
+    }
+    served?;
+    tracing::info!("gateway stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the gateway's state holds besides its store.
+struct Parts {
+    verifier: Arc<Verifier>,
+    config: GatewayConfig,
+    policy: Option<Arc<palisade_serve::policy::LivePolicy>>,
+    observer: Arc<Observer>,
+}
+
+/// The store on sled in `data_dir`.
+fn open_sled(
+    data_dir: &std::path::Path,
+    max_value_bytes: usize,
+    observer: &Observer,
+) -> anyhow::Result<SledStore> {
+    // The store holds every object: every file and directory this process
+    // creates is its owner's alone (the store also makes its dir 0700).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let mut store_config = SledStoreConfig::new(data_dir);
+    store_config.max_value_bytes = max_value_bytes;
     store_config.hooks = observer.store_hooks();
-    let store = SledStore::open(&store_config)
-        .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    SledStore::open(&store_config)
+        .with_context(|| format!("cannot open the store in {}", data_dir.display()))
+}
+
+/// Serves the gateway's API over `store` until a shutdown signal.
+async fn serve_store<S: FencedStore>(
+    store: Arc<S>,
+    parts: Parts,
+    args: &GatewayArgs,
+    engine: &'static str,
+) -> anyhow::Result<()> {
+    let config = parts.config;
     let state = AppState {
-        store: Arc::new(store),
-        verifier: Arc::new(Verifier::new(keys, args.exp_leeway_secs)),
+        store,
+        verifier: parts.verifier,
         config: Arc::new(config.clone()),
-        policy,
-        observer,
+        policy: parts.policy,
+        observer: parts.observer,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
+    // A client may present a certificate from the CA: a policy may name it
+    // as a principal (`certificates`).
     let tls = match &args.certs {
-        Some(dir) => Some(palisade_serve::tls::server_config(
+        Some(dir) => Some(palisade_serve::tls::server_config_with(
             &dir.join("gateway.pem"),
             &dir.join("gateway-key.pem"),
-            None,
+            palisade_serve::tls::ClientCerts::Optional(&dir.join("ca.pem")),
         )?),
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     println!("palisade gateway listening on {scheme}://{local}");
-    tracing::info!(%local, data_dir = %args.data_dir.display(), "gateway started");
+    tracing::info!(%local, engine, "gateway started");
     palisade_gateway::serve(
         listener,
         palisade_gateway::router(state),
         tls,
-        super::shutdown_signal(),
+        crate::shutdown::shutdown_signal(),
         config.drain_timeout,
+        config.max_requests,
     )
     .await?;
-    if let Some(task) = refresher {
-        task.abort();
-    }
-    tracing::info!("gateway stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

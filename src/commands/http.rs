@@ -41,6 +41,13 @@ pub struct Credentials {
     /// A file holding the API key (e.g. admin.key from `palisade dev`).
     #[arg(long, env = "PALISADE_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// A client certificate (PEM) to present over TLS, for servers whose
+    /// policy names it as a principal (with --client-key).
+    #[arg(long, env = "PALISADE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "PALISADE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 impl Credentials {
@@ -56,6 +63,30 @@ impl Credentials {
             )),
             (None, None) => Ok(None),
         }
+    }
+
+    /// The client certificate and key, if given.
+    ///
+    /// # Errors
+    /// The files cannot be read or are not a certificate and its key.
+    pub fn identity(&self) -> anyhow::Result<Option<reqwest::Identity>> {
+        let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) else {
+            return Ok(None);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        let mut pem = read(cert)?;
+        pem.push(b'\n');
+        pem.extend(read(key)?);
+        let identity = reqwest::Identity::from_pem(&pem).with_context(|| {
+            format!(
+                "{} and {} are not a certificate and its key",
+                cert.display(),
+                key.display()
+            )
+        })?;
+        Ok(Some(identity))
     }
 }
 
@@ -75,6 +106,9 @@ impl GatewayTarget {
             let ca = reqwest::Certificate::from_pem(&pem)
                 .with_context(|| format!("{} is not a PEM certificate", ca.display()))?;
             builder = builder.add_root_certificate(ca);
+        }
+        if let Some(identity) = self.credentials.identity()? {
+            builder = builder.identity(identity);
         }
         if let Some(key) = self.credentials.key()? {
             let mut value = reqwest::header::HeaderValue::from_str(&key)

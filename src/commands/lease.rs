@@ -1,4 +1,4 @@
-//! `palisade lease ...` and `palisade cluster status`, on the SDK.
+//! `palisade lease ...`, on the SDK.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -47,6 +47,10 @@ impl Endpoints {
             .map_err(|e| Error::BadRequest(e.to_string()))?;
         if let Some(key) = key {
             config = config.with_api_key(&key)?;
+        }
+        let credentials = &self.credentials;
+        if let (Some(cert), Some(key)) = (&credentials.client_cert, &credentials.client_key) {
+            config = config.with_client_cert_files(cert, key)?;
         }
         Ok(Client::new(config))
     }
@@ -112,6 +116,13 @@ pub enum LeaseCommand {
     },
     /// Show one lease.
     Get {
+        lease: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Show a lease's last transitions, oldest first: who got or lost it,
+    /// why (acquire, claim, handover, release, expire, preempt, revoke), when.
+    History {
         lease: String,
         #[command(flatten)]
         endpoints: Endpoints,
@@ -191,17 +202,38 @@ impl GrantArgs {
     }
 }
 
-fn fail(err: &Error) -> ExitCode {
+pub(crate) fn fail(err: &Error) -> ExitCode {
     eprintln!("error: {err}");
     ExitCode::FAILURE
 }
 
-fn print(json: bool, value: &serde_json::Value, readable: String) {
+pub(crate) fn print(json: bool, value: &serde_json::Value, readable: String) {
     if json {
         println!("{value}");
     } else {
         println!("{readable}");
     }
+}
+
+/// One line per transition: `index 41  acquire  w1 (token 41)  3.2 s ago`.
+fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> String {
+    if history.is_empty() {
+        return format!("{lease}: no transitions recorded");
+    }
+    let lines: Vec<String> = history
+        .iter()
+        .map(|t| {
+            let holder = t.holder.as_deref().unwrap_or("-");
+            let when = t
+                .at_ms
+                .map_or(String::new(), |at| format!("  {}", super::seconds_ago(at)));
+            format!(
+                "index {}  {:<8}  {holder} (token {}){when}",
+                t.index, t.cause, t.token
+            )
+        })
+        .collect();
+    format!("{lease}:\n{}", lines.join("\n"))
 }
 
 fn describe(info: &palisade_client::LeaseInfo) -> String {
@@ -283,7 +315,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 held.jwt().unwrap_or_default()
             );
             let mut status = tokio::time::interval(Duration::from_millis(status_ms.max(10)));
-            let shutdown = super::shutdown_signal();
+            let shutdown = crate::shutdown::shutdown_signal();
             tokio::pin!(shutdown);
             loop {
                 tokio::select! {
@@ -367,6 +399,16 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             }
             Err(err) => fail(&err),
         }),
+        LeaseCommand::History { lease, endpoints } => {
+            Ok(match endpoints.client()?.history(&lease).await {
+                Ok(history) => {
+                    let value = serde_json::json!({ "lease": lease, "history": history });
+                    print(endpoints.json, &value, describe_history(&lease, &history));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
         LeaseCommand::List { endpoints } => Ok(match endpoints.client()?.list().await {
             Ok(leases) => {
                 if endpoints.json {
@@ -384,7 +426,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
         LeaseCommand::Watch { lease, endpoints } => {
             let client = endpoints.client()?;
             let mut index = 0;
-            let shutdown = super::shutdown_signal();
+            let shutdown = crate::shutdown::shutdown_signal();
             tokio::pin!(shutdown);
             loop {
                 let next = tokio::select! {
@@ -406,157 +448,4 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             }
         }
     }
-}
-
-/// `palisade cluster status|rotate-key|add|remove`.
-#[derive(Debug, Subcommand)]
-pub enum ClusterCommand {
-    /// Every node's role, term, applied index and lag, as a table (each
-    /// endpoint asked for its own view).
-    Status {
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Sign new tokens with a new key; the old one stays published until
-    /// every token it signed has expired, then the leader retires it.
-    RotateKey {
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Add node ID (peer address PEER_ADDR) as a learner, and make it a
-    /// voter once it has caught up. Start the node first (same --peers, its
-    /// certificate, an empty data dir).
-    Add {
-        id: u64,
-        peer_addr: String,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Remove node ID from the membership (never the last voter).
-    Remove {
-        id: u64,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-}
-
-pub async fn cluster(command: ClusterCommand) -> anyhow::Result<ExitCode> {
-    let endpoints = match command {
-        ClusterCommand::Status { endpoints } => endpoints,
-        ClusterCommand::Add {
-            id,
-            peer_addr,
-            endpoints,
-        } => {
-            return Ok(match endpoints.client()?.add_member(id, &peer_addr).await {
-                Ok(answer) => {
-                    let readable = format!("node {id} ({peer_addr}) is a voter");
-                    print(endpoints.json, &answer, readable);
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
-        ClusterCommand::Remove { id, endpoints } => {
-            return Ok(match endpoints.client()?.remove_member(id).await {
-                Ok(answer) => {
-                    print(endpoints.json, &answer, format!("node {id} removed"));
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
-        ClusterCommand::RotateKey { endpoints } => {
-            return Ok(match endpoints.client()?.rotate_key().await {
-                Ok(kid) => {
-                    print(
-                        endpoints.json,
-                        &serde_json::json!({ "kid": kid }),
-                        format!("new signing key {kid}"),
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
-    };
-    status(&endpoints).await
-}
-
-/// `palisade cluster status`: every endpoint's own view, as a table (node,
-/// role, term, applied index, lag behind the highest commit index seen,
-/// client and peer address); `--json` prints the first answering node's
-/// whole document with every node's under `"nodes"`.
-async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
-    let mut views = Vec::new();
-    for url in &endpoints.election {
-        let one = Endpoints {
-            election: vec![url.clone()],
-            ..endpoints.clone()
-        };
-        views.push((url.clone(), one.client()?.cluster().await));
-    }
-    let answered: Vec<&serde_json::Value> =
-        views.iter().filter_map(|(_, v)| v.as_ref().ok()).collect();
-    let Some(first) = answered.first() else {
-        return Ok(match views.into_iter().find_map(|(_, v)| v.err()) {
-            Some(err) => fail(&err),
-            None => {
-                eprintln!("error: no election endpoints given");
-                ExitCode::from(2)
-            }
-        });
-    };
-    if endpoints.json {
-        let mut document = (*first).clone();
-        document["nodes"] = views
-            .iter()
-            .map(|(url, view)| match view {
-                Ok(view) => view.clone(),
-                Err(err) => serde_json::json!({ "url": url, "error": err.to_string() }),
-            })
-            .collect();
-        println!("{document}");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let commit = answered
-        .iter()
-        .filter_map(|v| v["commit_index"].as_u64())
-        .max()
-        .unwrap_or(0);
-    println!(
-        "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} PEER",
-        "NODE", "ROLE", "TERM", "APPLIED", "LAG", "CLIENT"
-    );
-    for (url, view) in &views {
-        match view {
-            Ok(view) => {
-                let id = view["node_id"].as_u64().unwrap_or(0);
-                let applied = view["applied_index"].as_u64().unwrap_or(0);
-                let peer = view["members"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|m| m["id"].as_u64() == Some(id))
-                    .and_then(|m| m["addr"].as_str())
-                    .unwrap_or("-");
-                println!(
-                    "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} {peer}",
-                    id,
-                    view["state"].as_str().unwrap_or("?"),
-                    view["term"].as_u64().unwrap_or(0),
-                    applied,
-                    commit.saturating_sub(applied),
-                    url,
-                );
-            }
-            Err(err) => println!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
-        }
-    }
-    let leader = answered
-        .iter()
-        .find_map(|v| v["leader"].as_u64())
-        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
-    println!("leader: {leader}; commit index {commit}");
-    Ok(ExitCode::SUCCESS)
 }

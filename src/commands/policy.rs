@@ -44,6 +44,14 @@ pub struct AddArgs {
     /// It may rotate the signing key and change membership.
     #[arg(long)]
     cluster: bool,
+    /// Leases it may own on the election cluster (held, or freed and not yet
+    /// reclaimed); default: the node's --max-leases-per-principal.
+    #[arg(long)]
+    max_leases: Option<u64>,
+    /// DNS names of client certificates (from the servers' CA) that are
+    /// this principal over client TLS, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    certificate: Vec<String>,
 }
 
 pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
@@ -67,13 +75,25 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
                 read: args.read,
                 admin: args.admin,
                 cluster: args.cluster,
+                max_leases: args.max_leases,
+                certificates: args.certificate,
             },
         ),
     };
+    for prefix in rules.loose_prefixes() {
+        eprintln!(
+            "warning: prefix {prefix:?} also matches longer names ({prefix}-archive, {prefix}2, ...); \
+             end it with '.', '-', '_' or '/' to grant one segment"
+        );
+    }
     match add(&dir, &name, &rules) {
         Ok(key) => {
             println!("{}", dir.join("policy.json").display());
             println!("{}", key.display());
+            eprintln!(
+                "note: running servers take the change on SIGHUP, no restart \
+                 (e.g. pkill -HUP -f 'palisade (election|gateway)')"
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
@@ -81,4 +101,43 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Loads `--policy` for `server`: `Err(line)` when the file is refused (the
+/// server must not start), `None` with a loud warning when there is none.
+pub fn load_policy(
+    path: Option<&std::path::Path>,
+    server: &'static str,
+) -> Result<Option<std::sync::Arc<palisade_serve::policy::LivePolicy>>, String> {
+    let Some(path) = path else {
+        eprintln!(
+            "warning: no --policy: the {server} is open to anyone who can reach it \
+             (no API keys, no per-lease rights)"
+        );
+        tracing::warn!(
+            server,
+            "running without a policy: every client is allowed everything"
+        );
+        return Ok(None);
+    };
+    let live = std::sync::Arc::new(
+        palisade_serve::policy::LivePolicy::load(path).map_err(|e| format!("--policy {e}"))?,
+    );
+    let policy = live.current();
+    for (principal, prefix) in policy.loose_prefixes() {
+        tracing::warn!(
+            server,
+            principal,
+            prefix,
+            "a policy prefix without a trailing separator also matches longer names"
+        );
+    }
+    tracing::info!(
+        server,
+        principals = policy.principals().count(),
+        "policy loaded"
+    );
+    live.reload_on_sighup(server)
+        .map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
+    Ok(Some(live))
 }

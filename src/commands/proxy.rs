@@ -27,8 +27,8 @@ use clap::Args;
 use palisade_client::{Error, Lease};
 use serde_json::{json, Value};
 
+use super::hold::HoldArgs;
 use super::lease::Endpoints;
-use super::run::HoldArgs;
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -66,7 +66,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         lease.name(),
         lease.token()
     );
-    let shutdown = super::shutdown_signal();
+    let shutdown = crate::shutdown::shutdown_signal();
     let mut shutdown = std::pin::pin!(shutdown);
     let lost = tokio::select! {
         () = lease.lost() => true,

@@ -19,49 +19,8 @@ use anyhow::Context;
 
 use clap::Args;
 
-use palisade_client::Lease;
-
+use super::hold::HoldArgs;
 use super::lease::Endpoints;
-
-/// The lease a process holds while it works (`run` and `proxy`).
-#[derive(Debug, Args)]
-pub struct HoldArgs {
-    /// The lease to hold.
-    #[arg(long)]
-    pub lease: String,
-    /// Holder name (default: hostname-pid).
-    #[arg(long)]
-    holder: Option<String>,
-    #[arg(long, default_value_t = 10_000)]
-    ttl_ms: u64,
-    /// How long to wait for the lease before giving up.
-    #[arg(long, default_value_t = 60_000)]
-    wait_ms: u64,
-}
-
-impl HoldArgs {
-    /// Acquires the lease through `endpoints`; on failure, says why on
-    /// stderr and gives the exit code.
-    pub async fn acquire(&self, endpoints: &Endpoints) -> anyhow::Result<Result<Lease, ExitCode>> {
-        let holder = self.holder.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-            format!("{}-{}", host.trim(), std::process::id())
-        });
-        let acquired = endpoints
-            .client()?
-            .acquire(
-                &self.lease,
-                &holder,
-                Duration::from_millis(self.ttl_ms),
-                Some(Duration::from_millis(self.wait_ms)),
-            )
-            .await;
-        Ok(acquired.map_err(|err| {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }))
-    }
-}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -118,7 +77,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut child = command.spawn()?;
-    let shutdown = super::shutdown_signal();
+    let shutdown = crate::shutdown::shutdown_signal();
     let mut shutdown = std::pin::pin!(shutdown);
     // Renewals never wait on the child: the file is refreshed on a short
     // tick (a renewal brings a new JWT about every ttl).

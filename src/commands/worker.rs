@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use palisade_names::sync::lock;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -86,9 +87,7 @@ impl History {
     fn record(&self, event: serde_json::Value) {
         if let Some(file) = &self.0 {
             let line = format!("{event}\n");
-            let mut file = file
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut file = lock(file);
             let _ = file.write_all(line.as_bytes());
         }
     }
@@ -154,7 +153,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         )))
     });
     instant_ns(Instant::now()); // the anchor of the clock conversion
-    let shutdown = super::shutdown_signal();
+    let shutdown = crate::shutdown::shutdown_signal();
     tokio::pin!(shutdown);
     let mut sequence = 0u64;
     loop {

@@ -1,4 +1,4 @@
-use crate::FencingToken;
+use palisade_names::FencingToken;
 
 /// Why the store refused or failed an operation.
 ///
@@ -32,6 +32,11 @@ pub enum StoreError {
     /// unknown, and restarting is the only way to find out.
     #[error("storage engine failure: {0}")]
     Engine(String),
+    /// The engine cannot answer now but may soon: a database unreachable,
+    /// restarting, slow or with every connection busy. Nothing is known to
+    /// have been written; retrying is safe (a write carries its token).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl From<palisade_names::NameError> for StoreError {
@@ -40,11 +45,5 @@ impl From<palisade_names::NameError> for StoreError {
             palisade_names::NameError::InvalidKey(message) => StoreError::InvalidKey(message),
             palisade_names::NameError::InvalidToken(token) => StoreError::InvalidToken(token),
         }
-    }
-}
-
-impl From<sled::Error> for StoreError {
-    fn from(err: sled::Error) -> Self {
-        StoreError::Engine(err.to_string())
     }
 }

@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::{
-    Deleted, FencedStore, FencingToken, LeaseName, ObjectKey, StoreError, StoredObject, Written,
-};
+use palisade_names::{FencingToken, LeaseName, ObjectKey};
+
+use crate::error::StoreError;
+use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
 
 /// A store that forgets everything when dropped. One mutex makes every
 /// operation atomic.

@@ -1,60 +1,21 @@
 //! [`FencedStore`] on sled: two trees, a per-lease lock around the fence check
 //! and the write, and group commit before the acknowledgement.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+pub(crate) mod config;
+mod group_commit;
 
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::group_commit::{FlusherTask, GroupCommit};
-use crate::{
-    Deleted, FencedStore, FencingToken, LeaseName, ObjectKey, StoreError, StoredObject, Written,
-};
+use palisade_names::sled_files::SledFiles;
+use palisade_names::sync::lock;
+use palisade_names::{FencingToken, LeaseName, ObjectKey};
 
-/// How to open a [`SledStore`].
-#[derive(Debug, Clone)]
-pub struct SledStoreConfig {
-    /// The directory sled owns.
-    pub path: PathBuf,
-    /// The largest value a put accepts, in bytes. Default 1 MiB.
-    pub max_value_bytes: usize,
-    /// sled's page cache, in bytes. Default 64 MiB.
-    pub cache_capacity_bytes: u64,
-    /// Told of every flush and every fence raised (for metrics).
-    pub hooks: StoreHooks,
-}
-
-/// Callbacks for what the store does, so its owner can count it without the
-/// store knowing about metrics.
-#[derive(Clone, Default)]
-pub struct StoreHooks {
-    /// After each flush (fsync), with its duration.
-    pub on_flush: Option<Arc<dyn Fn(std::time::Duration) + Send + Sync>>,
-    /// When a write raises a lease's fence.
-    pub on_fence_raised: Option<Arc<dyn Fn() + Send + Sync>>,
-}
-
-impl std::fmt::Debug for StoreHooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreHooks")
-            .field("on_flush", &self.on_flush.is_some())
-            .field("on_fence_raised", &self.on_fence_raised.is_some())
-            .finish()
-    }
-}
-
-impl SledStoreConfig {
-    /// Defaults for a store in `path`.
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self {
-            path: path.into(),
-            max_value_bytes: 1024 * 1024,
-            cache_capacity_bytes: 64 * 1024 * 1024,
-            hooks: StoreHooks::default(),
-        }
-    }
-}
+use crate::error::StoreError;
+use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
+use crate::hooks::StoreHooks;
+use config::SledStoreConfig;
+use group_commit::{FlusherTask, GroupCommit};
 
 /// The sled-backed store. Cheap to clone; clones share the database.
 #[derive(Debug, Clone)]
@@ -87,16 +48,32 @@ impl SledStore {
     /// [`StoreError::Engine`] if sled cannot open the directory (including when
     /// another process holds it).
     pub fn open(config: &SledStoreConfig) -> Result<Self, StoreError> {
+        // The objects are their owner's alone: the directory is 0700 whatever
+        // the process's umask (the gateway binary also sets 077 for files).
+        std::fs::create_dir_all(&config.path).map_err(|e| StoreError::Engine(e.to_string()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&config.path, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| StoreError::Engine(e.to_string()))?;
+        }
         let db = sled::Config::new()
             .path(&config.path)
             .cache_capacity(config.cache_capacity_bytes)
-            // Durability comes from our own flushes; the background flusher
-            // only bounds how much a crash can take back of unacknowledged work.
-            .flush_every_ms(Some(1000))
+            // Durability comes from our own flushes (the group commit). No
+            // background flusher: it fsyncs sled's log on its own schedule,
+            // outside the group commit's order of blobs before the log.
+            .flush_every_ms(None)
             .open()?;
+        // sled's flush does not reach the disk on its own: the group commit
+        // syncs sled's files (new blobs, then the data file) after each
+        // flush; what sled wrote at creation is synced here, once.
+        let files =
+            Arc::new(SledFiles::open(&config.path).map_err(|e| StoreError::Engine(e.to_string()))?);
         let objects = db.open_tree("objects")?;
         let fences = db.open_tree("fences")?;
-        let (commit, flusher) = GroupCommit::start(db.clone(), config.hooks.on_flush.clone());
+        let (commit, flusher) =
+            GroupCommit::start(db.clone(), files, config.hooks.on_flush.clone());
         Ok(Self {
             commit,
             locks: Arc::new(LeaseLocks::new(256)),
@@ -130,6 +107,7 @@ impl SledStore {
     ) -> Result<T, StoreError> {
         let pending = self.commit.begin_write()?;
         let value = {
+            let _inserting = self.commit.inserting().await;
             let _lease_lock = self.locks.lock(lease.as_str());
             let fence = self
                 .fences
@@ -171,9 +149,13 @@ impl LeaseLocks {
         let stripe = &self.0[(hasher.finish() as usize) % self.0.len()];
         // A poisoned stripe only means another writer panicked between two
         // inserts; the fence check below re-reads everything it relies on.
-        stripe
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(stripe)
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(err: sled::Error) -> Self {
+        StoreError::Engine(err.to_string())
     }
 }
 
@@ -266,7 +248,11 @@ mod tests {
     use std::future::Future;
     use std::task::Context;
 
-    use super::*;
+    use palisade_names::{FencingToken, ObjectKey};
+
+    use crate::fenced_store::FencedStore;
+    use crate::sled_store::config::SledStoreConfig;
+    use crate::sled_store::SledStore;
 
     /// A put whose request is dropped while it waits for its flush (the
     /// client went away, or the request hit its deadline) stays pending: a

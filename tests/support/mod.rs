@@ -3,6 +3,8 @@
 //! with a test key, and HTTP helpers.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -55,8 +57,8 @@ pub fn spawn_gateway(data_dir: &Path, key: &TestKey) -> Process {
 }
 
 /// What clients of a secured cluster need: the CA its servers' certificates
-/// chain to and the API keys of its principals — `admin` (everything) and
-/// `orders` (acquire and read leases named `orders.*`).
+/// chain to and the API keys of its principals — `admin` (everything),
+/// `orders` and `intruder` (each: acquire and read leases named `orders.*`).
 #[derive(Debug, Clone)]
 pub struct Access {
     /// The cluster CA (`certs/ca.pem`).
@@ -65,7 +67,8 @@ pub struct Access {
     pub certs: std::path::PathBuf,
     /// The policy file.
     pub policy: std::path::PathBuf,
-    keys: std::path::PathBuf,
+    /// The directory of the policy file and the principals' key files.
+    pub keys: std::path::PathBuf,
 }
 
 impl Access {
@@ -79,6 +82,8 @@ impl Access {
             ..Rules::default()
         };
         add(&keys, "orders", &orders).expect("policy: orders");
+        // Another service with the same rights: it must not pass for orders.
+        add(&keys, "intruder", &orders).expect("policy: intruder");
         Self {
             ca: dir.join("certs").join("ca.pem"),
             certs: dir.join("certs"),
@@ -253,6 +258,19 @@ impl Cluster {
     /// enforcing a policy with the principals of [`Access`].
     pub fn start_secure(dir: &Path, setups: Vec<NodeSetup>) -> (Self, Access) {
         let access = Access::new(dir);
+        let cluster = Self::start_configured(dir, setups, Some(&access));
+        (cluster, access)
+    }
+
+    /// As [`Cluster::start_secure`], with `edit` run on the policy (add
+    /// principals) before the nodes start.
+    pub fn start_secure_edited(
+        dir: &Path,
+        setups: Vec<NodeSetup>,
+        edit: impl FnOnce(&Access),
+    ) -> (Self, Access) {
+        let access = Access::new(dir);
+        edit(&access);
         let cluster = Self::start_configured(dir, setups, Some(&access));
         (cluster, access)
     }

@@ -71,7 +71,12 @@ def children_of(pid: int) -> List[Tuple[int, str]]:
 class DevCluster:
     """One ``palisade dev``: 3 election nodes and a gateway, with a policy."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, tls: bool = False, prepare: Optional[Callable[[Path], None]] = None
+    ) -> None:
+        """``tls``: ``palisade dev --tls`` (https, client TLS, the CA in
+        ``certs/ca.pem``); ``prepare`` runs on the data dir before the
+        first start (a policy of the test's own, say)."""
         if not os.access(BIN, os.X_OK):
             pytest.fail(f"no palisade binary at {BIN} (set PALISADE_BIN)")
         self.dir = Path(tempfile.mkdtemp(prefix="palisade-pytest-"))
@@ -82,13 +87,16 @@ class DevCluster:
             self.base, self.gateway_port = pick_ports()
             data = self.dir / f"data-{self.base}"
             self.log = self.dir / f"dev-{self.base}.out"
+            if prepare is not None:
+                data.mkdir(parents=True)
+                prepare(data)
             with open(self.log, "wb") as out:
                 self.proc = subprocess.Popen(
                     [
                         BIN, "dev", "--data-dir", str(data),
                         "--election-port", str(self.base),
                         "--gateway-port", str(self.gateway_port),
-                    ],
+                    ] + (["--tls"] if tls else []),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -108,8 +116,9 @@ class DevCluster:
             shutil.rmtree(self.dir, ignore_errors=True)
             pytest.fail(f"palisade dev did not come up:\n{last}")
         self.children = [pid for pid, _ in children_of(self.proc.pid)]
-        self.election = [f"http://127.0.0.1:{self.base + i}" for i in range(3)]
-        self.gateway = f"http://127.0.0.1:{self.gateway_port}"
+        scheme = "https" if tls else "http"
+        self.election = [f"{scheme}://127.0.0.1:{self.base + i}" for i in range(3)]
+        self.gateway = f"{scheme}://127.0.0.1:{self.gateway_port}"
         self.key_file = str(self.data / "admin.key")
         self.api_key = Path(self.key_file).read_text().strip()
 
@@ -285,3 +294,39 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+# -- a throwaway PostgreSQL (the fenced-transaction tests) ---------------------
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[Any]:
+    """A PostgreSQL server of the session's own (tests/pgserver.py)."""
+    from pgserver import PgServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.fail(
+            "no PostgreSQL binaries (initdb, pg_ctl): apt-get install postgresql "
+            "(ci.sh does, as root), or set PALISADE_PG_BIN to their directory"
+        )
+    server = PgServer(bindir)
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(scope="session")
+def pgdsn(pg: Any) -> str:
+    """The DSN of a database with the fence schema installed."""
+    import psycopg
+
+    from palisade import postgres
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE fencing")
+    dsn: str = pg.dsn("fencing")
+    with psycopg.connect(dsn) as conn:
+        postgres.install(conn)
+    return dsn

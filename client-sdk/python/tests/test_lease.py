@@ -271,3 +271,23 @@ def test_renewals_verify_jwts_signed_by_a_rotated_key(cluster: DevCluster, name:
         assert pyjwt.get_unverified_header(lease.jwt or "")["kid"] == kid
         assert lease.is_held()
         lease.put(f"{name}/k", b"after rotation")
+
+
+def test_history_shows_each_grant_and_its_end(cluster: DevCluster, name: str) -> None:
+    client = cluster.client()
+    with client.lease(name, "A", ttl=5.0) as first:
+        pass
+    with client.lease(name, "B", ttl=5.0) as second:
+        pass
+    history = client.history(name)
+    assert [(t.cause, t.holder, t.token) for t in history] == [
+        ("acquire", "A", first.token),
+        ("release", "A", first.token),
+        ("acquire", "B", second.token),
+        ("release", "B", second.token),
+    ]
+    now_ms = time.time() * 1000
+    assert all(t.at_ms is not None and now_ms - 60_000 < t.at_ms <= now_ms + 5_000 for t in history)
+    assert [t.index for t in history] == sorted(t.index for t in history)
+    with pytest.raises(palisade.NotFound):
+        client.history(f"{name}-never")

@@ -24,12 +24,19 @@ def test_the_readme_has_examples() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(examples())))
-def test_readme_example_runs(cluster: DevCluster, index: int, tmp_path: Path) -> None:
+def test_readme_example_runs(
+    cluster: DevCluster, index: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     script = tmp_path / f"example_{index}.py"
     script.write_text(examples()[index])
+    env = cluster.env()
+    if "DATABASE_URL" in examples()[index]:  # the fenced-transaction example
+        pg = request.getfixturevalue("pg")
+        request.getfixturevalue("pgdsn")  # the database, schema installed
+        env["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{pg.port}/fencing"
     done = subprocess.run(
         [sys.executable, str(script)],
-        env=cluster.env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -40,3 +47,5 @@ def test_readme_example_runs(cluster: DevCluster, index: int, tmp_path: Path) ->
     if index == 1:
         assert "leading with token" in done.stdout
         assert "stopped leading: shutting down" in done.stdout
+    if "DATABASE_URL" in examples()[index]:
+        assert "committed with token" in done.stdout

@@ -1,7 +1,8 @@
 //! Who may call what ([`palisade_serve::policy`]): a middleware per kind of
 //! route, run before a request is forwarded to the leader and again on the
-//! leader (the key travels with the forwarded request). A node without a
-//! policy lets every call through.
+//! leader (the key travels with the forwarded request; a principal known by
+//! its client certificate is named in [`PRINCIPAL_HEADER`]). A node without
+//! a policy lets every call through.
 
 use std::collections::HashMap;
 
@@ -9,10 +10,17 @@ use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use palisade_serve::policy::{Principal, Right};
+use palisade_serve::PeerCertificate;
 use serde::Deserialize;
 
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::peer::gate::PeerId;
+
+/// The header a follower names the principal it identified by client
+/// certificate in, when it forwards a keyless request (trusted only from
+/// an authenticated peer: the leader cannot see the client's certificate).
+pub const PRINCIPAL_HEADER: &str = "x-palisade-principal";
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy)]
@@ -34,15 +42,15 @@ pub(super) async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(policy) = state.config.policy.clone() else {
+    let Some(policy) = state.config.policy.as_ref().map(|p| p.current()) else {
         return next.run(request).await;
     };
     let (mut parts, body) = request.into_parts();
-    let verdict = match policy.authenticate(&parts.headers) {
+    let verdict = match identify(&policy, &parts) {
         Ok(principal) => allowed(&policy, &principal, need, &mut parts)
             .await
             .map(|()| principal),
-        Err(denied) => Err(denied.into()),
+        Err(denied) => Err(denied),
     };
     match verdict {
         Ok(principal) => {
@@ -51,6 +59,33 @@ pub(super) async fn authorize(
         }
         Err(err) => err.into_response(),
     }
+}
+
+/// The caller: by API key; else, on a request a peer forwarded, the
+/// principal that peer identified (by certificate; the peer's own
+/// certificate is not the caller's); else by the client certificate the
+/// connection verified.
+fn identify(
+    policy: &palisade_serve::policy::Policy,
+    parts: &http::request::Parts,
+) -> Result<Principal, ApiError> {
+    let keyless = !parts
+        .headers
+        .contains_key(palisade_serve::policy::KEY_HEADER);
+    if parts.extensions.get::<PeerId>().is_some() {
+        let named = parts
+            .headers
+            .get(PRINCIPAL_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|_| keyless)
+            .and_then(|name| policy.principal(name));
+        return match named {
+            Some(principal) => Ok(principal),
+            None => Ok(policy.authenticate(&parts.headers)?),
+        };
+    }
+    let certificate = parts.extensions.get::<PeerCertificate>();
+    Ok(policy.identify(&parts.headers, certificate.map(|c| c.0.as_ref()))?)
 }
 
 #[derive(Debug, Deserialize)]

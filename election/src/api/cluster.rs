@@ -16,12 +16,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::extract::{Checked, CheckedJson};
-use super::openapi::ErrorBody;
+use super::schema::{ClusterChangeErrors, ErrorBody};
 use super::state::ApiState;
-use crate::command::{Command, KeySecret};
+use crate::config::ElectionConfig;
 use crate::error::ApiError;
+use crate::lease_table::command::{Command, KeySecret};
+use crate::raft::{NodeId, TypeConfig};
 use crate::signing::{generate_key, Signer};
-use crate::{ElectionConfig, NodeId, TypeConfig};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
@@ -53,25 +54,32 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
 }
 
 /// `GET /v1/jwks`: the public keys — the signing one first, then rotated-out
-/// ones until they are retired (none before the first leader installed one).
+/// ones until they are retired (none before the first leader installed one)
+/// — and `applied_index`, the log index this node's key set is as of. Every
+/// node applies the same log, so a set with a higher index is at least as
+/// current: a client keeps the highest it has seen and never goes back to a
+/// lower one (a lagging node's set may lack a new key, or still hold a
+/// retired one).
 #[utoipa::path(get, path = "/v1/jwks", tag = "cluster",
-    responses((status = 200, body = Object, description = "A JWK set: Ed25519 keys by kid, the signing one first")))]
+    responses((status = 200, body = Object, description = "A JWK set: Ed25519 keys by kid, the signing one first, and applied_index: how current the set is")))]
 pub(super) async fn jwks(State(state): State<ApiState>) -> Json<Value> {
-    let keys: Vec<Value> = state.shared.read(|s| {
-        s.table
+    let (keys, applied_index): (Vec<Value>, u64) = state.shared.read(|s| {
+        let keys = s
+            .table
             .published_keys()
             .filter_map(Signer::from_record)
             .map(|signer| signer.jwk())
-            .collect()
+            .collect();
+        (keys, s.last_applied.as_ref().map_or(0, |id| id.index))
     });
-    Json(json!({ "keys": keys }))
+    Json(json!({ "keys": keys, "applied_index": applied_index }))
 }
 
 /// `POST /v1/cluster/rotate-key`: a new signing key through the log. New
 /// grants and renewals are signed with it at once; the old key stays in the
 /// JWKS until every token it signed has expired, then the leader retires it.
 #[utoipa::path(post, path = "/v1/cluster/rotate-key", tag = "cluster",
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The new key's kid")))]
+    responses(ClusterChangeErrors, (status = 200, body = Object, description = "The new key's kid")))]
 pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let (kid, secret) = generate_key();
     let command = Command::RotateKey {
@@ -246,7 +254,7 @@ fn voters(state: &ApiState) -> Vec<NodeId> {
 /// then as a voter. A node that lost its data joins this way under its old
 /// id after `remove`: its new incarnation is learned afresh.
 #[utoipa::path(post, path = "/v1/cluster/members", tag = "cluster", request_body = AddMember,
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The node, now a voter")))]
+    responses(ClusterChangeErrors, (status = 200, body = Object, description = "The node, now a voter")))]
 pub(super) async fn add_member(
     State(state): State<ApiState>,
     CheckedJson(body): CheckedJson<AddMember>,
@@ -293,7 +301,7 @@ pub(super) async fn add_member(
 /// (a voter or a learner). The last voter is never removed.
 #[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster",
     params(("id" = u64, Path, description = "The node id")),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = Object, description = "The node removed")))]
+    responses(ClusterChangeErrors, (status = 200, body = Object, description = "The node removed")))]
 pub(super) async fn remove_member(
     State(state): State<ApiState>,
     Path(id): Path<String>,

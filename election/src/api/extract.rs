@@ -12,14 +12,11 @@ use palisade_names::{FencingToken, LeaseName};
 use serde::de::DeserializeOwned;
 
 use super::state::ApiState;
+use crate::config::ElectionConfig;
 use crate::error::ApiError;
-use crate::ElectionConfig;
 
 /// The largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// The longest holder name, in characters.
-pub const MAX_HOLDER_LEN: usize = 256;
-
 /// The `{name}` path segment, checked against the lease-name grammar.
 #[derive(Debug)]
 pub(super) struct LeasePath(pub LeaseName);
@@ -59,7 +56,7 @@ impl<T: DeserializeOwned + Checked> FromRequest<ApiState> for LeaseCall<T> {
     async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
         let (mut parts, body) = request.into_parts();
         let LeasePath(lease) = LeasePath::from_request_parts(&mut parts, state).await?;
-        let body: T = json_body(&parts.headers, body).await?;
+        let body: T = json_body(&parts.headers, body, state.config.body_deadline).await?;
         body.check(&state.config)?;
         Ok(Self { lease, body })
     }
@@ -74,26 +71,36 @@ impl<T: DeserializeOwned + Checked> FromRequest<ApiState> for CheckedJson<T> {
 
     async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
         let (parts, body) = request.into_parts();
-        let body: T = json_body(&parts.headers, body).await?;
+        let body: T = json_body(&parts.headers, body, state.config.body_deadline).await?;
         body.check(&state.config)?;
         Ok(Self(body))
     }
 }
 
-/// Reads a whole body, at most [`MAX_BODY_BYTES`].
-pub(super) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| {
-            ApiError::BadRequest(format!(
-                "body is larger than {MAX_BODY_BYTES} bytes or unreadable"
-            ))
-        })
+/// Reads a whole body, at most [`MAX_BODY_BYTES`], within `deadline`
+/// (`ElectionConfig::body_deadline`): a sender that stalls mid-body is
+/// answered 408 and its slot freed.
+pub(super) async fn read_body(body: Body, deadline: Duration) -> Result<Bytes, ApiError> {
+    let read = axum::body::to_bytes(body, MAX_BODY_BYTES);
+    match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::BadRequest(format!(
+            "body is larger than {MAX_BODY_BYTES} bytes or unreadable"
+        ))),
+        Err(_) => Err(ApiError::RequestTimeout(format!(
+            "the request body did not arrive within {} ms",
+            deadline.as_millis()
+        ))),
+    }
 }
 
 /// Parses a JSON body: `Content-Type: application/json`, bounded; unknown
 /// fields are refused by the target types (`deny_unknown_fields`).
-async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+async fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    deadline: Duration,
+) -> Result<T, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -107,17 +114,81 @@ async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Resu
             "Content-Type must be application/json".into(),
         ));
     }
-    let bytes = read_body(body).await?;
+    let bytes = read_body(body, deadline).await?;
     // The common case, straight into the type; the detour through a
     // `Value` only when that fails (an integral float, or a real error).
     if let Ok(typed) = serde_json::from_slice(&bytes) {
         return Ok(typed);
     }
+    // A `Value` keeps the last of duplicate keys; the typed parse refuses
+    // them, so this path must too.
+    serde_json::from_slice::<NoDuplicateKeys>(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
     let mut value: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
     integral_floats_to_integers(&mut value);
     serde_json::from_value(value)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// Any JSON document in which no object repeats a key (deserializing one
+/// that does is an error naming the key).
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NoDuplicateKeysVisitor)
+    }
+}
+
+struct NoDuplicateKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
 }
 
 /// `7.0` is the integer 7 to JSON Schema (and to every JavaScript
@@ -145,22 +216,6 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) {
     }
 }
 
-/// A holder name: 1..=[`MAX_HOLDER_LEN`] characters (what JSON Schema's
-/// `maxLength` counts; at most 4 bytes each), no control characters.
-pub(super) fn check_holder(holder: &str) -> Result<(), ApiError> {
-    if holder.is_empty() || holder.chars().count() > MAX_HOLDER_LEN {
-        return Err(ApiError::BadRequest(format!(
-            "holder must be 1..={MAX_HOLDER_LEN} characters"
-        )));
-    }
-    if holder.chars().any(char::is_control) {
-        return Err(ApiError::BadRequest(
-            "holder must not contain control characters".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// A fencing token a client names: at most `i64::MAX`, as the schema's
 /// `int64` says (tokens are Raft log indexes; a larger one names no grant).
 pub(super) fn check_token(token: FencingToken) -> Result<(), ApiError> {
@@ -186,4 +241,20 @@ pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<Durati
         )));
     }
     Ok(Duration::from_millis(wait_ms).min(config.max_wait))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::extract::NoDuplicateKeys;
+
+    #[test]
+    fn a_repeated_key_is_refused_at_any_depth() {
+        let parse = |text: &str| serde_json::from_str::<NoDuplicateKeys>(text).is_ok();
+        assert!(parse(
+            r#"{"a":1,"b":[{"a":2},{"a":3}],"c":{"d":null,"e":7.0}}"#
+        ));
+        assert!(!parse(r#"{"holder":"a","holder":"b"}"#));
+        assert!(!parse(r#"{"x":[{"k":1,"k":2}]}"#));
+        assert!(!parse(r#"{"x":{"y":{"k":1,"k":2}}}"#));
+    }
 }

@@ -11,6 +11,10 @@ use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue};
 use serde_json::Value;
 
+use palisade_serve::admission::Kind;
+use palisade_serve::policy::Principal;
+
+use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER};
 use super::extract::read_body;
 use super::state::ApiState;
 use crate::error::ApiError;
@@ -58,21 +62,12 @@ pub(super) async fn leader_only(
     }
 }
 
-/// Sends `request` to the leader's peer listener (`/forward/...`).
-async fn forward(
-    state: &ApiState,
-    request: Request,
-    leader: crate::NodeId,
-    addr: &str,
-    hops: u32,
-) -> Result<Response, ApiError> {
-    let (parts, body) = request.into_parts();
-    let body = read_body(body).await?;
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    // A blocking acquire may legitimately take its `wait_ms` (bounded by the
-    // leader to `max_wait`); everything else answers within the quorum timeout.
-    // (`7000.0` counts: the handler reads integral floats as integers.)
-    let wait = serde_json::from_slice::<Value>(&body)
+/// How long a forwarded call may legitimately take beyond the quorum
+/// timeout: a blocking acquire its `wait_ms` (the caller bounds it by the
+/// leader's `max_wait`); everything else nothing. (`7000.0` counts: the
+/// handler reads integral floats as integers.)
+fn wait_of(body: &[u8]) -> Duration {
+    serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| {
             let wait = &v["wait_ms"];
@@ -80,7 +75,33 @@ async fn forward(
                 .or_else(|| wait.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
         })
         .map_or(Duration::ZERO, Duration::from_millis)
-        .min(state.config.max_wait);
+}
+
+/// Sends `request` to the leader's peer listener (`/forward/...`).
+async fn forward(
+    state: &ApiState,
+    request: Request,
+    leader: crate::raft::NodeId,
+    addr: &str,
+    hops: u32,
+) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let body = read_body(body, state.config.body_deadline).await?;
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let wait = wait_of(&body).min(state.config.max_wait);
+    // The forwarding connection's streams are shared by every caller of
+    // this node: each flow takes at most its share of them.
+    let kind = match parts.extensions.get::<Admitted>() {
+        _ if !wait.is_zero() => Kind::Long,
+        Some(Admitted(kind)) => *kind,
+        None => Kind::Short,
+    };
+    let flow = parts
+        .extensions
+        .get::<Flow>()
+        .cloned()
+        .unwrap_or_else(|| Flow("unknown".into()));
+    let _seat = seat(state, &state.forwarding, &flow, kind)?;
     let mut outgoing = state
         .forwarder
         .forward(
@@ -90,15 +111,26 @@ async fn forward(
             &format!("/forward{path}"),
         )
         .header(HOPS_HEADER, hops.to_string())
+        .header(CLIENT_ADDR_HEADER, client_addr(&parts))
         .timeout(state.config.quorum_timeout + wait)
         .body(body);
-    // The leader checks the caller's rights again (its own policy).
+    // The leader checks the caller's rights again (its own policy): by the
+    // key, or by the principal this node identified from a client
+    // certificate the leader cannot see.
     for name in [
         header::CONTENT_TYPE.as_str(),
         palisade_serve::policy::KEY_HEADER,
     ] {
         if let Some(value) = parts.headers.get(name) {
             outgoing = outgoing.header(name, value);
+        }
+    }
+    if !parts
+        .headers
+        .contains_key(palisade_serve::policy::KEY_HEADER)
+    {
+        if let Some(Principal(name)) = parts.extensions.get::<Principal>() {
+            outgoing = outgoing.header(super::authorize::PRINCIPAL_HEADER, name);
         }
     }
     let unreachable =
@@ -115,4 +147,21 @@ async fn forward(
             .insert(header::CONTENT_TYPE, content_type);
     }
     Ok(response)
+}
+
+/// The address of the client a request came from: the one a forwarding
+/// peer named (a request may take two hops), else the connection's.
+fn client_addr(parts: &http::request::Parts) -> String {
+    let named = parts
+        .extensions
+        .get::<crate::peer::gate::PeerId>()
+        .and_then(|_| parts.headers.get(CLIENT_ADDR_HEADER))
+        .and_then(|v| v.to_str().ok());
+    match named {
+        Some(addr) => addr.to_owned(),
+        None => parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map_or_else(|| "unknown".into(), |info| info.0.ip().to_string()),
+    }
 }

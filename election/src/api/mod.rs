@@ -11,17 +11,21 @@
 //!
 //! Handlers return [`ApiError`], the one place a status is chosen.
 
+mod admit;
 mod authorize;
 mod cluster;
 mod extract;
 mod forward;
+mod history;
 mod leases;
 pub mod openapi;
 mod reads;
-mod state;
+mod schema;
+pub mod state;
 #[cfg(test)]
 mod tests;
 mod ui;
+mod ui_login;
 
 use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, post, MethodRouter};
@@ -29,79 +33,132 @@ use axum::Router;
 use palisade_serve::policy::Right;
 
 use authorize::{authorize, Need};
+use palisade_serve::admission::Kind;
 
-pub use extract::{MAX_BODY_BYTES, MAX_HOLDER_LEN};
+pub use extract::MAX_BODY_BYTES;
 pub use forward::MAX_HOPS;
-pub use leases::MAX_BATCH_RENEWALS;
+pub use leases::bodies::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
 
 use crate::error::ApiError;
 
-/// The client API routes. Raft RPC is not among them (see
-/// [`crate::network::raft_routes`]). Each route names what its caller needs
-/// ([`authorize`], outermost: checked before forwarding) and whether only
-/// the leader serves it ([`forward::leader_only`]).
-pub fn router(state: ApiState) -> Router {
-    let needs = |route: MethodRouter<ApiState>, need: Need| {
-        route.route_layer(from_fn_with_state((state.clone(), need), authorize))
+/// The layers of a route, outermost first: `authorize` (who may call it,
+/// checked before forwarding), `admit` (the caller's share of seats in
+/// `kind`'s pool), then, for `leader`, `forward::leader_only` (run here, or
+/// forwarded to the leader).
+fn guarded(
+    state: &ApiState,
+    route: MethodRouter<ApiState>,
+    need: Need,
+    kind: Kind,
+    leader: bool,
+) -> MethodRouter<ApiState> {
+    let route = if leader {
+        route.route_layer(from_fn_with_state(state.clone(), forward::leader_only))
+    } else {
+        route
     };
-    let leader_needs = |route: MethodRouter<ApiState>, need: Need| {
-        needs(
-            route.route_layer(from_fn_with_state(state.clone(), forward::leader_only)),
-            need,
-        )
-    };
+    route
+        .route_layer(from_fn_with_state((state.clone(), kind), admit::admit))
+        .route_layer(from_fn_with_state((state.clone(), need), authorize))
+}
+
+/// The lease routes: every call on a lease, the batch renewal and the list.
+fn lease_routes(state: &ApiState) -> Router<ApiState> {
+    let leader_needs = |route, need, kind| guarded(state, route, need, kind, true);
+    let needs = |route, need, kind| guarded(state, route, need, kind, false);
     Router::new()
         .route(
             "/v1/leases/{name}/acquire",
-            leader_needs(post(leases::acquire), Need::Lease(Right::Acquire)),
+            leader_needs(
+                post(leases::acquire::acquire),
+                Need::Lease(Right::Acquire),
+                Kind::Short,
+            ),
         )
         .route(
             "/v1/leases/{name}/renew",
-            leader_needs(post(leases::renew), Need::Lease(Right::Acquire)),
+            leader_needs(
+                post(leases::renew::renew),
+                Need::Lease(Right::Acquire),
+                Kind::Renew,
+            ),
         )
         .route(
             "/v1/renew",
             // Each renewal's right is checked in the handler.
-            leader_needs(post(leases::renew_batch), Need::Known),
+            leader_needs(post(leases::renew::renew_batch), Need::Known, Kind::Renew),
         )
         .route(
             "/v1/leases/{name}/release",
-            leader_needs(post(leases::release), Need::Lease(Right::Acquire)),
+            leader_needs(
+                post(leases::release::release),
+                Need::Lease(Right::Acquire),
+                Kind::Short,
+            ),
         )
         .route(
             "/v1/leases/{name}/handover",
-            leader_needs(post(leases::handover), Need::Lease(Right::Acquire)),
+            leader_needs(
+                post(leases::handover::handover),
+                Need::Lease(Right::Acquire),
+                Kind::Short,
+            ),
         )
         .route(
             "/v1/leases/{name}/revoke",
-            leader_needs(post(leases::revoke), Need::Lease(Right::Admin)),
+            leader_needs(
+                post(leases::revoke::revoke),
+                Need::Lease(Right::Admin),
+                Kind::Short,
+            ),
         )
         .route(
             "/v1/leases/{name}",
-            leader_needs(get(reads::get_lease), Need::Lease(Right::Read)),
+            leader_needs(get(reads::get_lease), Need::Lease(Right::Read), Kind::Short),
+        )
+        .route(
+            "/v1/leases/{name}/history",
+            leader_needs(get(history::history), Need::Lease(Right::Read), Kind::Short),
         )
         .route(
             "/v1/leases",
-            leader_needs(get(reads::list_leases), Need::Prefix(Right::Read)),
-        )
-        .route(
-            "/v1/cluster/rotate-key",
-            leader_needs(post(cluster::rotate_key), Need::Cluster),
-        )
-        .route(
-            "/v1/cluster/members",
-            leader_needs(post(cluster::add_member), Need::Cluster),
-        )
-        .route(
-            "/v1/cluster/members/{id}",
-            leader_needs(delete(cluster::remove_member), Need::Cluster),
+            leader_needs(
+                get(reads::list_leases),
+                Need::Prefix(Right::Read),
+                Kind::Short,
+            ),
         )
         .route(
             "/v1/leases/{name}/watch",
-            needs(get(reads::watch), Need::Lease(Right::Read)),
+            needs(get(reads::watch), Need::Lease(Right::Read), Kind::Long),
         )
-        .route("/v1/cluster", needs(get(cluster::cluster), Need::Known))
+}
+
+/// The client API routes. Raft RPC is not among them (see
+/// [`crate::peer::server::peer_router`]). Each route names what its caller
+/// needs, the pool of seats it takes, and whether only the leader serves it
+/// ([`guarded`]); health, metrics, keys and the document are open to all.
+pub fn router(state: ApiState) -> Router {
+    let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true);
+    let needs = |route, need, kind| guarded(&state, route, need, kind, false);
+    lease_routes(&state)
+        .route(
+            "/v1/cluster/rotate-key",
+            leader_needs(post(cluster::rotate_key), Need::Cluster, Kind::Short),
+        )
+        .route(
+            "/v1/cluster/members",
+            leader_needs(post(cluster::add_member), Need::Cluster, Kind::Short),
+        )
+        .route(
+            "/v1/cluster/members/{id}",
+            leader_needs(delete(cluster::remove_member), Need::Cluster, Kind::Short),
+        )
+        .route(
+            "/v1/cluster",
+            needs(get(cluster::cluster), Need::Known, Kind::Short),
+        )
         .route("/v1/jwks", get(cluster::jwks))
         .route("/healthz", get(cluster::healthz))
         .route("/livez", get(cluster::healthz))
@@ -110,9 +167,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/openapi.json", get(openapi::serve))
         .route(
             "/ui",
-            needs(get(ui::page), Need::Prefix(Right::Read))
+            needs(get(ui::page), Need::Prefix(Right::Read), Kind::Short)
                 .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
         )
+        .route("/ui/login", get(ui_login::form).post(ui_login::login))
+        .route("/ui/logout", post(ui_login::logout))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -5,51 +5,9 @@
 //! openapi` rewrites the file).
 
 use axum::Json;
-use serde::Serialize;
 use utoipa::OpenApi;
 
-/// Every error answer: a code, a sentence, and for some codes more fields.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct ErrorBody {
-    /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `held`,
-    /// `lost`, `conflict`, `too_many_waiters`, `too_many_leases`,
-    /// `no_quorum`, `not_ready`, ...
-    error: String,
-    /// What went wrong, for people.
-    message: String,
-    /// `held`: who holds the lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    holder: Option<String>,
-    /// `held`: the holder's token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    token: Option<u64>,
-}
-
-/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..` (the
-/// schema also keeps a leading `.` out, which the servers accept).
-#[derive(Debug, utoipa::ToSchema)]
-#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$", example = "orders")]
-pub(super) struct LeaseNameParam(#[allow(dead_code)] String);
-
-/// A holder name: 1..=256 characters, no control characters (what
-/// `extract::check_holder` enforces; derive cannot state lengths on a
-/// newtype, so the schema is written out).
-#[derive(Debug)]
-pub(super) struct HolderParam;
-
-impl utoipa::PartialSchema for HolderParam {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .min_length(Some(1))
-            .max_length(Some(super::extract::MAX_HOLDER_LEN))
-            .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]+$"))
-            .examples(["worker-1"])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for HolderParam {}
+use super::schema::{ErrorBody, HolderParam, LeaseNameParam};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -58,13 +16,14 @@ impl utoipa::ToSchema for HolderParam {}
         description = "Leases with fencing tokens: acquire, renew, release, revoke, read, watch; cluster membership and keys; health and metrics. Under a policy every call but /v1/jwks, /livez, /readyz, /healthz, /metrics and /openapi.json needs an API key in x-palisade-key."
     ),
     paths(
-        super::leases::acquire,
-        super::leases::renew,
-        super::leases::renew_batch,
-        super::leases::release,
-        super::leases::handover,
-        super::leases::revoke,
+        super::leases::acquire::acquire,
+        super::leases::renew::renew,
+        super::leases::renew::renew_batch,
+        super::leases::release::release,
+        super::leases::handover::handover,
+        super::leases::revoke::revoke,
         super::reads::get_lease,
+        super::history::history,
         super::reads::list_leases,
         super::reads::watch,
         super::cluster::cluster,
@@ -76,6 +35,9 @@ impl utoipa::ToSchema for HolderParam {}
         super::cluster::readyz,
         super::cluster::metrics,
         super::ui::page,
+        super::ui_login::form,
+        super::ui_login::login,
+        super::ui_login::logout,
     ),
     components(schemas(ErrorBody, LeaseNameParam, HolderParam))
 )]

@@ -6,14 +6,14 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::HeaderValue;
-use palisade_names::{FencingToken, LeaseName};
+use palisade_names::{FencingToken, Holder, LeaseName};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{check_wait, LeasePath};
-use super::openapi::{ErrorBody, LeaseNameParam};
+use super::schema::{LeaseNameParam, ReadErrors};
 use super::state::ApiState;
 use crate::error::ApiError;
-use crate::lease_table::LeaseRecord;
+use crate::lease_table::record::LeaseRecord;
 
 /// The index a watcher passes as `index` next time.
 const INDEX_HEADER: &str = "x-palisade-index";
@@ -24,7 +24,8 @@ pub(super) struct LeaseView {
     #[schema(value_type = String)]
     lease: LeaseName,
     /// `None` when free.
-    holder: Option<String>,
+    #[schema(value_type = Option<String>)]
+    holder: Option<Holder>,
     #[schema(value_type = u64)]
     token: FencingToken,
     ttl_ms: u64,
@@ -39,23 +40,24 @@ pub(super) struct LeaseView {
     revoked: bool,
     /// Who preempted the current grant (it is then revoked too).
     #[serde(skip_serializing_if = "Option::is_none")]
-    preempted_by: Option<String>,
+    #[schema(value_type = Option<String>)]
+    preempted_by: Option<Holder>,
     /// The holder is a handover's successor that has not taken the lease
     /// yet (it is reserved for it until `ttl_ms` runs out).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     reserved: bool,
     /// The grant's priority (0 when not set).
-    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    #[serde(skip_serializing_if = "crate::lease_table::command::is_zero_u64")]
     priority: u64,
     /// A higher priority may preempt the grant.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     preemptible: bool,
     /// The grant's lock-delay: after it expires the lease stays unavailable
     /// this long.
-    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    #[serde(skip_serializing_if = "crate::lease_table::command::is_zero_u64")]
     lock_delay_ms: u64,
     /// The grant's max-hold.
-    #[serde(skip_serializing_if = "crate::command::is_zero_u64")]
+    #[serde(skip_serializing_if = "crate::lease_table::command::is_zero_u64")]
     max_hold_ms: u64,
     /// Free, but held back by the lock-delay of the grant that expired.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -122,7 +124,7 @@ fn never_granted(lease: &LeaseName) -> ApiError {
 
 #[utoipa::path(get, path = "/v1/leases/{name}", tag = "leases",
     params(("name" = LeaseNameParam, Path, description = "The lease")),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseView)))]
+    responses(ReadErrors, (status = 200, body = LeaseView)))]
 pub(super) async fn get_lease(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
@@ -134,7 +136,7 @@ pub(super) async fn get_lease(
 }
 
 #[utoipa::path(get, path = "/v1/leases", tag = "leases", params(ListQuery),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseList)))]
+    responses(ReadErrors, (status = 200, body = LeaseList)))]
 pub(super) async fn list_leases(
     State(state): State<ApiState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -194,7 +196,7 @@ pub(super) struct WatchQuery {
 /// `X-Palisade-Index` header is the `index` for the next call.
 #[utoipa::path(get, path = "/v1/leases/{name}/watch", tag = "leases",
     params(("name" = LeaseNameParam, Path, description = "The lease"), WatchQuery),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody), (status = 200, body = LeaseView, headers(("x-palisade-index" = u64, description = "The index for the next watch")))))]
+    responses(ReadErrors, (status = 200, body = LeaseView, headers(("x-palisade-index" = u64, description = "The index for the next watch")))))]
 pub(super) async fn watch(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,

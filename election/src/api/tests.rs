@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::Router;
+use futures::StreamExt;
 use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::router;
-use crate::{ElectionConfig, ElectionNode};
+use crate::config::ElectionConfig;
+use crate::node::ElectionNode;
 
 /// A one-node cluster that leads and can sign; the router over its state.
 struct Node {
@@ -79,16 +81,9 @@ fn error_code(body: &Value) -> &str {
     body["error"].as_str().unwrap_or("<none>")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_renew_release_answer_with_the_documented_bodies() {
-    let node = node().await;
-    let (status, grant) = node
-        .post(
-            "/v1/leases/jobs/acquire",
-            json!({"holder": "a", "ttl_ms": 5000}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{grant}");
+/// Checks a new grant of `jobs` to `a` for 5 s has every documented field;
+/// its token.
+fn documented_grant(grant: &Value) -> u64 {
     let token = grant["token"].as_u64().expect("token");
     assert_eq!(grant["lease"], "jobs");
     assert_eq!(grant["holder"], "a");
@@ -101,6 +96,20 @@ async fn acquire_renew_release_answer_with_the_documented_bodies() {
         .as_str()
         .is_some_and(|j| j.split('.').count() == 3));
     assert!(grant["kid"].is_string());
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_renew_release_answer_with_the_documented_bodies() {
+    let node = node().await;
+    let (status, grant) = node
+        .post(
+            "/v1/leases/jobs/acquire",
+            json!({"holder": "a", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let token = documented_grant(&grant);
 
     let (status, body) = node
         .post(
@@ -290,10 +299,11 @@ async fn a_revoked_grant_is_not_renewed_and_ends_at_its_deadline() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_a_400_and_changes_nothing() {
-    let node = node().await;
-    let cases = [
+/// Calls that are each malformed in one way: a bad name, a ttl, holder or
+/// wait out of range, an unknown field, a token of the wrong type or past
+/// int64, a missing field.
+fn malformed_calls() -> Vec<(&'static str, Value)> {
+    vec![
         (
             "/v1/leases/a%20b/acquire",
             json!({"holder": "a", "ttl_ms": 5000}),
@@ -348,7 +358,13 @@ async fn bad_input_is_a_400_and_changes_nothing() {
             json!({"token": 9_223_372_036_854_775_808_u64}),
         ),
         ("/v1/leases/jobs/release", json!({"holder": "a"})),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_400_and_changes_nothing() {
+    let node = node().await;
+    let cases = malformed_calls();
     for (uri, body) in cases {
         let (status, answer) = node.post(uri, body.clone()).await;
         // `..` is normalized away by no one here: the router sees a bad name
@@ -719,7 +735,7 @@ async fn a_policy_limits_principals_to_their_prefixes_and_rights() {
         key_digest(operator)
     ))
     .expect("policy");
-    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy))).await;
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy.into()))).await;
     let call = |key: Option<&'static str>, method: Method, uri: &str, body: Option<Value>| {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(key) = key {
@@ -867,7 +883,7 @@ async fn the_status_page_escapes_client_text_and_honours_the_policy() {
         key_digest(reader)
     ))
     .expect("policy");
-    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy))).await;
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy.into()))).await;
     let with = |cookie: Option<&str>, header: Option<&str>, method: Method, uri: &str| {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(cookie) = cookie {
@@ -928,6 +944,70 @@ async fn the_status_page_escapes_client_text_and_honours_the_policy() {
         .expect("request");
     let (status, _) = node.send(renew).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "a cookie opens no write");
+}
+
+/// The sign-in form: a known key gets a 303 to `/ui` and an `HttpOnly`,
+/// `SameSite=Strict` cookie scoped to `/ui`; an unknown or missing one
+/// gets the form again (401, 400) and no cookie; a browser without a key
+/// is sent from `/ui` to the form; signing out expires the cookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sign_in_form_sets_a_scoped_http_only_cookie_for_known_keys_only() {
+    use palisade_serve::policy::{key_digest, Policy};
+    let reader = "pal_reader_key_for_the_login_test_00001";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{"reader": {{"keys": ["{}"], "read": [""]}}}}}}"#,
+        key_digest(reader)
+    ))
+    .expect("policy");
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy.into()))).await;
+    let form = |body: &str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/ui/login")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(body.to_owned()))
+            .expect("request")
+    };
+    let answer = |request| {
+        let app = node.app.clone();
+        async move { app.oneshot(request).await.expect("answer") }
+    };
+    let signed_in = answer(form(&format!("key={reader}"))).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_in.headers()["location"], "/ui");
+    let cookie = signed_in.headers()["set-cookie"].to_str().expect("cookie");
+    assert_eq!(
+        cookie,
+        format!("palisade_key={reader}; Path=/ui; HttpOnly; SameSite=Strict")
+    );
+    for (body, status) in [
+        ("key=pal_unknown", StatusCode::UNAUTHORIZED),
+        ("nokey=1", StatusCode::BAD_REQUEST),
+    ] {
+        let refused = answer(form(body)).await;
+        assert_eq!(refused.status(), status, "{body}");
+        assert!(refused.headers().get("set-cookie").is_none(), "{body}");
+    }
+    let browser = Request::builder()
+        .uri("/ui")
+        .header("accept", "text/html,application/xhtml+xml")
+        .body(Body::empty())
+        .expect("request");
+    let sent = answer(browser).await;
+    assert_eq!(sent.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sent.headers()["location"], "/ui/login");
+    let out = Request::builder()
+        .method(Method::POST)
+        .uri("/ui/logout")
+        .body(Body::empty())
+        .expect("request");
+    let out = answer(out).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let cleared = out.headers()["set-cookie"].to_str().expect("cookie");
+    assert!(
+        cleared.starts_with("palisade_key=; Max-Age=0;"),
+        "{cleared}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1004,9 +1084,12 @@ async fn a_batch_renewal_answers_each_lease_on_its_own() {
     assert_eq!(lease["holder"], "x");
     assert_eq!(lease["token"], other["token"]);
 
-    // Malformed batches are refused whole, even when only one entry is
-    // (as the schema says), and renew nothing.
-    let one = entry(&held[0]);
+    malformed_batches_are_refused_whole(&node, entry(&held[0])).await;
+}
+
+/// Malformed batches are refused whole, even when only one entry is (as
+/// the schema says), and renew nothing; `one` is a well-formed entry.
+async fn malformed_batches_are_refused_whole(node: &Node, one: Value) {
     let with = |field: &str, value: Value| {
         let mut bad = one.clone();
         bad[field] = value;
@@ -1318,4 +1401,208 @@ async fn renewals_stop_at_the_max_hold() {
     assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "max_hold"));
     // Refused once now + ttl would pass the cap: not before 1200 - 500 ms.
     assert!(after >= Duration::from_millis(650), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_repeated_key_is_refused_on_the_integral_float_path_too() {
+    let node = node().await;
+    // `ttl_ms` as 5000.0 sends the body down the integral-float path; the
+    // repeated `holder` must be refused there as by the typed parse.
+    for body in [
+        r#"{"holder":"a","ttl_ms":5000.0,"holder":"b"}"#,
+        r#"{"holder":"a","ttl_ms":5000,"holder":"b"}"#,
+    ] {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/leases/dup/acquire")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("request");
+        let (status, answer) = node.send(request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(error_code(&answer), "bad_request");
+    }
+    let (status, _) = node.call(Method::GET, "/v1/leases/dup", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was granted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_one_page_of_leases_and_links_the_next() {
+    let node = node().await;
+    for i in 0..205 {
+        let (status, body) = acquire(
+            &node,
+            &format!("p.{i:03}"),
+            json!({"holder": "h", "ttl_ms": 60_000}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let html = |uri: String| {
+        let app = node.app.clone();
+        async move {
+            let request = Request::builder()
+                .uri(uri)
+                .body(Body::empty())
+                .expect("request");
+            let response = app.oneshot(request).await.expect("answer");
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+                .await
+                .expect("body");
+            String::from_utf8(bytes.to_vec()).expect("utf-8")
+        }
+    };
+    let first = html("/ui?prefix=p.".into()).await;
+    assert_eq!(first.matches("<td class=\"lease\">").count(), 200);
+    assert!(first.contains("p.199") && !first.contains("p.200"));
+    let next = first
+        .split("id=\"next\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a next-page link")
+        .replace("&amp;", "&");
+    assert_eq!(next, "/ui?prefix=p.&after=p.199");
+    let second = html(next).await;
+    assert_eq!(second.matches("<td class=\"lease\">").count(), 5);
+    assert!(second.contains("p.204") && !second.contains("id=\"next\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_is_answered_408_within_the_deadline() {
+    let node = node_with(|c| c.body_deadline = Duration::from_millis(300)).await;
+    // The first bytes, then nothing: the sender never finishes its body.
+    let first: Result<bytes::Bytes, std::io::Error> =
+        Ok(bytes::Bytes::from_static(b"{\"holder\":"));
+    let stalled = futures::stream::iter([first]).chain(futures::stream::pending());
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/leases/slow/acquire")
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stalled))
+        .expect("request");
+    let started = std::time::Instant::now();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), node.send(request))
+        .await
+        .expect("answered, not hung");
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
+    assert_eq!(error_code(&body), "request_timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, _) = node.call(Method::GET, "/v1/leases/slow", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was granted");
+}
+
+/// Under a policy, a principal owns at most its quota of leases (its
+/// policy entry's `max_leases`, else the node's default): one more is a
+/// fast 429 `over_quota` that creates nothing, a lease it already owns is
+/// granted again, another principal is not affected, and a freed lease
+/// stops counting once reclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_owns_at_most_its_quota_of_leases() {
+    use palisade_serve::policy::{key_digest, Policy, KEY_HEADER};
+    let (hog, other) = (
+        "pal_hog_key_for_the_quota_test_000001",
+        "pal_other_key_for_the_quota_test_00001",
+    );
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{
+            "hog": {{"keys": ["{}"], "acquire": [""], "read": [""], "max_leases": 2}},
+            "other": {{"keys": ["{}"], "acquire": [""], "read": [""]}}
+        }}}}"#,
+        key_digest(hog),
+        key_digest(other)
+    ))
+    .expect("policy");
+    let node = node_with(|c| {
+        c.policy = Some(std::sync::Arc::new(policy.into()));
+        c.max_leases_per_principal = 3;
+        c.reclaim_after = Duration::from_millis(300);
+    })
+    .await;
+    let call = |key: &'static str, method: Method, uri: String, body: Option<Value>| {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(KEY_HEADER, key);
+        let body = match body {
+            Some(body) => {
+                request = request.header("content-type", "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        node.send(request.body(body).expect("request"))
+    };
+    let acquire = |key, lease: &str| {
+        let body = json!({"holder": "h", "ttl_ms": 5000, "secret": "s".repeat(43)});
+        call(
+            key,
+            Method::POST,
+            format!("/v1/leases/{lease}/acquire"),
+            Some(body),
+        )
+    };
+    for lease in ["hog.a", "hog.b"] {
+        let (status, body) = acquire(hog, lease).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = acquire(hog, "hog.c").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(error_code(&body), "over_quota", "{body}");
+    let (status, _) = call(hog, Method::GET, "/v1/leases/hog.c".into(), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
+    let (status, body) = acquire(hog, "hog.a").await;
+    assert_eq!(status, StatusCode::OK, "a lease it owns again: {body}");
+    // Another principal has its own (default) quota.
+    for lease in ["other.a", "other.b", "other.c"] {
+        let (status, body) = acquire(other, lease).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = acquire(other, "other.d").await;
+    assert_eq!(error_code(&body), "over_quota", "{status} {body}");
+
+    // Released, hog.a still counts until reclaimed; then hog.c fits.
+    let (status, body) = call(
+        hog,
+        Method::POST,
+        "/v1/leases/hog.a/release".into(),
+        Some(
+            json!({"holder": "h", "token": body_token(&node, hog).await, "secret": "s".repeat(43)}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, body) = acquire(hog, "hog.c").await;
+    assert_eq!(
+        error_code(&body),
+        "over_quota",
+        "freed, not reclaimed: {body}"
+    );
+    let mut granted = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (status, _) = acquire(hog, "hog.c").await;
+        if status == StatusCode::OK {
+            granted = true;
+            break;
+        }
+    }
+    assert!(granted, "a reclaimed lease stopped counting");
+}
+
+/// The token of `hog.a`, read as `key`.
+async fn body_token(node: &Node, key: &'static str) -> u64 {
+    use palisade_serve::policy::KEY_HEADER;
+    let request = Request::builder()
+        .uri("/v1/leases/hog.a")
+        .header(KEY_HEADER, key)
+        .body(Body::empty())
+        .expect("request");
+    let (status, body) = node.send(request).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["token"].as_u64().expect("token")
 }

@@ -6,9 +6,10 @@
 //! HTML-escaped.
 //!
 //! Under a policy the page needs the `read` right on its `prefix` (as the
-//! list does); a browser that cannot send `x-palisade-key` may carry the key
-//! in a `palisade_key` cookie, honoured on this read-only route alone (see
-//! [`key_from_cookie`]), so no state-changing call can be made with it.
+//! list does); a browser that cannot send `x-palisade-key` signs in through
+//! the form of `ui_login.rs`, which sets a `palisade_key` cookie, honoured
+//! on this read-only route alone (see [`key_from_cookie`]), so no
+//! state-changing call can be made with it.
 
 use std::fmt::Write as _;
 
@@ -19,12 +20,16 @@ use axum::response::{Html, IntoResponse, Response};
 use openraft::async_runtime::WatchReceiver;
 use serde::Deserialize;
 
-use super::openapi::ErrorBody;
+use super::schema::ErrorBody;
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::lease_table::history::Transition;
 
 /// Leases on one page.
 const PAGE: usize = 200;
+
+/// The cookie the page reads the API key from (set by `ui_login.rs`).
+pub(super) const COOKIE: &str = "palisade_key";
 
 /// `GET /ui?prefix=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -34,6 +39,8 @@ pub(super) struct UiQuery {
     /// Only leases whose names start with this.
     #[serde(default)]
     prefix: String,
+    /// The page after this lease name (the previous page's last row).
+    after: Option<String>,
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -53,8 +60,15 @@ pub(super) fn escape(text: &str) -> String {
 }
 
 /// Middleware on `/ui` only: a `palisade_key` cookie stands for the
-/// `x-palisade-key` header when the header is absent.
+/// `x-palisade-key` header when the header is absent; a browser refused
+/// for want of a (known) key is sent to the sign-in form instead
+/// (`ui_login.rs`).
 pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Response {
+    let wants_html = request
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
     let header = palisade_serve::policy::KEY_HEADER;
     if !request.headers().contains_key(header) {
         let key = request
@@ -64,13 +78,21 @@ pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Respons
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == "palisade_key")
+            .find(|(name, _)| *name == COOKIE)
             .and_then(|(_, value)| http::HeaderValue::from_str(value).ok());
         if let Some(key) = key {
             request.headers_mut().insert(header, key);
         }
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    if wants_html && response.status() == http::StatusCode::UNAUTHORIZED {
+        return (
+            http::StatusCode::SEE_OTHER,
+            [(http::header::LOCATION, "/ui/login")],
+        )
+            .into_response();
+    }
+    response
 }
 
 #[utoipa::path(get, path = "/ui", tag = "health", params(UiQuery),
@@ -81,6 +103,25 @@ pub(super) async fn page(
     query: Result<Query<UiQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let mut html = String::new();
+    node_section(&mut html, &state);
+    if state.config.policy.is_some() {
+        html.push_str(
+            "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
+             <button type=\"submit\">Sign out</button></form>",
+        );
+    }
+    lease_section(&mut html, &state, &query.prefix, query.after.as_deref());
+    if let Some(gateway) = &state.config.ui_gateway {
+        gateway_fences(&mut html, gateway, &query.prefix).await;
+    }
+    html.push_str("</body></html>");
+    Ok(Html(html).into_response())
+}
+
+/// The page's head and this node's view of Raft: role, leader, term, commit
+/// and applied indexes, and the members.
+fn node_section(html: &mut String, state: &ApiState) {
     let metrics = state.raft.metrics().borrow_watched().clone();
     let me = state.config.id;
     let role = format!("{:?}", metrics.state);
@@ -89,9 +130,8 @@ pub(super) async fn page(
         .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
     let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
     let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
-    let mut html = String::new();
     let _ = write!(
-        html,
+        *html,
         "<!doctype html><html><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"2\">\
          <title>Palisade node {me}</title>\
@@ -113,37 +153,42 @@ pub(super) async fn page(
             ""
         };
         let _ = write!(
-            html,
+            *html,
             "<tr><td>{id}</td><td>{}</td><td>{mark}</td></tr>",
             escape(&node.addr)
         );
     }
     html.push_str("</table>");
-    let (rows, total) = state.shared.read(|s| {
-        let matching = s
+}
+
+/// The leases under `prefix`: at most [`PAGE`] rows, and how many there are.
+fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Option<&str>) {
+    // One page and one look past it: the work is bounded by the page, never
+    // by the number of leases under the prefix.
+    let (mut rows, in_table) = state.shared.read(|s| {
+        let start = match after {
+            Some(after) if after >= prefix => std::ops::Bound::Excluded(after),
+            _ => std::ops::Bound::Included(prefix),
+        };
+        let rows: Vec<_> = s
             .table
             .leases
-            .range::<str, _>((
-                std::ops::Bound::Included(query.prefix.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(name, _)| name.as_str().starts_with(query.prefix.as_str()));
-        let mut rows = Vec::new();
-        let mut total = 0usize;
-        for (name, record) in matching {
-            total += 1;
-            if rows.len() < PAGE {
-                rows.push((name.clone(), record.clone()));
-            }
-        }
-        (rows, total)
+            .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .take(PAGE + 1)
+            .map(|(name, record)| (name.clone(), record.clone()))
+            .collect();
+        (rows, s.table.leases.len())
     });
+    let more = rows.len() > PAGE;
+    rows.truncate(PAGE);
     let _ = write!(
-        html,
-        "<h2>Leases</h2><p>{} of {total} with prefix “{}”{}</p>\
-         <table id=\"leases\"><tr><th>lease</th><th>holder</th><th>token</th><th>time left</th><th>changes</th></tr>",
+        *html,
+        "<h2>Leases</h2><p>{} shown with prefix “{}”{} ({in_table} in the table){}</p>\
+         <table id=\"leases\"><tr><th>lease</th><th>holder</th><th>token</th><th>time left</th><th>changes</th><th>last change</th></tr>",
         rows.len(),
-        escape(&query.prefix),
+        escape(prefix),
+        after.map_or_else(String::new, |a| format!(" after “{}”", escape(a))),
         if state.is_leader() {
             ""
         } else {
@@ -161,19 +206,52 @@ pub(super) async fn page(
             |h| format!("<span class=\"holder\">{}</span>", escape(h)),
         );
         let _ = write!(
-            html,
-            "<tr><td class=\"lease\">{}</td><td>{holder}</td><td>{}</td><td>{left}</td><td>{}</td></tr>",
+            *html,
+            "<tr><td class=\"lease\">{}</td><td>{holder}</td><td>{}</td><td>{left}</td><td>{}</td>\
+             <td class=\"last-change\">{}</td></tr>",
             escape(name.as_str()),
             record.token,
             record.transitions,
+            record.history.back().map_or_else(String::new, last_change),
         );
     }
     html.push_str("</table>");
-    if let Some(gateway) = &state.config.ui_gateway {
-        gateway_fences(&mut html, gateway, &query.prefix).await;
+    if let Some((last, _)) = rows.last().filter(|_| more) {
+        let _ = write!(
+            *html,
+            "<p><a id=\"next\" href=\"/ui?prefix={}&amp;after={}\">next page</a></p>",
+            query_escape(prefix),
+            query_escape(last.as_str()),
+        );
     }
-    html.push_str("</body></html>");
-    Ok(Html(html).into_response())
+}
+
+/// A lease's latest transition: `preempt of low (token 5), 3.2 s ago`
+/// (`palisade lease history` and `GET /v1/leases/{name}/history` have
+/// the rest).
+fn last_change(t: &Transition) -> String {
+    let cause = serde_json::to_value(t.cause).unwrap_or_default();
+    let holder = t.holder.as_deref().unwrap_or("-");
+    let ago = t.at_ms.map_or_else(String::new, |at| {
+        let ago_ms = crate::signing::unix_ms().saturating_sub(at);
+        format!(", {:.1} s ago", ago_ms as f64 / 1000.0)
+    });
+    format!(
+        "{} of {} (token {}){ago}",
+        escape(cause.as_str().unwrap_or("?")),
+        escape(holder),
+        t.token
+    )
+}
+
+/// Percent-encodes `text` for a query string value.
+fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The gateway's fencing audit for leases under `prefix` (the viewer may

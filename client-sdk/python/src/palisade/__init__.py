@@ -14,6 +14,8 @@
   expiry (:class:`LockDelay`) or a cap on how long a grant is renewed;
   :meth:`Lease.handover_to` hands a held lease to a named successor.
 - :class:`Elector` runs work only while leading.
+- :mod:`palisade.postgres` (the ``postgres`` extra, psycopg 3) fences
+  transactions in your own PostgreSQL: ``with lease.fenced(conn) as cur``.
 
 Errors are all :class:`PalisadeError`; :class:`LeaseLost` means "stop
 leading", :class:`Unavailable` transport trouble, :class:`Held` someone else
@@ -43,7 +45,7 @@ from ._errors import (
     Unavailable,
 )
 from ._lease import Lease, OnLost
-from ._model import Grant, GrantId, LeaseInfo, Object, encode_key
+from ._model import Grant, GrantId, LeaseInfo, Object, Transition, encode_key
 from ._transport import API_KEY_HEADER, ClientConfig
 
 __version__ = "0.1.0"
@@ -73,6 +75,7 @@ __all__ = [
     "Preempted",
     "ProtocolError",
     "Task",
+    "Transition",
     "Unauthorized",
     "Unavailable",
     "check_lease_name",

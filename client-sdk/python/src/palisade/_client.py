@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, U
 
 from ._errors import BadRequest, Held, LockDelay, PalisadeError, ProtocolError
 from ._lease import Lease, OnLost
-from ._model import Grant, GrantId, LeaseInfo, Object
+from ._model import Grant, GrantId, LeaseInfo, Object, Transition
 from ._transport import ClientConfig, Transport
 
 #: The ``palisade dev`` election nodes, the default of :meth:`Client.from_env`.
@@ -103,6 +103,8 @@ class Client:
         gateway: Optional[str] = None,
         *,
         ca: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
         api_key: Optional[str] = None,
         api_key_file: Optional[str] = None,
         request_timeout: float = 2.0,
@@ -117,7 +119,10 @@ class Client:
         ``gateway``.
 
         ``ca`` is a PEM file: the only CA trusted for ``https://`` URLs
-        (without it the system's trust store is used). ``api_key`` (or the
+        (without it the system's trust store is used). ``client_cert`` and
+        ``client_key`` (PEM files, both or neither) are presented over client
+        TLS: a certificate a policy names is that principal, no API key
+        needed. ``api_key`` (or the
         first line of ``api_key_file``) is sent as ``x-palisade-key`` on every
         request. ``request_timeout`` bounds one HTTP request and
         ``retry_budget`` one election call's retries (seconds). A lease's safe
@@ -126,12 +131,15 @@ class Client:
         gateway) the fence is raised right after acquiring; with
         ``verify_jwt`` every grant's JWT is checked against ``/v1/jwks``.
 
-        Raises :class:`BadRequest` for an unusable key, key file or CA file.
+        Raises :class:`BadRequest` for an unusable key, key file, CA file or
+        client certificate.
         """
         if isinstance(election, str):
             endpoints = [e.strip() for e in election.split(",") if e.strip()]
         else:
             endpoints = [e.strip() for e in election if e.strip()]
+        if (client_cert is None) != (client_key is None):
+            raise BadRequest("client_cert and client_key go together: give both or neither")
         if api_key is None and api_key_file is not None:
             try:
                 with open(api_key_file, encoding="utf-8") as f:
@@ -150,6 +158,8 @@ class Client:
                 election=endpoints,
                 gateway=gateway,
                 ca=ca,
+                client_cert=client_cert,
+                client_key=client_key,
                 api_key=api_key,
                 request_timeout=request_timeout,
                 retry_budget=retry_budget,
@@ -166,7 +176,9 @@ class Client:
         read it: ``PALISADE_ELECTION`` (comma-separated URLs; default the
         ``palisade dev`` nodes on 127.0.0.1:7001-7003), ``PALISADE_GATEWAY``
         (default ``http://127.0.0.1:8080``), ``PALISADE_CA`` (a CA file),
-        ``PALISADE_API_KEY`` or ``PALISADE_API_KEY_FILE`` (the API key).
+        ``PALISADE_CLIENT_CERT`` and ``PALISADE_CLIENT_KEY`` (a client
+        certificate), ``PALISADE_API_KEY`` or ``PALISADE_API_KEY_FILE`` (the
+        API key).
         Keyword ``options`` are passed on to the constructor and win."""
 
         def var(name: str) -> Optional[str]:
@@ -176,6 +188,8 @@ class Client:
         kwargs: Dict[str, Any] = {
             "gateway": var("PALISADE_GATEWAY") or DEFAULT_GATEWAY,
             "ca": var("PALISADE_CA"),
+            "client_cert": var("PALISADE_CLIENT_CERT"),
+            "client_key": var("PALISADE_CLIENT_KEY"),
         }
         key = var("PALISADE_API_KEY")
         if key is not None:
@@ -364,6 +378,15 @@ class Client:
         has no record."""
         answer = self._transport.election("GET", f"/v1/leases/{lease}")
         return LeaseInfo.from_json(answer.ok_object())
+
+    def history(self, lease: str) -> List[Transition]:
+        """The lease's last transitions, oldest first (the cluster keeps a
+        few per lease). Raises :class:`NotFound` if it has no record."""
+        answer = self._transport.election("GET", f"/v1/leases/{lease}/history")
+        entries = answer.ok_object().get("history")
+        if not isinstance(entries, list):
+            raise ProtocolError(200, "a history answer without its history")
+        return [Transition.from_json(e) for e in entries if isinstance(e, dict)]
 
     def list(self, prefix: str = "") -> List[LeaseInfo]:
         """Every lease (under ``prefix``) in name order, page by page."""

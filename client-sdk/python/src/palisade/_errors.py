@@ -38,15 +38,20 @@ class LeaseLost(PalisadeError):
 
 
 class Fenced(LeaseLost):
-    """The gateway refused a write (409 ``stale_token``) because a newer token
-    has been used on this lease: another holder took over. A
+    """The gateway refused a write (409 ``stale_token``), or PostgreSQL's
+    ``palisade.fence`` a transaction (SQLSTATE ``PF001``), because a newer
+    token has been used on this lease: another holder took over. A
     :class:`LeaseLost`, so ``except LeaseLost`` catches it."""
 
     def __init__(self, token: int, fence: int) -> None:
-        super().__init__(f"fenced: token {token} is below the fence {fence}")
+        if fence > 0:
+            super().__init__(f"fenced: token {token} is below the fence {fence}")
+        else:
+            super().__init__(f"fenced: token {token} is below the fence (raised concurrently)")
         #: The token the refused write carried.
         self.token = token
-        #: The fence that refused it.
+        #: The fence that refused it; 0 when it is not known (PostgreSQL saw
+        #: a raise through a REPEATABLE READ/SERIALIZABLE snapshot).
         self.fence = fence
 
 

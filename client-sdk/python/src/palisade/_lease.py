@@ -7,12 +7,16 @@ import logging
 import threading
 import time
 import weakref
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Callable, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Type, Union
 
 from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError, Preempted
 from ._model import Grant, GrantId, JsonObject, Object, encode_key
 from ._transport import Transport
+
+if TYPE_CHECKING:  # psycopg is optional: only palisade.postgres imports it
+    import psycopg
 
 log = logging.getLogger("palisade")
 
@@ -323,6 +327,44 @@ class Lease:
         answer = self._write("POST", f"/v1/fences/{self.name}", None)
         fence = answer.get("fence")
         return fence if isinstance(fence, int) else 0
+
+    def fenced(
+        self, conn: "psycopg.Connection[Any]", *, idle_timeout: Optional[float] = None
+    ) -> "AbstractContextManager[psycopg.Cursor[Any]]":
+        """A transaction on ``conn`` (psycopg 3, not in a transaction) fenced
+        with this lease's token in PostgreSQL (``palisade.postgres``)::
+
+            with lease.fenced(conn) as cur:
+                cur.execute("UPDATE orders SET ...")
+
+        Begins the transaction and calls ``palisade.fence(name, token)``
+        before the block; commits when the block ends, rolls back if it
+        raises. Raises :class:`LeaseLost` locally, touching nothing, once the
+        lease is not held (and rolls back instead of committing if it stopped
+        being held during the block); :class:`Fenced` (a ``LeaseLost``) when
+        the database's fence is above the token — the lease is marked lost,
+        as for a refused gateway write. ``idle_timeout`` (seconds; default the
+        lease's ttl, 0 to leave the session's setting) bounds how long this
+        transaction may sit idle: a holder frozen inside it loses its session,
+        so the next holder's raise does not wait for it forever. Needs the
+        ``postgres`` extra (psycopg)."""
+        from . import postgres  # psycopg is optional
+
+        def stale(err: Fenced) -> None:
+            if err.fence > 0:
+                reason = f"fenced in PostgreSQL: token {err.token} is below fence {err.fence}"
+            else:
+                reason = f"fenced in PostgreSQL: token {err.token} is below the fence"
+            self._shared.mark_lost(reason)
+
+        return postgres._fenced(
+            conn,
+            self.name,
+            self.token,
+            idle_timeout=self._shared.ttl if idle_timeout is None else idle_timeout,
+            check=self._shared.held_jwt,
+            on_stale=stale,
+        )
 
     def get(self, key: str) -> Optional[Object]:
         """Reads ``key`` through the gateway (reads are not fenced); ``None``

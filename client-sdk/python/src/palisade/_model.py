@@ -135,6 +135,35 @@ class LeaseInfo:
 
 
 @dataclass(frozen=True)
+class Transition:
+    """One transition of a lease (:meth:`palisade.Client.history`)."""
+
+    #: The log index of the entry that made it.
+    index: int
+    #: ``acquire``, ``claim``, ``handover``, ``release``, ``expire``,
+    #: ``preempt`` or ``revoke``.
+    cause: str
+    #: The grant it is about: the new one (acquire, claim, handover) or the
+    #: one that ended or was revoked.
+    holder: Optional[str]
+    #: That grant's token.
+    token: int
+    #: When it was proposed, on the proposer's clock (ms since the epoch).
+    at_ms: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Transition":
+        """Parses one entry of a history document."""
+        return cls(
+            index=_int(body, "index", 0),
+            cause=_str(body, "cause"),
+            holder=_opt_str(body, "holder"),
+            token=_int(body, "token", 0),
+            at_ms=_opt_int(body, "at_ms"),
+        )
+
+
+@dataclass(frozen=True)
 class Object:
     """A stored object read through the gateway."""
 

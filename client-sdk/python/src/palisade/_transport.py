@@ -57,6 +57,9 @@ class ClientConfig:
     gateway: Optional[str] = None
     #: A PEM CA file: the only CA trusted for ``https://`` URLs.
     ca: Optional[str] = None
+    #: A PEM client certificate and its key, presented over client TLS.
+    client_cert: Optional[str] = None
+    client_key: Optional[str] = None
     #: The API key sent as ``x-palisade-key`` (``repr`` hides it).
     api_key: Optional[str] = None
     #: Timeout of one HTTP request, in seconds.
@@ -76,7 +79,8 @@ class ClientConfig:
         key = "<redacted>" if self.api_key else None
         return (
             f"ClientConfig(election={self.election!r}, gateway={self.gateway!r}, "
-            f"ca={self.ca!r}, api_key={key}, request_timeout={self.request_timeout!r}, "
+            f"ca={self.ca!r}, client_cert={self.client_cert!r}, api_key={key}, "
+            f"request_timeout={self.request_timeout!r}, "
             f"retry_budget={self.retry_budget!r}, drift_margin_ratio={self.drift_margin_ratio!r}, "
             f"renew_ratio={self.renew_ratio!r}, fence_on_acquire={self.fence_on_acquire!r}, "
             f"verify_jwt={self.verify_jwt!r})"
@@ -158,11 +162,16 @@ class Transport:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         verify: Union[ssl.SSLContext, bool] = True
-        if config.ca is not None:
+        if config.ca is not None or config.client_cert is not None:
             try:
                 verify = ssl.create_default_context(cafile=config.ca)
             except (OSError, ssl.SSLError) as err:
                 raise BadRequest(f"{config.ca}: {err}") from err
+        if config.client_cert is not None and isinstance(verify, ssl.SSLContext):
+            try:
+                verify.load_cert_chain(config.client_cert, config.client_key)
+            except (OSError, ssl.SSLError) as err:
+                raise BadRequest(f"{config.client_cert}: {err}") from err
         headers: Dict[str, str] = {}
         if config.api_key is not None:
             headers[API_KEY_HEADER] = config.api_key
@@ -239,6 +248,25 @@ class Transport:
             log.debug("retrying %s %s after %s", method, path, last)
             time.sleep(backoff / 2 + random.uniform(0, backoff) / 2)
             backoff = min(backoff * 2, 0.5)
+
+    def published_keys(self) -> List[JsonObject]:
+        """Every election endpoint's ``/v1/jwks`` answer that came (one
+        attempt each, at the same time budget): the newest of them is the
+        key set to trust (``applied_index``)."""
+        answers: List[JsonObject] = []
+        for endpoint in self.config.election:
+            url = endpoint.rstrip("/") + "/v1/jwks"
+            try:
+                response = self._http.request(
+                    "GET", url, timeout=self._timeout(self.config.request_timeout)
+                )
+            except httpx.TransportError as err:
+                log.debug("JWKS from %s: %s", url, err)
+                continue
+            body = _json(response)
+            if response.status_code == 200 and isinstance(body, dict):
+                answers.append(body)
+        return answers
 
     # -- grants -----------------------------------------------------------
 
@@ -328,7 +356,12 @@ def grant_body(grant_id: GrantId, with_index: bool) -> Dict[str, Any]:
 class JwtVerifier:
     """Verifies lease JWTs (EdDSA) against the cluster's ``/v1/jwks``,
     fetched on first use and again when a token names an unknown ``kid``
-    (after a key rotation), at most every 100 ms."""
+    (after a key rotation), at most every 100 ms.
+
+    A fetch asks every endpoint and keeps the newest key set
+    (``applied_index``, the log index a node's set is as of), and never
+    replaces the cached set with an older one: a lagging node can neither
+    hide a key the cluster committed nor bring back one it retired."""
 
     REFETCH_EVERY = 0.1
 
@@ -336,21 +369,28 @@ class JwtVerifier:
         self._transport = transport
         self._lock = threading.Lock()
         self._keys: Dict[str, pyjwt.PyJWK] = {}
+        self._applied_index = -1
         self._fetched_at: Optional[float] = None
 
     def _fetch(self) -> None:
-        answer = self._transport.election("GET", "/v1/jwks")
-        document = answer.ok_object()
+        self._fetched_at = time.monotonic()
+        answers = self._transport.published_keys()
+        if not answers:
+            raise Unavailable(len(self._transport.config.election), 0.0, "no node answered /v1/jwks")
+        newest = max(answers, key=_applied_index)
+        if _applied_index(newest) < self._applied_index:
+            return
         keys: Dict[str, pyjwt.PyJWK] = {}
-        raw = document.get("keys")
+        raw = newest.get("keys")
         for entry in raw if isinstance(raw, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("kid"), str):
                 try:
                     keys[entry["kid"]] = pyjwt.PyJWK(entry)
                 except pyjwt.PyJWTError as err:
                     log.warning("ignoring JWKS key %s: %s", entry["kid"], err)
-        self._keys = keys
-        self._fetched_at = time.monotonic()
+        if keys:
+            self._keys = keys
+            self._applied_index = _applied_index(newest)
 
     def _key(self, kid: str) -> pyjwt.PyJWK:
         with self._lock:
@@ -394,3 +434,9 @@ class JwtVerifier:
                     0, f"the lease JWT's {name} is {claims.get(name)!r}, not {value!r}"
                 )
         return claims
+
+
+def _applied_index(document: JsonObject) -> int:
+    """How current a ``/v1/jwks`` answer is (0 from a node that does not say)."""
+    index = document.get("applied_index")
+    return index if isinstance(index, int) else 0

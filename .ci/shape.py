@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""The code's shape, checked by .ci/run (ARCHITECTURE.md, "Cross-cutting"):
+
+- no source file over 500 lines in the library crates (election, gateway,
+  store, serve, client-sdk; test files — `tests.rs`, `tests/` — may be
+  longer) and no function over 80 lines there, tests included;
+- no import circle between the files of any crate: a path (`use`, or inline
+  `crate::`/`super::`/`self::`) is an edge to the file that defines the
+  module it names, and a `mod.rs`/`lib.rs` re-export (`pub use child::X`)
+  is an edge too, so a module root must not define what its children use.
+
+Prints each problem and exits 1 if there is any.
+"""
+import os
+import re
+import sys
+
+LIBRARIES = ["election/src", "gateway/src", "store/src", "serve/src", "client-sdk/src"]
+CRATES = LIBRARIES + ["names/src", "src", "local-cluster/src", "bench/src", "lazyfs/src"]
+MAX_FILE_LINES = 500
+MAX_FN_LINES = 80
+FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(async\s+)?(const\s+)?(unsafe\s+)?fn\s+(\w+)")
+
+
+def is_test_file(path):
+    return os.path.basename(path) == "tests.rs" or "/tests/" in path
+
+
+def code(line):
+    line = re.sub(r'"(\\.|[^"\\])*"', '""', line)
+    line = re.sub(r"'(\\.|[^'\\])'", "''", line)
+    return line.split("//")[0]
+
+
+def sizes(root):
+    problems = []
+    for directory, _, files in os.walk(root):
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if not name.endswith(".rs"):
+                continue
+            lines = open(path, encoding="utf-8").read().split("\n")
+            if len(lines) > MAX_FILE_LINES and not is_test_file(path):
+                problems.append(f"{path}: {len(lines)} lines (at most {MAX_FILE_LINES})")
+            for start, line in enumerate(lines):
+                found = FN.match(line)
+                if not found:
+                    continue
+                end = start
+                while end < len(lines) and not code(lines[end]).rstrip().endswith(("{", ";")):
+                    end += 1
+                if end >= len(lines) or not code(lines[end]).rstrip().endswith("{"):
+                    continue
+                depth = 1
+                while depth > 0 and end + 1 < len(lines):
+                    end += 1
+                    text = code(lines[end])
+                    depth += text.count("{") - text.count("}")
+                length = end - start + 1
+                if length > MAX_FN_LINES:
+                    problems.append(
+                        f"{path}:{start + 1}: fn {found.group(6)} is {length} lines (at most {MAX_FN_LINES})"
+                    )
+    return problems
+
+
+def strip(src):
+    src = re.sub(r'pub\(in [^)]*\)', 'pub', src)
+    src = re.sub(r'//[^\n]*', '', src)
+    src = re.sub(r'/\*.*?\*/', '', src, flags=re.S)
+    src = re.sub(r'"(\\.|[^"\\])*"', '""', src)
+    return src
+
+def expand(tree):
+    """Expands a use tree 'a::{b, c::{d}}' into paths."""
+    tree = tree.strip()
+    i = tree.find('{')
+    if i < 0:
+        return [tree.split(' as ')[0].strip()]
+    prefix = tree[:i]
+    inner = tree[i+1:tree.rfind('}')]
+    parts, depth, cur = [], 0, ''
+    for ch in inner:
+        if ch == ',' and depth == 0:
+            parts.append(cur); cur = ''
+            continue
+        if ch == '{': depth += 1
+        if ch == '}': depth -= 1
+        cur += ch
+    parts.append(cur)
+    out = []
+    for p in parts:
+        if p.strip():
+            for e in expand(p):
+                out.append(prefix + e if e != 'self' else prefix.rstrip(':'))
+    return out
+
+def crate_files(src_root):
+    mods = {}
+    for dp, _, fs in os.walk(src_root):
+        for f in fs:
+            if not f.endswith('.rs'): continue
+            p = os.path.join(dp, f)
+            rel = os.path.relpath(p, src_root)[:-3].split(os.sep)
+            if rel[-1] in ('mod', 'lib', 'main'): rel = rel[:-1]
+            mods[tuple(rel)] = p
+    return mods
+
+def resolve(mods, path):
+    best = None
+    for n in range(len(path), -1, -1):
+        if tuple(path[:n]) in mods:
+            return tuple(path[:n])
+    return best
+
+def circles(src_root):
+    mods = crate_files(src_root)
+    edges = {m: set() for m in mods}
+    for m, p in mods.items():
+        src = strip(open(p).read())
+        is_mod_file = p.endswith(('mod.rs', 'lib.rs', 'main.rs'))
+        here = list(m) if is_mod_file else list(m)
+        parent = list(m)[:-1]
+        paths = []
+        for u in re.finditer(r'\buse\s+([^;]+);', src, flags=re.S):
+            paths += expand(re.sub(r'\s+', ' ', u.group(1)))
+        for q in re.finditer(r'\b((?:crate|super|self)(?:::\w+)+)', src):
+            paths.append(q.group(1))
+        for path in paths:
+            if path.replace(' ', '') == 'super::*':
+                continue  # an inline test module's glob of its own file
+            segs = [s for s in path.replace(' ', '').split('::') if s]
+            if not segs: continue
+            if segs[0] == 'crate': base, rest = [], segs[1:]
+            elif segs[0] == 'super':
+                base = parent if not is_mod_file else list(m)[:-1]
+                rest = segs[1:]
+                while rest and rest[0] == 'super': base, rest = base[:-1], rest[1:]
+            elif segs[0] == 'self': base, rest = here, segs[1:]
+            elif tuple(list(m) + [segs[0]]) in mods: base, rest = list(m), segs
+            else: continue
+            target = resolve(mods, base + rest)
+            if target is not None and target != m:
+                # a parent module's file declaring its children is not an import
+                edges[m].add(target)
+    # circles: SCCs of size > 1
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+    def strong(v):
+        index[v] = low[v] = counter[0]; counter[0] += 1; stack.append(v); on.add(v)
+        for w in edges[v]:
+            if w not in index: strong(w); low[v] = min(low[v], low[w])
+            elif w in on: low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop(); on.discard(w); comp.append(w)
+                if w == v: break
+            if len(comp) > 1: sccs.append(comp)
+    for v in list(edges):
+        if v not in index: strong(v)
+    problems = []
+    for comp in sccs:
+        names = sorted(mods[c] for c in comp)
+        problems.append(f"import circle in {src_root}: " + ", ".join(names))
+    return problems
+
+
+
+def main():
+    problems = []
+    for root in LIBRARIES:
+        problems += sizes(root)
+    for root in CRATES:
+        if os.path.isdir(root):
+            problems += circles(root)
+    for problem in problems:
+        print(problem)
+    print(f"shape: {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

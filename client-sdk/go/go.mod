@@ -1,0 +1,3 @@
+module palisade.local/palisade
+
+go 1.19

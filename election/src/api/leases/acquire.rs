@@ -1,0 +1,316 @@
+//! `POST /v1/leases/{name}/acquire`: grant a free lease, or wait for it in
+//! the queue (by priority, then arrival), or preempt a lower priority.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use palisade_serve::admission::Kind;
+use palisade_serve::policy::Principal;
+
+use super::super::admit::{seat, Flow};
+use super::super::extract::LeaseCall;
+use super::super::schema::{LeaseCallErrors, LeaseNameParam};
+use super::super::state::ApiState;
+use super::answer::*;
+use super::bodies::*;
+use super::extend::*;
+use super::queue::*;
+use crate::error::ApiError;
+use crate::leader::lessor::RenewRefused;
+use crate::lease_table::command::{Command, CommandResult, SecretHash, Terms};
+use crate::waiters::Bell;
+use palisade_names::{FencingToken, GrantSecret, LeaseName};
+
+/// Grants the lease if it is free (or waits `wait_ms` for it).
+#[utoipa::path(post, path = "/v1/leases/{name}/acquire", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = AcquireRequest,
+    responses(LeaseCallErrors, (status = 200, body = Grant)))]
+pub(in crate::api) async fn acquire(
+    State(state): State<ApiState>,
+    principal: Option<Extension<Principal>>,
+    flow: Option<Extension<Flow>>,
+    LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    // Refuse before proposing anything when the cluster cannot sign yet, or
+    // when a waiting call would go over this node's cap or its flow's share
+    // of the seats of calls that wait.
+    state.signer()?;
+    let _waiting = match body.wait_ms {
+        Some(wait) if wait > 0 => {
+            let permit = state.waiter()?;
+            let seat = flow
+                .map(|Extension(flow)| seat(&state, &state.admission, &flow, Kind::Long))
+                .transpose()?;
+            Some((permit, seat))
+        }
+        _ => None,
+    };
+    check_room(&state, &lease)?;
+    if let Some(Extension(principal)) = &principal {
+        check_quota(&state, &lease, principal)?;
+    }
+    let secret = match body.secret.clone() {
+        Some(secret) => secret,
+        None => generate_secret()?,
+    };
+    // Subscribed before the first look at the table, so no change is missed.
+    let bell = state.shared.bells.subscribe(&lease);
+    let call = Acquisition {
+        hash: SecretHash::of(&secret),
+        secret,
+        terms: body.terms(),
+        waits: body.wait_ms.is_some_and(|w| w > 0),
+        deadline: tokio::time::Instant::now()
+            + Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_wait),
+        state,
+        lease,
+        body,
+        bell,
+        principal: principal.map(|Extension(Principal(name))| name),
+    };
+    call.run().await
+}
+
+/// A new name must fit under the cap on the table's size.
+fn check_room(state: &ApiState, lease: &LeaseName) -> Result<(), ApiError> {
+    let full = state.shared.read(|s| {
+        !s.table.leases.contains_key(lease) && s.table.leases.len() >= state.config.max_leases
+    });
+    if full {
+        return Err(ApiError::TooManyLeases(format!(
+            "the cluster holds {} leases, its cap; free leases are reclaimed {} s after they end",
+            state.config.max_leases,
+            state.config.reclaim_after.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+/// Under a policy, a grant that would make the caller own one more lease
+/// must fit under its quota (its policy entry's `max_leases`, else the
+/// node's `--max-leases-per-principal`). A lease it already owns is not one
+/// more.
+fn check_quota(state: &ApiState, lease: &LeaseName, principal: &Principal) -> Result<(), ApiError> {
+    let quota = state
+        .config
+        .policy
+        .as_ref()
+        .and_then(|policy| policy.current().max_leases(principal))
+        .unwrap_or(state.config.max_leases_per_principal as u64);
+    let Principal(name) = principal;
+    let owned = state.shared.read(|s| {
+        let adds = s
+            .table
+            .leases
+            .get(lease)
+            .is_none_or(|r| r.owner.as_deref() != Some(name.as_str()));
+        adds.then(|| s.table.owned_by(name))
+    });
+    match owned {
+        Some(owned) if owned >= quota => Err(ApiError::OverQuota(format!(
+            "{name} owns {owned} leases, its quota; a free lease stops counting once \
+             reclaimed ({} s after it ends)",
+            state.config.reclaim_after.as_secs()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// One acquire call, from its first look at the table to its answer.
+struct Acquisition {
+    state: ApiState,
+    lease: LeaseName,
+    body: AcquireRequest,
+    /// The grant's secret (the caller's, or a fresh one) and its hash.
+    secret: GrantSecret,
+    hash: SecretHash,
+    terms: Terms,
+    /// Whether the call waits (`wait_ms` > 0), and until when.
+    waits: bool,
+    deadline: tokio::time::Instant,
+    /// This lease's wakeups and the call's place in its queue.
+    bell: Bell,
+    /// The caller's principal, under a policy.
+    principal: Option<String>,
+}
+
+/// What to do after a step of the call.
+enum Step {
+    /// Look at the table again.
+    Again,
+    /// Answer.
+    Answer(Result<Json<Grant>, ApiError>),
+}
+
+impl Acquisition {
+    async fn run(mut self) -> Result<Json<Grant>, ApiError> {
+        loop {
+            self.wait_for_turn().await?;
+            let Some(delay_seen) = self.wait_out_lock_delay().await? else {
+                continue;
+            };
+            let command = Command::Acquire {
+                lease: self.lease.clone(),
+                holder: self.body.holder.clone(),
+                ttl_ms: self.body.ttl_ms,
+                secret: Some(self.hash),
+                terms: self.terms,
+                preempt: self.waits && self.terms.priority > 0,
+                delay_seen: Some(delay_seen),
+                principal: self.principal.clone(),
+            };
+            let step = match self.state.proposer.propose(command).await? {
+                // An expiry with a lock-delay applied between the look and
+                // this entry: look again (wait it out, or answer 409).
+                CommandResult::LockDelayed => Step::Again,
+                CommandResult::Granted {
+                    token,
+                    ttl_ms,
+                    new_grant: true,
+                    grant_index,
+                } => Step::Answer(self.new_grant(token, ttl_ms, grant_index)),
+                CommandResult::Granted { token, .. } => self.repeated(token).await,
+                CommandResult::Held { holder, token }
+                | CommandResult::Preempting { holder, token } => {
+                    self.queue(holder.to_string(), token).await
+                }
+                other => Step::Answer(Err(ApiError::Internal(format!(
+                    "acquire answered {other:?}"
+                )))),
+            };
+            if let Step::Answer(answer) = step {
+                return answer;
+            }
+        }
+    }
+
+    /// Blocking acquirers queue: while others are ahead and the lease is
+    /// free (being handed to the head), wait; a call that does not wait is
+    /// told who the lease is going to.
+    async fn wait_for_turn(&mut self) -> Result<(), ApiError> {
+        let state = &self.state;
+        if self.bell.may_propose() || !is_free(state, &self.lease) {
+            return Ok(());
+        }
+        let lease = &self.lease;
+        let who = Claimant {
+            holder: &self.body.holder,
+            principal: self.principal.as_deref(),
+        };
+        if self.waits
+            && wait_until(state, lease, who, &mut self.bell, Turn::Mine, self.deadline).await
+        {
+            return Ok(());
+        }
+        Err(handed_to_earlier_waiter(state, lease, &self.bell))
+    }
+
+    /// A lease freed by the expiry of a grant with a lock-delay is held back
+    /// until the delay has passed on this leader's clock: the `delay_seen`
+    /// to propose, or `None` after sleeping the delay out (look again).
+    async fn wait_out_lock_delay(&self) -> Result<Option<u64>, ApiError> {
+        match lock_delay_left(&self.state, &self.lease) {
+            Ok(seen) => Ok(Some(seen)),
+            Err(left) => {
+                if !self.waits || tokio::time::Instant::now() + left > self.deadline {
+                    return Err(ApiError::LockDelay {
+                        message: format!(
+                            "{} expired with a lock-delay; free in {} ms",
+                            self.lease,
+                            left.as_millis()
+                        ),
+                        retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                tokio::time::sleep(left).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A new grant: its deadline starts now, on the leader's clock.
+    fn new_grant(
+        &self,
+        token: FencingToken,
+        ttl_ms: u64,
+        index: u64,
+    ) -> Result<Json<Grant>, ApiError> {
+        self.state
+            .lessor
+            .track_grant(&self.lease, token, Duration::from_millis(ttl_ms));
+        let (lease, holder) = (self.lease.clone(), self.body.holder.clone());
+        let secret = Some(self.secret.clone());
+        answer_grant(&self.state, lease, holder, token, ttl_ms, index, secret)
+    }
+
+    /// The holder asked again for the grant it has: that extends it like a
+    /// renewal, and like a renewal it must not revive a grant whose deadline
+    /// has passed, for the `Expire` of that same token may already be on its
+    /// way through the log, or have applied since this acquire did.
+    async fn repeated(&mut self, token: FencingToken) -> Step {
+        let state = &self.state;
+        let (lease, holder) = (&self.lease, &self.body.holder);
+        match extend(state, lease, holder, token, Some(&self.hash)) {
+            Extended::Yes {
+                ttl_ms,
+                grant_index,
+            } => {
+                let secret = Some(self.secret.clone());
+                let (lease, holder) = (lease.clone(), holder.clone());
+                Step::Answer(answer_grant(
+                    state,
+                    lease,
+                    holder,
+                    token,
+                    ttl_ms,
+                    grant_index,
+                    secret,
+                ))
+            }
+            Extended::No(RenewRefused::NotLeader) => Step::Answer(Err(stopped_leading())),
+            Extended::NotHeld
+            | Extended::Revoked
+            | Extended::Preempted(_)
+            | Extended::No(RenewRefused::Expired | RenewRefused::MaxHold) => {
+                // Wait for the Expire to free the lease, then ask for a fresh
+                // grant (with a new token); the next look sends the call to
+                // the queue if others queued meanwhile.
+                let settle = tokio::time::Instant::now() + state.config.quorum_timeout;
+                let until = settle.max(self.deadline);
+                let who = Claimant {
+                    holder,
+                    principal: self.principal.as_deref(),
+                };
+                if wait_until(state, lease, who, &mut self.bell, Turn::Any, until).await {
+                    Step::Again
+                } else {
+                    Step::Answer(Err(ApiError::NoQuorum(format!(
+                        "the previous grant of {lease} is expiring; retry"
+                    ))))
+                }
+            }
+        }
+    }
+
+    /// Held (or being preempted for this call: the holder learns it on its
+    /// next renewal and lets go, or its grant runs out): a waiting call
+    /// queues by priority; the highest waits at the head.
+    async fn queue(&mut self, holder: String, token: FencingToken) -> Step {
+        if !self.waits {
+            return Step::Answer(Err(ApiError::Held { holder, token }));
+        }
+        self.bell.queue(&self.body.holder, self.terms.priority);
+        let (state, lease) = (&self.state, &self.lease);
+        let deadline = self.deadline;
+        let who = Claimant {
+            holder: &self.body.holder,
+            principal: self.principal.as_deref(),
+        };
+        if wait_until(state, lease, who, &mut self.bell, Turn::Mine, deadline).await {
+            return Step::Again;
+        }
+        Step::Answer(Err(held_now(state, lease, &self.bell, holder, token)))
+    }
+}

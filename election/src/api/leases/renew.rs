@@ -1,0 +1,174 @@
+//! `POST /v1/leases/{name}/renew` and `POST /v1/renew` (a batch): no log
+//! write; leadership confirmed with a quorum, then the grant is extended by
+//! the renewal rule (`extend.rs`).
+
+use axum::extract::State;
+use axum::Json;
+use palisade_names::LeaseName;
+
+use palisade_serve::policy::{Policy, Principal, Right};
+
+use super::super::extract::{CheckedJson, LeaseCall};
+use super::super::schema::{BatchErrors, LeaseCallErrors, LeaseNameParam};
+use super::super::state::ApiState;
+use super::answer::*;
+use super::bodies::*;
+use super::extend::*;
+use crate::error::ApiError;
+use crate::leader::lessor::RenewRefused;
+
+/// Extends a grant by its ttl (leader confirmed with a quorum).
+#[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
+    params(("name" = LeaseNameParam, Path, description = "The lease")),
+    request_body = HolderToken,
+    responses(LeaseCallErrors, (status = 200, body = Grant)))]
+pub(in crate::api) async fn renew(
+    State(state): State<ApiState>,
+    LeaseCall { lease, body }: LeaseCall<HolderToken>,
+) -> Result<Json<Grant>, ApiError> {
+    let started = std::time::Instant::now();
+    let answer = renew_now(&state, lease, body).await;
+    if answer.is_ok() {
+        let metrics = &state.shared.metrics;
+        metrics.renewals.inc();
+        metrics
+            .renew_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+    answer
+}
+
+pub(in crate::api) async fn renew_now(
+    state: &ApiState,
+    lease: LeaseName,
+    body: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
+    // A renewal writes nothing, but only a confirmed leader may answer it.
+    state.confirm_leadership().await?;
+    renew_confirmed(state, lease, body)
+}
+
+/// Renews `body`'s grant of `lease` on a leader that confirmed its
+/// leadership after the renewal arrived.
+pub(in crate::api) fn renew_confirmed(
+    state: &ApiState,
+    lease: LeaseName,
+    body: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
+    let presented = body.secret_hash();
+    match extend(state, &lease, &body.holder, body.token, presented.as_ref()) {
+        Extended::Yes {
+            ttl_ms,
+            grant_index,
+        } => answer_grant(
+            state,
+            lease,
+            body.holder,
+            body.token,
+            ttl_ms,
+            grant_index,
+            None,
+        ),
+        Extended::NotHeld => Err(not_held(&body, &lease)),
+        Extended::Revoked => Err(ApiError::Lost(format!(
+            "the grant of {lease} was revoked; it ends at its deadline"
+        ))),
+        Extended::No(RenewRefused::Expired) => Err(ApiError::Lost(format!(
+            "the lease {lease} expired before this renewal"
+        ))),
+        Extended::Preempted(by) => Err(ApiError::Preempted(format!(
+            "{by} preempted the grant of {lease}: stop, and release it (it ends at its deadline)"
+        ))),
+        Extended::No(RenewRefused::MaxHold) => Err(ApiError::MaxHold(format!(
+            "the grant of {lease} reached its max-hold; it ends at its deadline"
+        ))),
+        Extended::No(RenewRefused::NotLeader) => Err(stopped_leading()),
+    }
+}
+
+/// Renews many grants with one quorum confirmation (a client's "session"
+/// of leases, like the many keys of one etcd lease). Each renewal is
+/// answered on its own, exactly as `/v1/leases/{name}/renew` would answer
+/// it; the request fails as a whole only when it is malformed or
+/// leadership cannot be confirmed. Under a policy each renewal needs the
+/// `acquire` right on its lease (a refused one is that renewal's 403).
+#[utoipa::path(post, path = "/v1/renew", tag = "leases",
+    request_body = RenewBatch,
+    responses(BatchErrors, (status = 200, body = RenewResults)))]
+pub(in crate::api) async fn renew_batch(
+    State(state): State<ApiState>,
+    principal: Option<axum::Extension<Principal>>,
+    CheckedJson(body): CheckedJson<RenewBatch>,
+) -> Result<Json<RenewResults>, ApiError> {
+    let started = std::time::Instant::now();
+    state.confirm_leadership().await?;
+    let policy = state.config.policy.as_ref().map(|p| p.current());
+    let policy = policy.as_deref();
+    let mut renewed = 0;
+    let results = body
+        .renewals
+        .into_iter()
+        .map(|renewal| {
+            let BatchRenewal {
+                lease: name,
+                holder,
+                token,
+                secret,
+            } = renewal;
+            let grant = HolderToken {
+                holder,
+                token,
+                grant_index: None,
+                secret,
+            };
+            let answer = batch_renewal(&state, policy, principal.as_deref(), name.clone(), grant);
+            match answer {
+                Ok(Json(grant)) => {
+                    renewed += 1;
+                    RenewResult {
+                        lease: name,
+                        status: 200,
+                        grant: Some(grant),
+                        error: None,
+                        message: None,
+                    }
+                }
+                Err(err) => {
+                    let (status, body) = err.status_and_body();
+                    let field = |f: &str| body[f].as_str().map(str::to_owned);
+                    RenewResult {
+                        status: status.as_u16(),
+                        error: field("error"),
+                        message: field("message"),
+                        lease: name,
+                        grant: None,
+                    }
+                }
+            }
+        })
+        .collect();
+    let metrics = &state.shared.metrics;
+    metrics.renew_batches.inc();
+    metrics.renewals.inc_by(renewed);
+    metrics
+        .renew_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(Json(RenewResults { results }))
+}
+
+/// One renewal of a (checked) batch, authorized as its own request would
+/// be.
+pub(in crate::api) fn batch_renewal(
+    state: &ApiState,
+    policy: Option<&Policy>,
+    principal: Option<&Principal>,
+    lease: LeaseName,
+    grant: HolderToken,
+) -> Result<Json<Grant>, ApiError> {
+    if let Some(policy) = policy {
+        let principal = principal
+            .ok_or_else(|| ApiError::Internal("a policy without an authenticated caller".into()))?;
+        policy.allow(principal, Right::Acquire, lease.as_str())?;
+    }
+    renew_confirmed(state, lease, grant)
+}

@@ -1,0 +1,259 @@
+//! The leader's duties, run on every node every 10 ms and acted on only by
+//! the leader: track lease deadlines (promote on taking over, demote on
+//! losing it), propose `Expire` for passed deadlines, `Reclaim` for leases
+//! free for `reclaim_after`, retire rotated-out keys, and install the
+//! signing key if the cluster has none. Each proposal runs on its own task
+//! ([`spawn_proposal`]), so a slow commit never delays the tick.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::RaftMetrics;
+use palisade_names::{FencingToken, LeaseName};
+use tokio::sync::mpsc;
+
+use super::lessor::Lessor;
+use super::retirement::KeyRetirer;
+use crate::lease_table::command::{Command, CommandResult, KeySecret};
+use crate::raft::applied::SharedState;
+use crate::raft::propose::{ProposeError, Proposer};
+use crate::raft::{leads, NodeId, Raft, TypeConfig};
+use crate::signing::generate_key;
+
+/// The most free leases one `Reclaim` entry names (~50 KB).
+const RECLAIM_BATCH: usize = 1000;
+
+/// How often the duties look.
+const TICK: Duration = Duration::from_millis(10);
+
+/// The leader's duties and what they remember between ticks.
+#[derive(Debug)]
+pub struct LeaderDuties {
+    /// The node's Raft, whose metrics say who leads.
+    pub raft: Arc<Raft>,
+    /// The path into the log.
+    pub proposer: Proposer,
+    /// The applied state (the table, the feed of touched leases).
+    pub shared: SharedState,
+    /// Lease deadlines, on the leader's clock.
+    pub lessor: Arc<Lessor>,
+    /// When each rotated-out key is due for retirement.
+    pub retirer: KeyRetirer,
+    /// How long a lease stays free before it is reclaimed.
+    pub reclaim_after: Duration,
+}
+
+/// A kind of proposal of which at most one is in flight; cleared when the
+/// proposal ends, whatever its outcome, so a failed one is tried again on a
+/// later tick.
+#[derive(Debug, Clone, Default)]
+struct OneAtATime(Arc<AtomicBool>);
+
+/// Proof that a [`OneAtATime`] proposal is in flight; ends it on drop.
+#[derive(Debug)]
+struct InFlight(Arc<AtomicBool>);
+
+impl OneAtATime {
+    fn start(&self) -> Option<InFlight> {
+        (!self.0.swap(true, Ordering::SeqCst)).then(|| InFlight(self.0.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Proposes `command` on its own task and hands the outcome to `done`.
+fn spawn_proposal(
+    proposer: &Proposer,
+    command: Command,
+    done: impl FnOnce(Result<CommandResult, ProposeError>) + Send + 'static,
+) {
+    let proposer = proposer.clone();
+    tokio::spawn(async move { done(proposer.propose(command).await) });
+}
+
+/// What one tick found to do, read under one lock of the applied state.
+struct Due {
+    /// Passed deadlines: lease, token, and whether the lessor tracked it as
+    /// a reservation nobody had claimed (a claim seen since is tracked
+    /// afresh).
+    expired: Vec<(LeaseName, FencingToken, bool)>,
+    /// Leases free long enough, with the modify index they were seen at.
+    reclaim: Vec<(LeaseName, u64)>,
+    /// Whether the cluster has a signing key.
+    has_key: bool,
+    /// Rotated-out keys due for retirement.
+    retiring: Vec<String>,
+}
+
+impl LeaderDuties {
+    /// Runs the duties until the task is aborted.
+    pub async fn run(mut self) {
+        let (failed_retirements, mut retirement_failures) = mpsc::unbounded_channel::<String>();
+        let installing_key = OneAtATime::default();
+        let reclaiming = OneAtATime::default();
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen_leader = None;
+        loop {
+            tick.tick().await;
+            // Drained on every node, leader or not, so the feed stays small.
+            let touched = self.shared.take_touched();
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            self.count_leader_change(&metrics, &mut seen_leader);
+            if !self.track_leadership(&metrics) {
+                continue;
+            }
+            let reclaim = reclaiming.start();
+            let due = self.shared.read(|s| {
+                let expired = self
+                    .lessor
+                    .reconcile_changes(&s.table, &touched)
+                    .into_iter()
+                    .map(|(lease, token)| {
+                        let unclaimed = self.lessor.is_reservation(&lease, token);
+                        (lease, token, unclaimed)
+                    })
+                    .collect();
+                let previous = s.table.previous_keys.iter().map(|k| k.kid.as_str());
+                Due {
+                    expired,
+                    reclaim: if reclaim.is_some() {
+                        self.lessor
+                            .reclaimable(&s.table, self.reclaim_after, RECLAIM_BATCH)
+                    } else {
+                        Vec::new()
+                    },
+                    has_key: s.table.signing_key.is_some(),
+                    retiring: self.retirer.due(metrics.current_term, previous),
+                }
+            });
+            if let Some(in_flight) = reclaim.filter(|_| !due.reclaim.is_empty()) {
+                self.reclaim(due.reclaim, in_flight);
+            }
+            while let Ok(kid) = retirement_failures.try_recv() {
+                self.retirer.failed(&kid);
+            }
+            self.retire(due.retiring, &failed_retirements);
+            self.expire(due.expired);
+            if !due.has_key {
+                if let Some(in_flight) = installing_key.start() {
+                    self.install_key(in_flight);
+                }
+            }
+        }
+    }
+
+    /// Counts a change of leader (not the first one seen).
+    fn count_leader_change(
+        &self,
+        metrics: &RaftMetrics<TypeConfig>,
+        seen_leader: &mut Option<NodeId>,
+    ) {
+        if metrics.current_leader != *seen_leader {
+            if seen_leader.is_some() {
+                self.shared.metrics.leader_changes.inc();
+            }
+            *seen_leader = metrics.current_leader;
+        }
+    }
+
+    /// Promotes or demotes the lessor to match `metrics`; true if this node
+    /// leads.
+    fn track_leadership(&self, metrics: &RaftMetrics<TypeConfig>) -> bool {
+        if !leads(metrics) {
+            if self.lessor.leading().is_some() {
+                tracing::info!(
+                    term = metrics.current_term,
+                    "no longer leader: lease expiry stops here"
+                );
+            }
+            self.lessor.demote();
+            return false;
+        }
+        if self.lessor.leading() != Some(metrics.current_term) {
+            tracing::info!(
+                term = metrics.current_term,
+                "became leader: every held lease gets a full ttl from now"
+            );
+            self.lessor.promote(metrics.current_term);
+        }
+        true
+    }
+
+    /// Proposes one `Reclaim` of `leases`.
+    fn reclaim(&self, leases: Vec<(LeaseName, u64)>, in_flight: InFlight) {
+        let count = leases.len();
+        spawn_proposal(
+            &self.proposer,
+            Command::Reclaim { leases },
+            move |outcome| {
+                match outcome {
+                    Ok(_) => tracing::debug!(count, "reclaimed free leases"),
+                    Err(err) => tracing::debug!(
+                        %err,
+                        "could not reclaim free leases; the next full scan finds them again"
+                    ),
+                }
+                drop(in_flight);
+            },
+        );
+    }
+
+    /// Proposes a `RetireKey` for each key in `kids`; a failure is reported
+    /// on `failures`, so the retirer tries again.
+    fn retire(&self, kids: Vec<String>, failures: &mpsc::UnboundedSender<String>) {
+        for kid in kids {
+            let failures = failures.clone();
+            let command = Command::RetireKey { kid: kid.clone() };
+            spawn_proposal(&self.proposer, command, move |outcome| match outcome {
+                Ok(_) => tracing::info!(%kid, "retired a rotated-out signing key"),
+                Err(_) => {
+                    let _ = failures.send(kid);
+                }
+            });
+        }
+    }
+
+    /// Proposes an `Expire` for each passed deadline.
+    fn expire(&self, expired: Vec<(LeaseName, FencingToken, bool)>) {
+        for (lease, token, unclaimed) in expired {
+            let lessor = self.lessor.clone();
+            let command = Command::Expire {
+                lease: lease.clone(),
+                token,
+                unclaimed,
+            };
+            spawn_proposal(&self.proposer, command, move |outcome| match outcome {
+                Ok(CommandResult::Freed) => tracing::info!(%lease, %token, "lease expired"),
+                // Not applied: released or replaced meanwhile (the feed
+                // drops it), or a reservation claimed first (tracked
+                // afresh). Re-armed in case the lessor still holds it.
+                Ok(_) | Err(_) => lessor.expire_failed(&lease, token),
+            });
+        }
+    }
+
+    /// Proposes the cluster's first signing key.
+    fn install_key(&self, in_flight: InFlight) {
+        let (kid, secret) = generate_key();
+        let command = Command::InstallKey {
+            kid: kid.clone(),
+            secret: KeySecret(secret),
+        };
+        spawn_proposal(&self.proposer, command, move |outcome| {
+            match outcome {
+                Ok(_) => tracing::info!(%kid, "installed the cluster signing key"),
+                Err(err) => {
+                    tracing::debug!(%err, "could not install a signing key yet; retrying")
+                }
+            }
+            drop(in_flight);
+        });
+    }
+}

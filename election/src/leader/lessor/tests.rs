@@ -1,0 +1,404 @@
+//! Tests of the lessor on tokio's paused clock.
+
+use super::*;
+use crate::lease_table::command::{Command, Terms};
+
+fn name(lease: &str) -> LeaseName {
+    LeaseName::new(lease).expect("lease name")
+}
+
+fn table_with(lease: &str, holder: &str, index: u64, ttl_ms: u64) -> LeaseTable {
+    let mut table = LeaseTable::default();
+    table.apply(
+        index,
+        &Command::Acquire {
+            lease: name(lease),
+            holder: holder.into(),
+            ttl_ms,
+            secret: None,
+            terms: Terms::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        },
+    );
+    table
+}
+
+fn touched(names: &[&str]) -> Touched {
+    Touched {
+        all: false,
+        names: names.iter().map(|n| name(n)).collect(),
+    }
+}
+
+/// A reservation (unclaimed handover) is tracked as one; its claim keeps
+/// the token but is tracked afresh with the claimant's ttl, so an
+/// `Expire` already due for the reservation is not proposed for the
+/// claim, and one in flight says `unclaimed` (and misses the claim).
+#[tokio::test(start_paused = true)]
+async fn a_claimed_reservation_is_tracked_afresh() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let mut table = table_with("a", "x", 5, 60_000);
+    if let Some(record) = table.leases.get_mut(&name("a")) {
+        record.token = FencingToken(6);
+        record.reserved = true;
+        record.ttl_ms = 1000;
+    }
+    let _ = lessor.reconcile(&table);
+    assert!(lessor.is_reservation(&name("a"), FencingToken(6)));
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    // Due: the Expire goes out for the unclaimed reservation...
+    let due = lessor.reconcile_changes(&table, &touched(&[]));
+    assert_eq!(due, vec![(name("a"), FencingToken(6))]);
+    assert!(lessor.is_reservation(&name("a"), FencingToken(6)));
+    // ...and the claim commits first (same token, 3 s ttl).
+    if let Some(record) = table.leases.get_mut(&name("a")) {
+        record.reserved = false;
+        record.ttl_ms = 3000;
+    }
+    assert!(lessor
+        .reconcile_changes(&table, &touched(&["a"]))
+        .is_empty());
+    assert!(!lessor.is_reservation(&name("a"), FencingToken(6)));
+    // The Expire did not apply (it was for the reservation): re-armed,
+    // the claim's own deadline holds.
+    lessor.expire_failed(&name("a"), FencingToken(6));
+    assert!(lessor.reconcile_changes(&table, &touched(&[])).is_empty());
+    assert!(lessor
+        .renew(&name("a"), FencingToken(6), Duration::from_secs(3), None)
+        .is_ok());
+    tokio::time::advance(Duration::from_millis(3001)).await;
+    assert_eq!(
+        lessor.reconcile_changes(&table, &touched(&[])),
+        vec![(name("a"), FencingToken(6))]
+    );
+    assert!(!lessor.is_reservation(&name("a"), FencingToken(6)));
+}
+
+/// Between full scans the lessor looks only at the leases applies
+/// touched: a grant it was told about is tracked and expires, a release
+/// it was told about is dropped, and an untold change waits for the
+/// periodic full scan (which the change feed makes unnecessary).
+#[tokio::test(start_paused = true)]
+async fn incremental_reconciles_follow_the_touched_leases() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let empty = LeaseTable::default();
+    assert!(
+        lessor.reconcile_changes(&empty, &touched(&[])).is_empty(),
+        "full scan after promotion"
+    );
+    let table = table_with("a", "h", 7, 1000);
+    assert!(lessor
+        .reconcile_changes(&table, &touched(&["a"]))
+        .is_empty());
+    assert!(
+        lessor.remaining_ms(&name("a"), FencingToken(7)).is_some(),
+        "tracked"
+    );
+    // "b" is granted, but nobody says so: not tracked until a full scan.
+    let mut both = table.clone();
+    both.apply(
+        8,
+        &Command::Acquire {
+            lease: name("b"),
+            holder: "h".into(),
+            ttl_ms: 1000,
+            secret: None,
+            terms: Terms::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        },
+    );
+    assert!(lessor.reconcile_changes(&both, &touched(&[])).is_empty());
+    assert!(lessor.remaining_ms(&name("b"), FencingToken(8)).is_none());
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    assert_eq!(
+        lessor.reconcile_changes(&both, &touched(&[])),
+        vec![(name("a"), FencingToken(7))],
+        "the touched grant expires"
+    );
+    for _ in 0..FULL_SCAN_EVERY {
+        let _ = lessor.reconcile_changes(&both, &touched(&[]));
+    }
+    assert!(
+        lessor.remaining_ms(&name("b"), FencingToken(8)).is_some(),
+        "the full scan found b"
+    );
+    // A release it is told about drops the grant at once.
+    let mut released = both.clone();
+    released.leases.remove(&name("b"));
+    assert!(lessor
+        .reconcile_changes(&released, &touched(&["b"]))
+        .is_empty());
+    assert!(lessor.remaining_ms(&name("b"), FencingToken(8)).is_none());
+    // A follower tracks nothing, whatever it is told.
+    lessor.demote();
+    assert!(lessor
+        .reconcile_changes(
+            &both,
+            &Touched {
+                all: true,
+                names: Vec::new()
+            }
+        )
+        .is_empty());
+}
+
+fn table_of(held: &HashMap<LeaseName, (FencingToken, tokio::time::Instant)>) -> LeaseTable {
+    let mut table = LeaseTable::default();
+    for (lease, (token, _)) in held {
+        table.leases.insert(
+            lease.clone(),
+            crate::lease_table::record::LeaseRecord {
+                holder: Some("h".into()),
+                token: *token,
+                ttl_ms: 1000,
+                transitions: 1,
+                modify_index: token.0,
+                grant_index: token.0,
+                secret: None,
+                revoked: false,
+                terms: Terms::default(),
+                reserved: false,
+                preempted_by: None,
+                lock_delayed: false,
+                preempted_by_principal: None,
+                reserved_principal: None,
+                owner: None,
+                history: Default::default(),
+            },
+        );
+    }
+    table
+}
+
+/// The deadline-ordered checks find exactly the passed deadlines, as a
+/// walk over every tracked grant would, through grants, renewals with
+/// varied ttls, releases and newer grants.
+#[tokio::test(start_paused = true)]
+async fn due_grants_match_a_full_walk() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let mut expected: HashMap<LeaseName, (FencingToken, tokio::time::Instant)> = HashMap::new();
+    let mut next_token = 1;
+    let mut seed = 7u64;
+    let mut random = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for _round in 0..200 {
+        for _ in 0..20 {
+            let lease = name(&format!("l{}", random(300)));
+            let ttl = Duration::from_millis(50 + random(500));
+            let now = tokio::time::Instant::now();
+            match expected.get(&lease).copied() {
+                Some((token, deadline)) if deadline > now && random(2) == 0 => {
+                    lessor.renew(&lease, token, ttl, None).expect("renew");
+                    expected.insert(lease, (token, now + ttl));
+                }
+                Some((token, deadline)) if deadline > now => {
+                    // Released: the feed tells the lessor.
+                    let _ = token;
+                    expected.remove(&lease);
+                    let table = table_of(&expected);
+                    let _ = lessor.reconcile_changes(&table, &touched(&[lease.as_str()]));
+                }
+                Some(_) => {}
+                None => {
+                    next_token += 1;
+                    lessor.track_grant(&lease, FencingToken(next_token), ttl);
+                    expected.insert(lease, (FencingToken(next_token), now + ttl));
+                }
+            }
+        }
+        tokio::time::advance(Duration::from_millis(random(60))).await;
+        let now = tokio::time::Instant::now();
+        let mut due = lessor.reconcile_changes(&table_of(&expected), &touched(&[]));
+        due.sort();
+        let mut want: Vec<_> = expected
+            .iter()
+            .filter(|(_, (_, deadline))| *deadline <= now)
+            .map(|(lease, (token, _))| (lease.clone(), *token))
+            .collect();
+        want.sort();
+        assert_eq!(due, want);
+        for (lease, _) in want {
+            expected.remove(&lease);
+            // The Expire applied: the feed drops it.
+            let table = table_of(&expected);
+            let _ = lessor.reconcile_changes(&table, &touched(&[lease.as_str()]));
+        }
+    }
+}
+
+/// A lease freed (release or expiry, through the feed) is handed out for
+/// reclaiming once `after` has passed, once; one granted again in
+/// between, or changed since, is not.
+#[tokio::test(start_paused = true)]
+async fn free_leases_are_reclaimable_after_the_delay() {
+    let after = Duration::from_secs(60);
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let mut table = table_with("a", "x", 3, 1000);
+    table.apply(
+        4,
+        &Command::Acquire {
+            lease: name("b"),
+            holder: "x".into(),
+            ttl_ms: 1000,
+            secret: None,
+            terms: Terms::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        },
+    );
+    let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
+    for (lease, token, index) in [("a", 3, 5), ("b", 4, 6)] {
+        table.apply(
+            index,
+            &Command::Expire {
+                lease: name(lease),
+                token: FencingToken(token),
+                unclaimed: false,
+            },
+        );
+    }
+    let _ = lessor.reconcile_changes(&table, &touched(&["a", "b"]));
+    tokio::time::advance(after - Duration::from_millis(1)).await;
+    assert!(lessor.reclaimable(&table, after, 10).is_empty(), "not yet");
+    // "b" is granted again before the delay ends.
+    table.apply(
+        7,
+        &Command::Acquire {
+            lease: name("b"),
+            holder: "y".into(),
+            ttl_ms: 100_000,
+            secret: None,
+            terms: Terms::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        },
+    );
+    let _ = lessor.reconcile_changes(&table, &touched(&["b"]));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(lessor.reclaimable(&table, after, 10), vec![(name("a"), 5)]);
+    assert!(
+        lessor.reclaimable(&table, after, 10).is_empty(),
+        "handed out once"
+    );
+    // A full scan finds a free lease whose Reclaim never committed; the
+    // delay starts again from the scan.
+    let _ = lessor.reconcile(&table);
+    assert!(lessor.reclaimable(&table, after, 10).is_empty());
+    tokio::time::advance(after).await;
+    assert_eq!(lessor.reclaimable(&table, after, 10), vec![(name("a"), 5)]);
+    // A follower reclaims nothing.
+    lessor.demote();
+    let _ = lessor.reconcile(&table);
+    assert!(lessor.reclaimable(&table, Duration::ZERO, 10).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_expires_after_its_ttl_and_not_before() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let table = table_with("a", "x", 7, 1000);
+    lessor.track_grant(&name("a"), FencingToken(7), Duration::from_millis(1000));
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert!(lessor.reconcile(&table).is_empty());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(lessor.reconcile(&table), vec![(name("a"), FencingToken(7))]);
+    assert!(lessor.reconcile(&table).is_empty(), "proposed once");
+    assert_eq!(
+        lessor.renew(
+            &name("a"),
+            FencingToken(7),
+            Duration::from_millis(1000),
+            None
+        ),
+        Err(RenewRefused::Expired)
+    );
+    lessor.expire_failed(&name("a"), FencingToken(7));
+    assert_eq!(
+        lessor.reconcile(&table),
+        vec![(name("a"), FencingToken(7))],
+        "retried after a failure"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_push_the_deadline() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let table = table_with("a", "x", 3, 1000);
+    lessor.track_grant(&name("a"), FencingToken(3), Duration::from_millis(1000));
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_millis(600)).await;
+        lessor
+            .renew(
+                &name("a"),
+                FencingToken(3),
+                Duration::from_millis(1000),
+                None,
+            )
+            .expect("renew");
+        assert!(lessor.reconcile(&table).is_empty());
+    }
+    assert_eq!(lessor.remaining_ms(&name("a"), FencingToken(3)), Some(1000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_gives_every_held_lease_a_full_ttl() {
+    let lessor = Lessor::default();
+    let table = table_with("a", "x", 3, 1000);
+    lessor.promote(1);
+    lessor.track_grant(&name("a"), FencingToken(3), Duration::from_millis(1000));
+    tokio::time::advance(Duration::from_millis(900)).await;
+    // Leadership moves away and comes back in a later term.
+    lessor.demote();
+    assert!(
+        lessor.reconcile(&table).is_empty(),
+        "a follower expires nothing"
+    );
+    assert_eq!(
+        lessor.renew(
+            &name("a"),
+            FencingToken(3),
+            Duration::from_millis(1000),
+            None
+        ),
+        Err(RenewRefused::NotLeader)
+    );
+    lessor.promote(2);
+    assert!(lessor.reconcile(&table).is_empty());
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert!(
+        lessor.reconcile(&table).is_empty(),
+        "deadline restarted at promotion"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(lessor.reconcile(&table).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_newer_grant_is_not_expired_by_an_older_deadline() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    lessor.track_grant(&name("a"), FencingToken(3), Duration::from_millis(1000));
+    let newer = table_with("a", "y", 9, 5000);
+    tokio::time::advance(Duration::from_millis(2000)).await;
+    assert!(
+        lessor.reconcile(&newer).is_empty(),
+        "token 3 is gone, 9 gets its own ttl"
+    );
+    tokio::time::advance(Duration::from_millis(5000)).await;
+    assert_eq!(lessor.reconcile(&newer), vec![(name("a"), FencingToken(9))]);
+}

@@ -1,0 +1,276 @@
+//! Leadership placement by priority, the way ICE server groups do it: each
+//! node has a priority (`--priority`); the Raft leader checks its fellow
+//! voters every [`Placement::every`], and hands leadership (openraft's
+//! `transfer_leader`, about one round trip) to the member of highest
+//! priority above its own that has, for [`Placement::checks`] checks in a
+//! row, answered its standing and held the whole log the leader had at the
+//! check. So a node that just restarted, is paused or lags does not
+//! get leadership, and leadership moves at most once per `checks` checks:
+//! after a transfer every streak starts again, on whichever node leads.
+//! Equal priorities never move it (a sticky leader), and a `--never-lead`
+//! node is never a candidate, whatever its priority.
+//!
+//! openraft's transfer makes the leader stop heartbeats and refuse writes
+//! at once, and the target ignores it if its log is behind the leader's at
+//! that instant; then leadership changes by an election instead (about one
+//! election timeout and a round without a leader). Checking that the target
+//! holds the whole log right before the transfer makes that rare, not
+//! impossible, under a steady write load.
+//!
+//! Placement only ever *moves* leadership between healthy nodes; who wins an
+//! election after a crash is still Raft's random timing. And a transfer is as
+//! safe as any change of leader: the new leader gives every held lease a
+//! full ttl from its own clock before it may expire one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
+use prometheus_client::metrics::counter::Counter;
+
+use crate::config::Placement;
+use crate::peer::dialer::PeerDialer;
+use crate::peer::standing::Standing;
+use crate::raft::{NodeId, Raft};
+
+/// One fellow voter as the leader saw it in one check.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// The voter.
+    pub id: NodeId,
+    /// Its answer; `None` if it did not answer in time.
+    pub standing: Option<Standing>,
+    /// The last log index the leader knows it holds (`None`: nothing yet).
+    pub matched: Option<u64>,
+}
+
+/// The leader's streaks of good checks per candidate.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    streaks: BTreeMap<NodeId, u32>,
+}
+
+impl Tracker {
+    /// Forgets everything (this node stopped leading).
+    pub fn reset(&mut self) {
+        self.streaks.clear();
+    }
+
+    /// Records one check by a leader of priority `mine` whose last log
+    /// index is now `last_index`. A check is good for a voter that answered,
+    /// may lead, has a higher priority and holds the whole log now (openraft
+    /// ignores a transfer to a node whose log is behind the leader's, and the
+    /// leader then refuses writes until an election). Returns the node to
+    /// hand leadership to, if one has earned it: of those with `checks` good
+    /// checks in a row, the highest priority (then the lowest id) — unless a
+    /// node of a still higher priority is on its way there (good now, its
+    /// streak not yet full), which is waited for, so leadership moves once,
+    /// not twice. Every streak restarts after a pick.
+    pub fn check(
+        &mut self,
+        mine: u32,
+        seen: &[Seen],
+        last_index: Option<u64>,
+        checks: u32,
+    ) -> Option<NodeId> {
+        let last_index = last_index.unwrap_or(0);
+        let mut best: Option<(u32, NodeId)> = None;
+        let mut rising: Option<u32> = None;
+        for voter in seen {
+            let priority = voter.standing.map_or(0, |s| s.priority);
+            let good = voter.standing.is_some_and(|standing| {
+                !standing.never_lead
+                    && standing.priority > mine
+                    && voter.matched.unwrap_or(0) >= last_index
+            });
+            let streak = self.streaks.entry(voter.id).or_insert(0);
+            *streak = if good { *streak + 1 } else { 0 };
+            if *streak >= checks {
+                if best.is_none_or(|(p, id)| priority > p || (priority == p && voter.id < id)) {
+                    best = Some((priority, voter.id));
+                }
+            } else if good {
+                rising = rising.max(Some(priority));
+            }
+        }
+        // Nodes no longer voters lose their streaks.
+        self.streaks
+            .retain(|id, _| seen.iter().any(|voter| voter.id == *id));
+        let (priority, to) = best?;
+        if rising.is_some_and(|r| r > priority) {
+            return None;
+        }
+        self.streaks.clear();
+        Some(to)
+    }
+}
+
+/// The placement duty, run on every node: while it leads, one check every
+/// `placement.every`, and a transfer when [`Tracker::check`] picks a node.
+pub async fn place_leadership(
+    raft: Arc<Raft>,
+    dialer: PeerDialer,
+    me: NodeId,
+    placement: Placement,
+    transfers: Counter,
+) {
+    let mut tick = tokio::time::interval(placement.every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tracker = Tracker::default();
+    // An answer later than this misses the check (at most a second, so a
+    // slow peer never stalls checks spaced further apart).
+    let patience = (placement.every / 2).min(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let metrics = raft.metrics().borrow_watched().clone();
+        if !crate::raft::leads(&metrics) {
+            tracker.reset();
+            continue;
+        }
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<(NodeId, String)> = membership
+            .voter_ids()
+            .filter(|id| *id != me)
+            .filter_map(|id| membership.get_node(&id).map(|node| (id, node.addr.clone())))
+            .collect();
+        let answers = dialer.standings(&voters, patience).await;
+        // The log positions as they are now, after the answers: the closer
+        // to the transfer, the likelier the target still holds the whole log.
+        let metrics = raft.metrics().borrow_watched().clone();
+        if !crate::raft::leads(&metrics) {
+            tracker.reset();
+            continue;
+        }
+        let replication = metrics.replication.unwrap_or_default();
+        let seen: Vec<Seen> = voters
+            .iter()
+            .zip(answers)
+            .map(|((id, _), standing)| Seen {
+                id: *id,
+                standing: standing.ok(),
+                matched: replication
+                    .get(id)
+                    .and_then(|matched| matched.as_ref().map(|log_id| log_id.index)),
+            })
+            .collect();
+        let Some(to) = tracker.check(
+            placement.priority,
+            &seen,
+            metrics.last_log_index,
+            placement.checks,
+        ) else {
+            continue;
+        };
+        tracing::info!(
+            to,
+            priority = placement.priority,
+            checks = placement.checks,
+            "handing Raft leadership to a caught-up member of higher priority"
+        );
+        transfers.inc();
+        if let Err(err) = raft.trigger().transfer_leader(to).await {
+            tracing::warn!(%err, to, "leadership transfer failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(id: NodeId, priority: u32, matched: u64) -> Seen {
+        Seen {
+            id,
+            standing: Some(Standing {
+                priority,
+                never_lead: false,
+            }),
+            matched: Some(matched),
+        }
+    }
+
+    #[test]
+    fn a_higher_priority_caught_up_member_wins_after_k_checks() {
+        let mut tracker = Tracker::default();
+        assert_eq!(tracker.check(1, &[seen(2, 5, 10)], Some(10), 3), None);
+        assert_eq!(tracker.check(1, &[seen(2, 5, 12)], Some(12), 3), None);
+        assert_eq!(tracker.check(1, &[seen(2, 5, 15)], Some(15), 3), Some(2));
+        // After a pick the streaks start over: no second transfer before
+        // another K checks.
+        for _ in 0..2 {
+            assert_eq!(tracker.check(1, &[seen(2, 5, 15)], Some(15), 3), None);
+        }
+        assert_eq!(tracker.check(1, &[seen(2, 5, 15)], Some(15), 3), Some(2));
+    }
+
+    #[test]
+    fn equal_or_lower_priority_never_takes_over() {
+        let mut tracker = Tracker::default();
+        for _ in 0..10 {
+            let pick = tracker.check(5, &[seen(2, 5, 9), seen(3, 1, 9)], Some(9), 1);
+            assert_eq!(pick, None);
+        }
+    }
+
+    #[test]
+    fn lagging_silent_or_never_lead_members_break_their_streak() {
+        let mut tracker = Tracker::default();
+        let silent = Seen {
+            standing: None,
+            ..seen(2, 9, 100)
+        };
+        let never = Seen {
+            standing: Some(Standing {
+                priority: 9,
+                never_lead: true,
+            }),
+            ..seen(3, 9, 100)
+        };
+        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(100), 2), None);
+        // One miss (one entry behind the leader's log now) resets the
+        // streak: a transfer to it would be ignored.
+        assert_eq!(tracker.check(0, &[seen(2, 9, 100)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[silent], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 101)], Some(101), 2), Some(2));
+        for _ in 0..5 {
+            assert_eq!(tracker.check(0, &[never], Some(100), 1), None);
+        }
+    }
+
+    #[test]
+    fn the_highest_priority_of_the_ready_wins_then_the_lowest_id() {
+        let mut tracker = Tracker::default();
+        let all = [seen(2, 5, 7), seen(3, 8, 7), seen(4, 8, 7)];
+        assert_eq!(tracker.check(0, &all, Some(7), 1), Some(3));
+    }
+
+    /// A higher priority on its way (just back, its streak not full) is
+    /// waited for rather than moving leadership twice.
+    #[test]
+    fn a_rising_higher_priority_is_waited_for() {
+        let mut tracker = Tracker::default();
+        let mid_only = [
+            seen(2, 5, 7),
+            Seen {
+                standing: None,
+                ..seen(3, 9, 7)
+            },
+        ];
+        let both = [seen(2, 5, 7), seen(3, 9, 7)];
+        assert_eq!(tracker.check(0, &mid_only, Some(7), 2), None);
+        // Node 2's streak is full, but node 3 is good now: wait.
+        assert_eq!(tracker.check(0, &both, Some(7), 2), None);
+        assert_eq!(tracker.check(0, &both, Some(7), 2), Some(3));
+    }
+
+    #[test]
+    fn a_new_term_starts_from_nothing() {
+        let mut tracker = Tracker::default();
+        tracker.check(0, &[seen(2, 9, 5)], Some(5), 2);
+        tracker.reset();
+        assert_eq!(tracker.check(0, &[seen(2, 9, 5)], Some(5), 2), None);
+        assert_eq!(tracker.check(0, &[seen(2, 9, 5)], Some(5), 2), Some(2));
+    }
+}

@@ -1,0 +1,146 @@
+//! The incoming side of peer traffic: [`peer_router`], Raft RPC under
+//! `/raft/` and client requests forwarded to the leader under `/forward/`,
+//! all behind the gate (`gate.rs`). Never served on the client port.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use openraft::alias::VoteOf;
+use openraft::error::RaftError;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::vote::RaftLeaderId;
+use openraft::Snapshot;
+
+use super::incarnation::Incarnations;
+use super::standing::Standing;
+use crate::error::ApiError;
+use crate::raft::{Raft, TypeConfig};
+
+use super::gate::{authenticate, PeerGate, PeerId};
+use super::snapshot_frame::{parse_snapshot_frame, MAX_SNAPSHOT_BYTES};
+
+/// What peers call on the peer listener: Raft RPC under `/raft/` and client
+/// requests forwarded to the leader under `/forward/` (the client API), all
+/// behind [`authenticate`]. `standing` is what this node tells the leader
+/// of itself; a `never_lead` node refuses leadership transfers to it.
+pub fn peer_router(
+    raft: Arc<Raft>,
+    incarnations: Arc<Incarnations>,
+    api: Router,
+    tls: bool,
+    standing: Standing,
+) -> Router {
+    let gate = PeerGate::new(raft.clone(), incarnations, tls);
+    raft_routes(raft, standing)
+        .nest("/forward", api)
+        .layer(axum::middleware::from_fn_with_state(gate, authenticate))
+}
+
+/// Refuses an RPC whose vote names another node than the one that sent it:
+/// a member may speak only for itself.
+fn speaks_for_itself(from: PeerId, vote: &VoteOf<TypeConfig>) -> Result<(), ApiError> {
+    let claimed = *vote.leader_id().node_id();
+    if claimed == from.0 {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "node {} sent an RPC in the name of node {claimed}",
+            from.0
+        )))
+    }
+}
+
+/// The routes peers call:
+/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader,standing}`.
+fn raft_routes(raft: Arc<Raft>, standing: Standing) -> Router {
+    let transfer = if standing.never_lead {
+        post(refuse_transfer)
+    } else {
+        post(transfer_leader)
+    };
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/pre-vote", post(pre_vote))
+        .route(
+            "/raft/snapshot",
+            post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
+        )
+        .route("/raft/transfer-leader", transfer)
+        .route(
+            "/raft/standing",
+            post(move || async move { Json(standing) }),
+        )
+        .with_state(raft)
+}
+
+type RpcResult<T> = Result<Json<Result<T, RaftError<TypeConfig>>>, ApiError>;
+
+async fn append(
+    State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
+    Json(request): Json<AppendEntriesRequest<TypeConfig>>,
+) -> RpcResult<AppendEntriesResponse<TypeConfig>> {
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.append_entries(request).await))
+}
+
+async fn vote(
+    State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
+    Json(request): Json<VoteRequest<TypeConfig>>,
+) -> RpcResult<VoteResponse<TypeConfig>> {
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.vote(request).await))
+}
+
+async fn pre_vote(
+    State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
+    Json(request): Json<VoteRequest<TypeConfig>>,
+) -> RpcResult<VoteResponse<TypeConfig>> {
+    speaks_for_itself(from, &request.vote)?;
+    Ok(Json(raft.pre_vote(request).await))
+}
+
+async fn snapshot(
+    State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
+    frame: axum::body::Bytes,
+) -> RpcResult<SnapshotResponse<TypeConfig>> {
+    let (vote, meta, data) = parse_snapshot_frame(frame.to_vec()).map_err(ApiError::BadRequest)?;
+    speaks_for_itself(from, &vote)?;
+    let snapshot = Snapshot {
+        meta,
+        snapshot: Cursor::new(data),
+    };
+    Ok(Json(
+        raft.install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(RaftError::Fatal),
+    ))
+}
+
+/// A `--never-lead` node does not take leadership, even when handed it.
+async fn refuse_transfer() -> ApiError {
+    ApiError::Forbidden("this node never leads (--never-lead)".into())
+}
+
+async fn transfer_leader(
+    State(raft): State<Arc<Raft>>,
+    Extension(from): Extension<PeerId>,
+    Json(request): Json<TransferLeaderRequest<TypeConfig>>,
+) -> RpcResult<TransferLeaderResponse<TypeConfig>> {
+    speaks_for_itself(from, request.from_leader())?;
+    Ok(Json(
+        raft.handle_transfer_leader(request)
+            .await
+            .map_err(RaftError::Fatal),
+    ))
+}

@@ -1,0 +1,112 @@
+//! Every type the gateway's OpenAPI document names: the bodies its handlers
+//! answer (and build: the document shows what is sent), the path
+//! parameters, and the error answers its routes share, written once.
+//!
+//! A doc comment on a field here is its description in the document
+//! (`docs/openapi/gateway.json`, checked by a test).
+
+use serde::Serialize;
+
+use crate::shared_audit::Refusals;
+
+/// Every error answer: a code and a sentence; `stale_token` adds the
+/// token and the fence it was below.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// `bad_request`, `invalid_key`, `unauthorized`, `forbidden`,
+    /// `not_found`, `request_timeout`, `stale_token`, `payload_too_large`,
+    /// `unavailable`.
+    pub error: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// `stale_token`: the token the write carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// `stale_token`: the fence it was below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+}
+
+/// An object key: `{lease}/{rest}` (percent-encode the `/` in a path
+/// parameter), at most 1 024 bytes; the lease part as for lease names.
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}){1,8}$", example = "orders/state")]
+pub struct ObjectKeyParam(#[allow(dead_code)] String);
+
+/// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..` (the
+/// schema also keeps a leading `.` out, which the servers accept).
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$", example = "orders")]
+pub struct LeaseNameParam(#[allow(dead_code)] String);
+
+/// A written object.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Written {
+    pub key: String,
+    /// Unique for the store's life; increases in commit order per lease.
+    pub version: u64,
+    pub token: u64,
+}
+
+/// A deleted object.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Deleted {
+    pub key: String,
+    /// Whether there was an object.
+    pub deleted: bool,
+    pub token: u64,
+}
+
+/// A lease's fence, and the writes refused below it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Fence {
+    pub lease: String,
+    pub fence: u64,
+    /// Only in `GET`: writes refused for a stale token since the gateway
+    /// started, and the last one (`token`, `fence`, `holder`, `key`,
+    /// `peer`, `at_unix_ms`).
+    #[schema(value_type = Option<Object>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusals>,
+}
+
+// The error answers the routes share. A variant's doc comment would be its
+// description in the document, which has none: hence plain comments.
+
+/// The refusals of a fenced write (`PUT`/`DELETE /v1/objects/{key}`,
+/// `POST /v1/fences/{lease}`): a bad key or body, no key or JWT, no right,
+/// too slow, a stale token, too large, over the caller's share of seats.
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum WriteErrors {
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    #[response(status = 408)]
+    RequestTimeout(ErrorBody),
+    #[response(status = 409)]
+    StaleToken(ErrorBody),
+    #[response(status = 413)]
+    PayloadTooLarge(ErrorBody),
+    #[response(status = 429)]
+    OverShare(ErrorBody),
+}
+
+/// The refusals of a read of one lease's data (`GET /v1/objects/{key}`,
+/// `GET /v1/fences/{lease}`): a bad key, no API key, no right, over the
+/// caller's share of seats.
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum ReadErrors {
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    #[response(status = 429)]
+    OverShare(ErrorBody),
+}

@@ -1,0 +1,336 @@
+//! Admission per flow: no caller can take more than its share of a server's
+//! request seats (Kubernetes' API Priority and Fairness, cut down).
+//!
+//! A *flow* is a principal (its policy name) or, without a key, the remote
+//! address. Requests are admitted into one of three pools of seats, each
+//! with its own capacity:
+//! - [`Kind::Renew`]: renewals. Their pool is theirs alone, so a lease
+//!   holder that renews on time always finds a seat whatever else the
+//!   server does; a renewal may also borrow a short seat.
+//! - [`Kind::Short`]: every other call that answers at once.
+//! - [`Kind::Long`]: calls that may wait (watches, blocking acquires), which
+//!   hold a seat for seconds.
+//!
+//! Within a pool, a flow below its *fair share* — the capacity divided among
+//! the flows holding seats, one more counted for a newcomer — takes any free
+//! seat. A flow at or above it may still borrow an idle pool's seats, but
+//! never the last quarter (the *headroom*), which waits for newcomers: so
+//! one flow alone can use three quarters of a pool, and as soon as another
+//! flow arrives it finds seats, and the first one's share shrinks as its
+//! requests end. Over its share a request is refused at once (the server
+//! answers 429 with `Retry-After`), never queued without end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use palisade_names::sync::lock;
+
+/// Which pool a request takes a seat in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A renewal (single or batch).
+    Renew,
+    /// A call that answers at once.
+    Short,
+    /// A call that may wait (a watch, a blocking acquire).
+    Long,
+}
+
+/// The capacity of each pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seats {
+    /// Seats for renewals only.
+    pub renew: usize,
+    /// Seats for short calls (renewals may borrow them).
+    pub short: usize,
+    /// Seats for calls that may wait.
+    pub long: usize,
+}
+
+impl Seats {
+    /// Pools that fit under a server's cap on requests in flight
+    /// (`max_requests`), using half of it: the other half absorbs requests
+    /// on their way to a refusal (a flood over its share still arrives,
+    /// and counts against the cap until answered) and calls outside
+    /// admission (health, metrics, keys).
+    pub fn within(max_requests: usize) -> Self {
+        Self::of(max_requests / 2)
+    }
+
+    /// `total` seats split among the pools: a quarter for calls that wait,
+    /// an eighth for renewals alone, the rest for short calls. For a cap
+    /// that a refusal never reaches (a follower's forwarding streams: a
+    /// call over its share is refused before a stream is opened), all of it.
+    pub fn of(total: usize) -> Self {
+        let long = total / 4;
+        let renew = total / 8;
+        let short = total - long - renew;
+        Self {
+            renew: renew.max(1),
+            short: short.max(1),
+            long: long.max(1),
+        }
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flow} is over its share of this server's {kind} seats ({held} held of {capacity}); retry shortly")]
+pub struct OverShare {
+    /// The flow refused.
+    pub flow: String,
+    /// The pool it asked in (`renew`, `short`, `long`).
+    pub kind: &'static str,
+    /// Seats it held in that pool.
+    pub held: usize,
+    /// The pool's capacity.
+    pub capacity: usize,
+}
+
+/// One pool of seats and who holds them.
+#[derive(Debug, Default)]
+struct Pool {
+    capacity: usize,
+    in_use: usize,
+    by_flow: HashMap<String, usize>,
+}
+
+impl Pool {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `flow` may take one more seat now.
+    fn admits(&self, flow: &str) -> bool {
+        if self.in_use >= self.capacity {
+            return false;
+        }
+        let held = self.by_flow.get(flow).copied().unwrap_or(0);
+        let others = self.by_flow.len() - usize::from(held > 0);
+        // The share if one more flow came: the caller, the others, a newcomer.
+        let fair = self.capacity / (others + 2);
+        let headroom = self.capacity / 4;
+        held < fair.max(1) || self.in_use < self.capacity - headroom
+    }
+
+    fn take(&mut self, flow: &str) {
+        self.in_use += 1;
+        *self.by_flow.entry(flow.to_owned()).or_default() += 1;
+    }
+
+    fn give_back(&mut self, flow: &str) {
+        self.in_use = self.in_use.saturating_sub(1);
+        if let Some(held) = self.by_flow.get_mut(flow) {
+            *held -= 1;
+            if *held == 0 {
+                self.by_flow.remove(flow);
+            }
+        }
+    }
+
+    fn held(&self, flow: &str) -> usize {
+        self.by_flow.get(flow).copied().unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+struct Pools {
+    renew: Pool,
+    short: Pool,
+    long: Pool,
+}
+
+impl Pools {
+    fn pool(&mut self, kind: Kind) -> &mut Pool {
+        match kind {
+            Kind::Renew => &mut self.renew,
+            Kind::Short => &mut self.short,
+            Kind::Long => &mut self.long,
+        }
+    }
+}
+
+/// A server's admission: cheap to clone, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pools: Arc<Mutex<Pools>>,
+}
+
+/// A seat held by an admitted request; given back on drop.
+#[derive(Debug)]
+pub struct Seat {
+    pools: Arc<Mutex<Pools>>,
+    /// The pool it was taken from (a renewal may sit in a short seat).
+    kind: Kind,
+    flow: String,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        lock(&self.pools).pool(self.kind).give_back(&self.flow);
+    }
+}
+
+impl Admission {
+    /// Admission with pools of `seats`.
+    pub fn new(seats: Seats) -> Self {
+        Self {
+            pools: Arc::new(Mutex::new(Pools {
+                renew: Pool::new(seats.renew),
+                short: Pool::new(seats.short),
+                long: Pool::new(seats.long),
+            })),
+        }
+    }
+
+    /// Admits a `kind` request of `flow`, or refuses it at once.
+    ///
+    /// # Errors
+    /// [`OverShare`] when the flow is over its share of the pool (for a
+    /// renewal: of its own pool and of the short one).
+    pub fn admit(&self, flow: &str, kind: Kind) -> Result<Seat, OverShare> {
+        let mut pools = lock(&self.pools);
+        let chosen = [kind, Kind::Short]
+            .into_iter()
+            .take(if kind == Kind::Renew { 2 } else { 1 })
+            .find(|k| pools.pool(*k).admits(flow));
+        match chosen {
+            Some(pool) => {
+                pools.pool(pool).take(flow);
+                Ok(Seat {
+                    pools: self.pools.clone(),
+                    kind: pool,
+                    flow: flow.to_owned(),
+                })
+            }
+            None => {
+                let pool = pools.pool(kind);
+                Err(OverShare {
+                    flow: flow.to_owned(),
+                    kind: match kind {
+                        Kind::Renew => "renew",
+                        Kind::Short => "short",
+                        Kind::Long => "long",
+                    },
+                    held: pool.held(flow),
+                    capacity: pool.capacity,
+                })
+            }
+        }
+    }
+
+    /// Seats `flow` holds in each pool: (renew, short, long).
+    pub fn held(&self, flow: &str) -> (usize, usize, usize) {
+        let pools = lock(&self.pools);
+        (
+            pools.renew.held(flow),
+            pools.short.held(flow),
+            pools.long.held(flow),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(capacity: usize) -> Admission {
+        Admission::new(Seats {
+            renew: capacity,
+            short: capacity,
+            long: capacity,
+        })
+    }
+
+    fn fill(admission: &Admission, flow: &str, kind: Kind) -> Vec<Seat> {
+        std::iter::from_fn(|| admission.admit(flow, kind).ok()).collect()
+    }
+
+    #[test]
+    fn one_flow_alone_uses_all_but_the_headroom() {
+        let admission = admission(100);
+        let seats = fill(&admission, "a", Kind::Long);
+        assert_eq!(seats.len(), 75);
+        drop(seats);
+        assert_eq!(admission.held("a"), (0, 0, 0), "seats come back on drop");
+    }
+
+    #[test]
+    fn a_newcomer_finds_seats_and_the_hog_shrinks_to_its_share() {
+        let admission = admission(100);
+        let mut hog = fill(&admission, "hog", Kind::Short);
+        assert_eq!(hog.len(), 75);
+        // The newcomer gets up to its share (100 / 3 with a further
+        // newcomer counted), from the headroom.
+        let newcomer = fill(&admission, "victim", Kind::Short);
+        assert_eq!(newcomer.len(), 25, "the whole headroom");
+        // Some of the hog's requests end: over its share, it may borrow back
+        // only up to the headroom mark; the victim grows to its share.
+        hog.truncate(40);
+        let again = fill(&admission, "hog", Kind::Short);
+        assert_eq!(
+            hog.len() + again.len(),
+            50,
+            "the hog borrows up to 75 in use"
+        );
+        let more = fill(&admission, "victim", Kind::Short);
+        assert_eq!(
+            newcomer.len() + more.len(),
+            33,
+            "the victim reaches 100 / 3"
+        );
+    }
+
+    #[test]
+    fn many_flows_each_get_a_seat_while_one_holds_its_maximum() {
+        let admission = admission(64);
+        let _hog = fill(&admission, "hog", Kind::Long);
+        let others: Vec<Seat> = (0..16)
+            .map(|i| {
+                admission
+                    .admit(&format!("f{i}"), Kind::Long)
+                    .expect("a seat")
+            })
+            .collect();
+        assert_eq!(others.len(), 16);
+    }
+
+    #[test]
+    fn renewals_have_their_own_pool_and_may_borrow_short_seats() {
+        let admission = Admission::new(Seats {
+            renew: 8,
+            short: 8,
+            long: 8,
+        });
+        let _shorts = fill(&admission, "hog", Kind::Short);
+        let _longs = fill(&admission, "hog", Kind::Long);
+        // The hog fills what it may of short and long; the victim's
+        // renewals still find seats.
+        let renewals = fill(&admission, "victim", Kind::Renew);
+        assert!(renewals.len() >= 6, "{}", renewals.len());
+        // A hog renewing cannot take the renew pool whole either.
+        let hog_renewals = fill(&admission, "hog", Kind::Renew);
+        assert!(hog_renewals.len() < 8, "{}", hog_renewals.len());
+    }
+
+    #[test]
+    fn a_refusal_says_who_and_where() {
+        let admission = admission(4);
+        let _seats = fill(&admission, "a", Kind::Long);
+        let refused = admission.admit("a", Kind::Long).expect_err("over");
+        assert_eq!(refused.kind, "long");
+        assert_eq!(refused.capacity, 4);
+        assert_eq!(refused.held, 3);
+    }
+
+    #[test]
+    fn pools_fit_under_the_request_cap() {
+        let seats = Seats::within(4096);
+        assert!(seats.renew + seats.short + seats.long <= 2048);
+        assert_eq!((seats.long, seats.renew, seats.short), (512, 256, 1280));
+        assert_eq!(Seats::of(256), Seats::within(512));
+    }
+}

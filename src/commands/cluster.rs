@@ -1,0 +1,160 @@
+//! `palisade cluster status|rotate-key|add|remove`, on the SDK.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::lease::{fail, print, Endpoints};
+
+/// `palisade cluster status|rotate-key|add|remove`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Every node's role, term, applied index and lag, as a table (each
+    /// endpoint asked for its own view).
+    Status {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Sign new tokens with a new key; the old one stays published until
+    /// every token it signed has expired, then the leader retires it.
+    RotateKey {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Add node ID (peer address PEER_ADDR) as a learner, and make it a
+    /// voter once it has caught up. Start the node first (same --peers, its
+    /// certificate, an empty data dir).
+    Add {
+        id: u64,
+        peer_addr: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Remove node ID from the membership (never the last voter).
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
+pub async fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
+    let endpoints = match command {
+        ClusterCommand::Status { endpoints } => endpoints,
+        ClusterCommand::Add {
+            id,
+            peer_addr,
+            endpoints,
+        } => {
+            return Ok(match endpoints.client()?.add_member(id, &peer_addr).await {
+                Ok(answer) => {
+                    let readable = format!("node {id} ({peer_addr}) is a voter");
+                    print(endpoints.json, &answer, readable);
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
+        ClusterCommand::Remove { id, endpoints } => {
+            return Ok(match endpoints.client()?.remove_member(id).await {
+                Ok(answer) => {
+                    print(endpoints.json, &answer, format!("node {id} removed"));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
+        ClusterCommand::RotateKey { endpoints } => {
+            return Ok(match endpoints.client()?.rotate_key().await {
+                Ok(kid) => {
+                    print(
+                        endpoints.json,
+                        &serde_json::json!({ "kid": kid }),
+                        format!("new signing key {kid}"),
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            })
+        }
+    };
+    status(&endpoints).await
+}
+
+/// `palisade cluster status`: every endpoint's own view, as a table (node,
+/// role, term, applied index, lag behind the highest commit index seen,
+/// client and peer address); `--json` prints the first answering node's
+/// whole document with every node's under `"nodes"`.
+async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    let mut views = Vec::new();
+    for url in &endpoints.election {
+        let one = Endpoints {
+            election: vec![url.clone()],
+            ..endpoints.clone()
+        };
+        views.push((url.clone(), one.client()?.cluster().await));
+    }
+    let answered: Vec<&serde_json::Value> =
+        views.iter().filter_map(|(_, v)| v.as_ref().ok()).collect();
+    let Some(first) = answered.first() else {
+        return Ok(match views.into_iter().find_map(|(_, v)| v.err()) {
+            Some(err) => fail(&err),
+            None => {
+                eprintln!("error: no election endpoints given");
+                ExitCode::from(2)
+            }
+        });
+    };
+    if endpoints.json {
+        let mut document = (*first).clone();
+        document["nodes"] = views
+            .iter()
+            .map(|(url, view)| match view {
+                Ok(view) => view.clone(),
+                Err(err) => serde_json::json!({ "url": url, "error": err.to_string() }),
+            })
+            .collect();
+        println!("{document}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let commit = answered
+        .iter()
+        .filter_map(|v| v["commit_index"].as_u64())
+        .max()
+        .unwrap_or(0);
+    println!(
+        "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} PEER",
+        "NODE", "ROLE", "TERM", "APPLIED", "LAG", "CLIENT"
+    );
+    for (url, view) in &views {
+        match view {
+            Ok(view) => {
+                let id = view["node_id"].as_u64().unwrap_or(0);
+                let applied = view["applied_index"].as_u64().unwrap_or(0);
+                let peer = view["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|m| m["id"].as_u64() == Some(id))
+                    .and_then(|m| m["addr"].as_str())
+                    .unwrap_or("-");
+                println!(
+                    "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} {peer}",
+                    id,
+                    view["state"].as_str().unwrap_or("?"),
+                    view["term"].as_u64().unwrap_or(0),
+                    applied,
+                    commit.saturating_sub(applied),
+                    url,
+                );
+            }
+            Err(err) => println!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
+        }
+    }
+    let leader = answered
+        .iter()
+        .find_map(|v| v["leader"].as_u64())
+        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
+    println!("leader: {leader}; commit index {commit}");
+    Ok(ExitCode::SUCCESS)
+}

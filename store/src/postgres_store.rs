@@ -1,0 +1,236 @@
+//! [`FencedStore`] on PostgreSQL, for many gateways sharing one database.
+//!
+//! Each write is one statement calling a function of the gateway's schema
+//! (`postgres_store/schema.rs`): it takes the lease's lock (shared for a
+//! write of the current fence, exclusive for a raise), compares, raises and
+//! writes, and commits with `synchronous_commit = on` before the answer
+//! comes back. Two gateways' writes to one lease are ordered by that lock
+//! inside the database; no lock outlives a statement, so a paused or killed
+//! gateway holds none. Every wait is bounded (`config.rs`), and
+//! every failure of the database is [`StoreError::Unavailable`] (a 503).
+
+pub(crate) mod audit;
+pub(crate) mod config;
+mod pool;
+pub(crate) mod schema;
+#[cfg(test)]
+pub(crate) mod test_server;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use palisade_names::{FencingToken, LeaseName, ObjectKey};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use crate::error::StoreError;
+use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
+use config::PostgresStoreConfig;
+use pool::{database_error, Session};
+
+const PUT: &str = "SELECT out_fence, out_raised, out_version \
+                   FROM palisade_gateway.fenced_put($1, $2, $3, $4)";
+const DELETE: &str = "SELECT out_fence, out_raised, out_existed \
+                      FROM palisade_gateway.fenced_delete($1, $2, $3)";
+const BUMP: &str = "SELECT out_fence, out_raised FROM palisade_gateway.raise_fence($1, $2)";
+const UNFENCED: &str = "INSERT INTO palisade_gateway.objects AS o (key, value, version, token) \
+    VALUES ($1, $2, nextval('palisade_gateway.object_versions'), $3) \
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, \
+    version = nextval('palisade_gateway.object_versions'), token = EXCLUDED.token \
+    RETURNING o.version";
+const GET: &str = "SELECT value, version, token FROM palisade_gateway.objects WHERE key = $1";
+const FENCE: &str = "SELECT fence FROM palisade_gateway.fences WHERE lease = $1";
+
+/// The PostgreSQL-backed store. Cheap to clone; clones share the pool.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    config: Arc<PostgresStoreConfig>,
+}
+
+impl PostgresStore {
+    /// Connects, creates or migrates the gateway's schema, and warns when
+    /// the server does not make commits durable (`fsync = off`).
+    ///
+    /// # Errors
+    /// [`StoreError::Engine`] for a bad configuration or a schema newer than
+    /// this code; [`StoreError::Unavailable`] when the database cannot be
+    /// reached.
+    pub async fn connect(config: &PostgresStoreConfig) -> Result<Self, StoreError> {
+        config.validate().map_err(StoreError::Engine)?;
+        let store = Self {
+            pool: pool::build(config)?,
+            config: Arc::new(config.clone()),
+        };
+        let mut session = Session::take(&store.pool).await?;
+        let client = session.client_mut().ok_or_else(gone)?;
+        let found = schema::migrate(client).await?;
+        let fsync: String = client
+            .query_one("SHOW fsync", &[])
+            .await
+            .map_err(|e| database_error(&e))?
+            .get(0);
+        if fsync != "on" {
+            tracing::warn!(
+                "PostgreSQL runs with fsync = {fsync}: a power cut can lose acknowledged writes"
+            );
+        }
+        session.release();
+        tracing::info!(
+            schema_found = found,
+            schema = schema::SCHEMA_VERSION,
+            "gateway store on PostgreSQL"
+        );
+        Ok(store)
+    }
+
+    /// Runs one prepared statement on a pooled session within the statement
+    /// timeout; the session is reused only if it answered.
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let run = async {
+            let session = Session::take(&self.pool).await?;
+            let client = session.client().ok_or_else(gone)?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| database_error(&e))?;
+            let rows = client
+                .query(&statement, params)
+                .await
+                .map_err(|e| database_error(&e))?;
+            session.release();
+            Ok(rows)
+        };
+        match tokio::time::timeout(self.config.statement_timeout, run).await {
+            Ok(answer) => answer,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the database did not answer within {} ms",
+                self.config.statement_timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// [`PostgresStore::query`] for at most one row.
+    async fn statement(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, StoreError> {
+        Ok(self.query(sql, params).await?.into_iter().next())
+    }
+
+    /// The object write of [`FencedStore::put`] without the fence: one plain
+    /// upsert of the same row through the same pool and session settings.
+    /// Only the benchmark that prices fencing calls it
+    /// (`palisade-bench gateway-postgres`); it bypasses S1.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database fails.
+    pub async fn put_unfenced_for_benchmark(
+        &self,
+        key: &ObjectKey,
+        value: &[u8],
+        token: FencingToken,
+    ) -> Result<u64, StoreError> {
+        let t = sql_token(token)?;
+        let params: [&(dyn ToSql + Sync); 3] = [&key.as_str(), &value, &t];
+        let row = one(self.statement(UNFENCED, &params).await?)?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    /// The answer of a write function: accepted (the fence is the token)
+    /// or refused (the fence is above it). Counts a raise.
+    fn fenced(&self, row: &Row, token: FencingToken) -> Result<(), StoreError> {
+        let fence = FencingToken(row.get::<_, i64>(0) as u64);
+        if fence > token {
+            return Err(StoreError::Stale { token, fence });
+        }
+        if row.get::<_, bool>(1) {
+            if let Some(raised) = &self.config.hooks.on_fence_raised {
+                raised();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A token as the database stores it.
+fn sql_token(token: FencingToken) -> Result<i64, StoreError> {
+    i64::try_from(token.0).map_err(|_| StoreError::InvalidToken(token.0))
+}
+
+fn gone() -> StoreError {
+    StoreError::Unavailable("the database session was lost".into())
+}
+
+fn one(row: Option<Row>) -> Result<Row, StoreError> {
+    row.ok_or_else(|| StoreError::Engine("a write function answered no row".into()))
+}
+
+impl FencedStore for PostgresStore {
+    async fn put(
+        &self,
+        key: &ObjectKey,
+        value: Vec<u8>,
+        token: FencingToken,
+    ) -> Result<Written, StoreError> {
+        let max = self.config.max_value_bytes;
+        if value.len() > max {
+            return Err(StoreError::ValueTooLarge {
+                size: value.len(),
+                max,
+            });
+        }
+        let t = sql_token(token)?;
+        let params: [&(dyn ToSql + Sync); 4] = [&key.lease().as_str(), &t, &key.as_str(), &value];
+        let row = one(self.statement(PUT, &params).await?)?;
+        self.fenced(&row, token)?;
+        Ok(Written {
+            version: row.get::<_, i64>(2) as u64,
+            fence: token,
+        })
+    }
+
+    async fn delete(&self, key: &ObjectKey, token: FencingToken) -> Result<Deleted, StoreError> {
+        let t = sql_token(token)?;
+        let params: [&(dyn ToSql + Sync); 3] = [&key.lease().as_str(), &t, &key.as_str()];
+        let row = one(self.statement(DELETE, &params).await?)?;
+        self.fenced(&row, token)?;
+        Ok(Deleted {
+            existed: row.get(2),
+            fence: token,
+        })
+    }
+
+    async fn bump_fence(
+        &self,
+        lease: &LeaseName,
+        token: FencingToken,
+    ) -> Result<FencingToken, StoreError> {
+        let t = sql_token(token)?;
+        let params: [&(dyn ToSql + Sync); 2] = [&lease.as_str(), &t];
+        let row = one(self.statement(BUMP, &params).await?)?;
+        self.fenced(&row, token)?;
+        Ok(token)
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<Option<StoredObject>, StoreError> {
+        let row = self.statement(GET, &[&key.as_str()]).await?;
+        Ok(row.map(|row| StoredObject {
+            value: row.get(0),
+            version: row.get::<_, i64>(1) as u64,
+            token: FencingToken(row.get::<_, i64>(2) as u64),
+        }))
+    }
+
+    async fn fence(&self, lease: &LeaseName) -> Result<FencingToken, StoreError> {
+        let row = self.statement(FENCE, &[&lease.as_str()]).await?;
+        Ok(FencingToken(row.map_or(0, |r| r.get::<_, i64>(0)) as u64))
+    }
+}

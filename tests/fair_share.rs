@@ -1,0 +1,222 @@
+//! Fairness per principal (issue 28), attacked from outside on real
+//! processes: a 3-node cluster over TLS with a policy, `intruder` and
+//! `orders` each with rights on `orders.*`.
+//!
+//! - Forwarding: 300 blocking acquires by `intruder` through one follower
+//!   (which forwards them to the leader over its peer connection) cannot
+//!   make `orders`' calls through that follower fail — its acquire, its
+//!   renewals every 300 ms, a read, a waiting acquire and its release all
+//!   answer 200 — while the flood itself is cut to its share (429).
+//! - Quota: `intruder` cannot fill the table. With
+//!   `--max-leases-per-principal 40` its 41st lease is a 429 `over_quota`
+//!   (and changes nothing), while `orders` still acquires its own.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{node_setup, post_json, Access, Cluster};
+
+/// Blocking acquires the intruder sends through one follower: more than a
+/// follower's forwarding seats for calls that wait.
+const FLOOD: usize = 300;
+
+/// One cluster at a time: each loads the machine's two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn start(dir: &std::path::Path, extra: &[&str]) -> (Cluster, Access) {
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir, id, "127.0.0.1");
+            setup.args = extra.iter().map(|s| (*s).to_owned()).collect();
+            setup
+        })
+        .collect();
+    Cluster::start_secure(dir, setups)
+}
+
+fn grant_body(holder: &str, extra: Value) -> Value {
+    let mut body =
+        json!({"holder": holder, "ttl_ms": 3_000, "secret": support::test_secret(holder)});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_blocking_acquires_through_a_follower_starves_no_one_else() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access) = start(dir.path(), &[]);
+    let admin = access.http("admin");
+    let leader = cluster.leader(&admin).await;
+    let follower = if leader == 1 { 2 } else { 1 };
+    let (lead, via) = (cluster.url(leader), cluster.url(follower));
+
+    // The lease the flood waits for, held (by admin) for the whole test.
+    let (status, held) = post_json(
+        &admin,
+        &format!("{lead}/v1/leases/orders.contended/acquire"),
+        json!({"holder": "owner", "ttl_ms": 30_000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{held}");
+
+    let intruder = access.http_with_timeout("intruder", Duration::from_secs(20));
+    let flood: Vec<_> = (0..FLOOD)
+        .map(|i| {
+            let (intruder, url) = (
+                intruder.clone(),
+                format!("{via}/v1/leases/orders.contended/acquire"),
+            );
+            tokio::spawn(async move {
+                let body =
+                    json!({"holder": format!("flood-{i}"), "ttl_ms": 3_000, "wait_ms": 8_000});
+                // A 503 (a leader election on a loaded machine) is asked
+                // again, as the SDKs do, for up to 3 s.
+                let mut outcome = (0, String::new());
+                for _ in 0..30 {
+                    outcome = match intruder.post(&url).json(&body).send().await {
+                        Ok(answer) => (
+                            answer.status().as_u16(),
+                            answer.text().await.unwrap_or_default(),
+                        ),
+                        Err(err) => (0, err.to_string()),
+                    };
+                    if outcome.0 != 503 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                outcome
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let failures = victim_calls(&access, &via).await;
+    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
+    let mut examples = std::collections::BTreeMap::<u16, String>::new();
+    for call in flood {
+        let (status, body) = call.await.expect("flood task");
+        *outcomes.entry(status).or_default() += 1;
+        examples.entry(status).or_insert(body);
+    }
+    eprintln!("the flood's answers: {outcomes:?}, e.g. {examples:?}");
+    assert!(
+        failures.is_empty(),
+        "the victim's calls through the flooded follower failed: {failures:?}"
+    );
+    assert!(
+        outcomes.get(&429).copied().unwrap_or(0) > 0,
+        "the flood was never cut to its share: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.get(&0),
+        None,
+        "flood calls left unanswered: {outcomes:?}"
+    );
+}
+
+/// What `orders` does through `via` while the flood waits: every call
+/// must answer 200 (a 503 only while an election runs is retried by
+/// `post_json`). Returns what failed.
+async fn victim_calls(access: &Access, via: &str) -> Vec<String> {
+    let victim = access.http("orders");
+    let mut failures = Vec::new();
+    let mut check = |what: &str, (status, body): (u16, Value)| {
+        if status != 200 {
+            failures.push(format!("{what}: {status} {body}"));
+        }
+        body
+    };
+    let url = |lease: &str, call: &str| format!("{via}/v1/leases/{lease}/{call}");
+    let grant = check(
+        "acquire",
+        post_json(
+            &victim,
+            &url("orders.victim", "acquire"),
+            grant_body("v", json!({})),
+        )
+        .await,
+    );
+    let renew =
+        json!({"holder": "v", "token": grant["token"], "secret": support::test_secret("v")});
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        check(
+            "renew",
+            post_json(&victim, &url("orders.victim", "renew"), renew.clone()).await,
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let read = victim
+        .get(format!("{via}/v1/leases/orders.victim"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    check("read", (read, Value::Null));
+    // A call that may wait takes a seat among the long ones: the
+    // intruder's share of them is full, the victim's is not.
+    let waited = grant_body("w", json!({"wait_ms": 1_000}));
+    let waited = check(
+        "waiting acquire",
+        post_json(&victim, &url("orders.victim-wait", "acquire"), waited).await,
+    );
+    check(
+        "release",
+        post_json(&victim, &url("orders.victim", "release"), renew).await,
+    );
+    let release =
+        json!({"holder": "w", "token": waited["token"], "secret": support::test_secret("w")});
+    check(
+        "release of the waited grant",
+        post_json(&victim, &url("orders.victim-wait", "release"), release).await,
+    );
+    failures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principal_cannot_fill_the_table() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access) = start(dir.path(), &["--max-leases-per-principal", "40"]);
+    let admin = access.http("admin");
+    let base = cluster.url(cluster.leader(&admin).await);
+    let intruder = access.http("intruder");
+    let acquire = |client: &reqwest::Client, lease: String, holder: &str| {
+        let (client, body) = (
+            client.clone(),
+            grant_body(holder, json!({"ttl_ms": 60_000})),
+        );
+        let url = format!("{base}/v1/leases/{lease}/acquire");
+        async move { post_json(&client, &url, body).await }
+    };
+    for i in 0..40 {
+        let (status, body) = acquire(&intruder, format!("orders.hog-{i}"), "hog").await;
+        assert_eq!(status, 200, "lease {i} of the quota: {body}");
+    }
+    let (status, body) = acquire(&intruder, "orders.hog-40".into(), "hog").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (429, Some("over_quota")),
+        "{body}"
+    );
+    let after: Value =
+        support::get_json(&admin, &format!("{base}/v1/leases/orders.hog-40"), "lease").await;
+    assert!(
+        after["holder"].is_null(),
+        "the refused acquire changed the table: {after}"
+    );
+    // Its own leases it may still take again (they are already its own).
+    let (status, body) = acquire(&intruder, "orders.hog-0".into(), "hog").await;
+    assert_eq!(status, 200, "re-acquiring an owned lease: {body}");
+    let orders = access.http("orders");
+    for i in 0..10 {
+        let (status, body) = acquire(&orders, format!("orders.mine-{i}"), "mine").await;
+        assert_eq!(status, 200, "another principal's lease {i}: {body}");
+    }
+}
