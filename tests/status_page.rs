@@ -223,3 +223,159 @@ async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
     page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
         .await;
 }
+
+/// The `data-peak` of the chart `id` in a status page's HTML (0 if absent).
+fn peak(html: &str, id: &str) -> f64 {
+    html.split(&format!("<svg id=\"{id}\""))
+        .nth(1)
+        .and_then(|svg| svg.split("data-peak=\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The plots and a lease's page in a real browser. A scripted load on a
+/// cluster that has just failed over (its first leader killed): a grant
+/// that expires, the next holder's grant and 40 renewals, the first
+/// holder's late write refused by the gateway, and a lease held by a
+/// holder named like markup. The new leader's page plots all of it, with
+/// the failover marked on every time axis; the lease's page, reached by its
+/// link, shows its history newest first and its refused write; the hostile
+/// holder is text on its page. Screenshots in `target/ui-screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plots_show_a_scripted_load_and_a_lease_page_shows_its_history() {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
+            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
+        );
+        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway_port = support::free_ports(1)[0];
+    let gateway_url = format!("http://127.0.0.1:{gateway_port}");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            setup.args = vec!["--ui-gateway".into(), gateway_url.clone()];
+            setup
+        })
+        .collect();
+    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let mut gateway = gateway_for(&cluster, &dir.path().join("gateway"));
+    gateway.listen = format!("127.0.0.1:{gateway_port}");
+    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
+    let _gateway = spawn_node(gateway);
+    let client = http_client();
+    let first = cluster.leader(&client).await;
+    cluster.kill(first);
+    let survivors: Vec<u64> = (1..=3).filter(|id| *id != first).collect();
+    let leader = cluster
+        .leader_among(&client, &survivors, 200)
+        .await
+        .expect("a new leader within 10 s");
+    let base = cluster.url(leader);
+
+    let (status, old) = acquire(&client, &base, "plotted", "paused-old", 1000).await;
+    assert_eq!(status, 200, "{old}");
+    let fresh = loop {
+        let (status, body) = acquire(&client, &base, "plotted", "fresh", 60_000).await;
+        if status == 200 {
+            break body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let renew = serde_json::json!({"holder": "fresh", "token": fresh["token"],
+                                   "secret": support::test_secret("fresh")});
+    for _ in 0..40 {
+        let (status, body) = support::post_json(
+            &client,
+            &format!("{base}/v1/leases/plotted/renew"),
+            renew.clone(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let put = |jwt: &serde_json::Value| {
+        let request = client
+            .put(format!("{gateway_url}/v1/objects/plotted/state"))
+            .bearer_auth(jwt.as_str().expect("jwt"))
+            .body("x");
+        async move { request.send().await.expect("put").status().as_u16() }
+    };
+    assert_eq!(put(&fresh["jwt"]).await, 200);
+    assert_eq!(put(&old["jwt"]).await, 409);
+    let evil = "<img src=x onerror=\"document.title='pwned'\">";
+    let (status, body) = acquire(&client, &base, "zz-evil", evil, 60_000).await;
+    assert_eq!(status, 200, "{body}");
+
+    // The sampler takes a sample every 5 s: wait (bounded) for the load.
+    let charts = ["plot-renewals", "plot-grants", "plot-refused", "plot-held"];
+    let mut html = String::new();
+    for _ in 0..60 {
+        html = client
+            .get(format!("{base}/ui"))
+            .send()
+            .await
+            .expect("ui")
+            .text()
+            .await
+            .expect("body");
+        if charts.iter().all(|id| peak(&html, id) > 0.0) && html.contains("class=\"leader-change\"")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    for id in charts {
+        assert!(
+            peak(&html, id) > 0.0,
+            "{id} shows nothing of the load: {html}"
+        );
+    }
+    assert!(
+        html.contains("class=\"leader-change\""),
+        "the failover is not marked: {html}"
+    );
+
+    let mut page = devtools::Page::open(browser, dir.path()).await;
+    page.navigate(&format!("{base}/ui")).await;
+    page.wait_for("document.querySelectorAll('#plots svg').length === 6")
+        .await;
+    let marks = page
+        .eval("document.querySelectorAll('#plot-renewals line.leader-change').length")
+        .await;
+    assert!(marks.parse::<u32>().is_ok_and(|n| n >= 1), "marks: {marks}");
+    page.screenshot("plots").await;
+
+    page.eval("document.querySelector('a[href=\"/ui/leases/plotted\"]').click(); true")
+        .await;
+    page.wait_for(
+        "location.pathname === '/ui/leases/plotted' && !!document.getElementById('history')",
+    )
+    .await;
+    let history = page
+        .eval("[...document.querySelectorAll('#history tr')].slice(1).map(r => r.cells[2].textContent + ':' + r.cells[3].textContent).join(',')")
+        .await;
+    assert_eq!(
+        history, "acquire:fresh,expire:paused-old,acquire:paused-old",
+        "newest first"
+    );
+    let refused = page
+        .eval("document.querySelector('#fences td.refused').textContent")
+        .await;
+    assert_eq!(refused, "1", "the refused write on the lease's page");
+    page.screenshot("lease-page").await;
+
+    page.navigate(&format!("{base}/ui/leases/zz-evil")).await;
+    page.wait_for("!!document.getElementById('history')").await;
+    let shown = page
+        .eval("document.querySelector('#standing .holder').textContent")
+        .await;
+    assert_eq!(shown, evil, "the holder is shown as text");
+    let markup = page
+        .eval("document.querySelectorAll('body img').length + ':' + document.title")
+        .await;
+    assert_eq!(markup, "0:Palisade lease zz-evil", "a holder's markup ran");
+}

@@ -7,6 +7,8 @@
 //! flusher thread. Gauges (leader, term, indexes, leases held, waiters) are
 //! read from Raft's metrics and the table when scraped. No per-lease labels.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,6 +55,8 @@ pub struct ElectionMetrics {
     pub proposal_failures: Counter,
     /// Renewal latency on the leader, in seconds.
     pub renew_seconds: Histogram,
+    /// The same latencies since the status page's last sample.
+    pub renew_window: LatencyWindow,
     /// Raft log fsync time, in seconds.
     pub log_fsync_seconds: Histogram,
     has_leader: Gauge,
@@ -103,6 +107,7 @@ impl Default for ElectionMetrics {
             leader_transfers: Counter::default(),
             proposal_failures: Counter::default(),
             renew_seconds: latency(),
+            renew_window: LatencyWindow::default(),
             log_fsync_seconds: latency(),
             has_leader: Gauge::default(),
             is_leader: Gauge::default(),
@@ -253,6 +258,13 @@ impl ElectionMetrics {
 }
 
 impl ElectionMetrics {
+    /// Counts `count` renewals answered in one request that took `took`.
+    pub fn renewed(&self, count: u64, took: std::time::Duration) {
+        self.renewals.inc_by(count);
+        self.renew_seconds.observe(took.as_secs_f64());
+        self.renew_window.observe(took);
+    }
+
     /// Counts what applying `command` did (`reclaimed`: records a `Reclaim`
     /// removed).
     pub fn applied(&self, command: &Command, result: &CommandResult, reclaimed: usize) {
@@ -288,5 +300,79 @@ impl ElectionMetrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// Buckets of a [`LatencyWindow`]: the first holds up to 50 µs, each next
+/// twice the one before (the last holds the rest, from ~3.5 min).
+const WINDOW_BUCKETS: usize = 24;
+
+/// Latencies since they were last taken, for a percentile per interval
+/// (the Prometheus histogram only ever grows). Lock-free: a renewal pays
+/// one atomic add.
+#[derive(Debug, Default)]
+pub struct LatencyWindow {
+    buckets: [AtomicU64; WINDOW_BUCKETS],
+}
+
+impl LatencyWindow {
+    /// Upper bound of bucket `i`, in seconds.
+    fn bound(i: usize) -> f64 {
+        0.000_05 * f64::from(1_u32 << i.min(31))
+    }
+
+    /// Records one latency.
+    pub fn observe(&self, took: std::time::Duration) {
+        let secs = took.as_secs_f64();
+        let i = (0..WINDOW_BUCKETS - 1)
+            .find(|&i| secs <= Self::bound(i))
+            .unwrap_or(WINDOW_BUCKETS - 1);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The 99th percentile of what was recorded since the last call (the
+    /// upper bound of its bucket, in seconds), and starts over; `None` if
+    /// nothing was.
+    pub fn take_p99(&self) -> Option<f64> {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.swap(0, Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        let rank = (total * 99).div_ceil(100).max(1);
+        let mut seen = 0;
+        counts.iter().enumerate().find_map(|(i, count)| {
+            seen += count;
+            (total > 0 && seen >= rank).then(|| Self::bound(i))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_window_gives_the_p99_bucket_and_starts_over() {
+        let window = LatencyWindow::default();
+        assert_eq!(window.take_p99(), None);
+        for _ in 0..99 {
+            window.observe(Duration::from_micros(40));
+        }
+        window.observe(Duration::from_millis(30));
+        // 99 of 100 at or under 50 µs: the p99 is that bucket's bound.
+        assert_eq!(window.take_p99(), Some(0.000_05));
+        assert_eq!(window.take_p99(), None, "taken: starts over");
+        for _ in 0..200 {
+            window.observe(Duration::from_millis(30));
+        }
+        window.observe(Duration::from_secs(3600));
+        // 199 of 201 needed: 30 ms falls in the bucket up to 51.2 ms; an hour in the last.
+        assert_eq!(window.take_p99(), Some(0.000_05 * 1024.0));
+        window.observe(Duration::from_secs(3600));
+        assert_eq!(window.take_p99(), Some(0.000_05 * f64::from(1_u32 << 23)));
     }
 }

@@ -312,6 +312,7 @@ fn api_state(
         signer: Arc::new(Mutex::new(None)),
         jwts: Arc::default(),
         reads,
+        series: Arc::default(),
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.
         forwarding: Admission::new(Seats::of(
@@ -322,7 +323,8 @@ fn api_state(
 }
 
 /// Starts the node's background tasks: the leader's duties, leadership
-/// placement, meeting and forgetting peers, and the no-leader report.
+/// placement, meeting and forgetting peers, the no-leader report and the
+/// status page's sampler.
 fn spawn_duties(state: &ApiState) -> Duties {
     let config = &state.config;
     let leader = LeaderDuties {
@@ -353,6 +355,7 @@ fn spawn_duties(state: &ApiState) -> Duties {
             config.id,
         )),
         tokio::spawn(report_waiting(state.raft.clone(), config.clone())),
+        tokio::spawn(crate::api::sample_status(state.clone())),
         tokio::spawn(forget_removed_nodes(
             state.raft.clone(),
             state.incarnations.clone(),

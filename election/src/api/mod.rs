@@ -25,7 +25,6 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 mod ui;
-mod ui_login;
 
 use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, post, MethodRouter};
@@ -39,6 +38,7 @@ pub use extract::MAX_BODY_BYTES;
 pub use forward::MAX_HOPS;
 pub use leases::bodies::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
+pub use ui::sampler::sample as sample_status;
 
 use crate::error::ApiError;
 
@@ -170,8 +170,13 @@ pub fn router(state: ApiState) -> Router {
             needs(get(ui::page), Need::Prefix(Right::Read), Kind::Short)
                 .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
         )
-        .route("/ui/login", get(ui_login::form).post(ui_login::login))
-        .route("/ui/logout", post(ui_login::logout))
+        .route(
+            "/ui/leases/{name}",
+            needs(get(ui::lease::page), Need::Lease(Right::Read), Kind::Short)
+                .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
+        )
+        .route("/ui/login", get(ui::login::form).post(ui::login::login))
+        .route("/ui/logout", post(ui::login::logout))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

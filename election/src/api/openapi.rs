@@ -35,9 +35,10 @@ use super::schema::{ErrorBody, HolderParam, LeaseNameParam};
         super::cluster::readyz,
         super::cluster::metrics,
         super::ui::page,
-        super::ui_login::form,
-        super::ui_login::login,
-        super::ui_login::logout,
+        super::ui::lease::page,
+        super::ui::login::form,
+        super::ui::login::login,
+        super::ui::login::logout,
     ),
     components(schemas(ErrorBody, LeaseNameParam, HolderParam))
 )]

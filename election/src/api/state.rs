@@ -57,6 +57,8 @@ pub struct ApiParts {
     pub jwts: Arc<TokenCache>,
     /// Shares quorum confirmations between concurrent renewals and reads.
     pub reads: Arc<ReadBatcher>,
+    /// What the status page plots (`ui/series.rs`).
+    pub series: Arc<super::ui::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').
     pub incarnations: Arc<crate::peer::incarnation::Incarnations>,
     /// Permits for blocking calls (waiting acquires, watches): the cap.

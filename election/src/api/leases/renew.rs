@@ -29,11 +29,7 @@ pub(in crate::api) async fn renew(
     let started = std::time::Instant::now();
     let answer = renew_now(&state, lease, body).await;
     if answer.is_ok() {
-        let metrics = &state.shared.metrics;
-        metrics.renewals.inc();
-        metrics
-            .renew_seconds
-            .observe(started.elapsed().as_secs_f64());
+        state.shared.metrics.renewed(1, started.elapsed());
     }
     answer
 }
@@ -149,10 +145,7 @@ pub(in crate::api) async fn renew_batch(
         .collect();
     let metrics = &state.shared.metrics;
     metrics.renew_batches.inc();
-    metrics.renewals.inc_by(renewed);
-    metrics
-        .renew_seconds
-        .observe(started.elapsed().as_secs_f64());
+    metrics.renewed(renewed, started.elapsed());
     Ok(Json(RenewResults { results }))
 }
 

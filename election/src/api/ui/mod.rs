@@ -1,15 +1,23 @@
 //! `GET /ui`: a status page, rendered on the server from this node's own
 //! state (no script, no external asset): the node, the leader, term and
-//! indexes, the members, and one page of leases (holder, token, time left
-//! as the leader sees it). It refreshes itself every 2 s (`<meta
-//! refresh>`). Every value from a client — lease names, holders — is
-//! HTML-escaped.
+//! indexes, the members, plots of the last 15 minutes (`plots.rs`, from
+//! the samples of `series.rs`), and one page of leases (holder, token,
+//! time left as the leader sees it), each linked to its own page
+//! (`lease.rs`). It refreshes itself every 2 s (`<meta refresh>`). Every
+//! value from a client — lease names, holders — is HTML-escaped.
 //!
 //! Under a policy the page needs the `read` right on its `prefix` (as the
 //! list does); a browser that cannot send `x-palisade-key` signs in through
-//! the form of `ui_login.rs`, which sets a `palisade_key` cookie, honoured
+//! the form of `login.rs`, which sets a `palisade_key` cookie, honoured
 //! on this read-only route alone (see [`key_from_cookie`]), so no
 //! state-changing call can be made with it.
+
+mod gateway;
+pub(super) mod lease;
+pub(super) mod login;
+mod plots;
+pub mod sampler;
+pub mod series;
 
 use std::fmt::Write as _;
 
@@ -28,7 +36,7 @@ use crate::lease_table::history::Transition;
 /// Leases on one page.
 const PAGE: usize = 200;
 
-/// The cookie the page reads the API key from (set by `ui_login.rs`).
+/// The cookie the page reads the API key from (set by `login.rs`).
 pub(super) const COOKIE: &str = "palisade_key";
 
 /// `GET /ui?prefix=`.
@@ -62,7 +70,7 @@ pub(super) fn escape(text: &str) -> String {
 /// Middleware on `/ui` only: a `palisade_key` cookie stands for the
 /// `x-palisade-key` header when the header is absent; a browser refused
 /// for want of a (known) key is sent to the sign-in form instead
-/// (`ui_login.rs`).
+/// (`login.rs`).
 pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Response {
     let wants_html = request
         .headers()
@@ -103,8 +111,13 @@ pub(super) async fn page(
     query: Result<Query<UiQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
-    let mut html = String::new();
+    let mut html = head(&format!("Palisade node {}", state.config.id));
     node_section(&mut html, &state);
+    plots::section(
+        &mut html,
+        &state.series.samples(),
+        crate::signing::unix_ms(),
+    );
     if state.config.policy.is_some() {
         html.push_str(
             "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
@@ -119,8 +132,19 @@ pub(super) async fn page(
     Ok(Html(html).into_response())
 }
 
-/// The page's head and this node's view of Raft: role, leader, term, commit
-/// and applied indexes, and the members.
+/// A page's head (it refreshes every 2 s), up to the opening `<body>`.
+fn head(title: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"2\"><title>{title}</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}\
+         figcaption{{font-size:.85em;color:#333}}</style></head><body>"
+    )
+}
+
+/// This node's view of Raft: role, leader, term, commit and applied
+/// indexes, and the members.
 fn node_section(html: &mut String, state: &ApiState) {
     let metrics = state.raft.metrics().borrow_watched().clone();
     let me = state.config.id;
@@ -132,12 +156,7 @@ fn node_section(html: &mut String, state: &ApiState) {
     let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
     let _ = write!(
         *html,
-        "<!doctype html><html><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"2\">\
-         <title>Palisade node {me}</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head><body>\
-         <h1>Palisade election node {me}</h1>\
+        "<h1>Palisade election node {me}</h1>\
          <p>role <b id=\"role\">{}</b> · leader <b id=\"leader\">{}</b> · term <b id=\"term\">{}</b> \
          · commit {} · applied {}</p><h2>Members</h2><table id=\"members\"><tr><th>node</th><th>peer address</th><th></th></tr>",
         escape(&role),
@@ -207,8 +226,8 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
         );
         let _ = write!(
             *html,
-            "<tr><td class=\"lease\">{}</td><td>{holder}</td><td>{}</td><td>{left}</td><td>{}</td>\
-             <td class=\"last-change\">{}</td></tr>",
+            "<tr><td class=\"lease\"><a href=\"/ui/leases/{0}\">{0}</a></td><td>{holder}</td>\
+             <td>{1}</td><td>{left}</td><td>{2}</td><td class=\"last-change\">{3}</td></tr>",
             escape(name.as_str()),
             record.token,
             record.transitions,
@@ -230,7 +249,6 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
 /// (`palisade lease history` and `GET /v1/leases/{name}/history` have
 /// the rest).
 fn last_change(t: &Transition) -> String {
-    let cause = serde_json::to_value(t.cause).unwrap_or_default();
     let holder = t.holder.as_deref().unwrap_or("-");
     let ago = t.at_ms.map_or_else(String::new, |at| {
         let ago_ms = crate::signing::unix_ms().saturating_sub(at);
@@ -238,7 +256,7 @@ fn last_change(t: &Transition) -> String {
     });
     format!(
         "{} of {} (token {}){ago}",
-        escape(cause.as_str().unwrap_or("?")),
+        escape(&lease::cause(t)),
         escape(holder),
         t.token
     )
@@ -262,33 +280,55 @@ async fn gateway_fences(html: &mut String, gateway: &crate::config::UiGateway, p
         "<h2>Writes refused by the gateway</h2><p>{}</p>",
         escape(&gateway.url)
     );
-    let fences = match fetch_fences(gateway).await {
-        Ok(fences) => fences,
-        Err(err) => {
+    let Some(fences) = fences_or_problem(html, gateway).await else {
+        return;
+    };
+    let shown: Vec<_> = fences
+        .into_iter()
+        .filter(|f| f["lease"].as_str().is_some_and(|l| l.starts_with(prefix)))
+        .collect();
+    fence_rows(html, &shown);
+}
+
+/// The gateway's fences; `None`, with the reason written to `html`, if
+/// they cannot be read.
+async fn fences_or_problem(
+    html: &mut String,
+    gateway: &crate::config::UiGateway,
+) -> Option<Vec<serde_json::Value>> {
+    gateway::fences(gateway)
+        .await
+        .map_err(|err| {
             let _ = write!(
                 html,
                 "<p id=\"gateway-error\">cannot read its fences: {}</p>",
                 escape(&err)
             );
-            return;
-        }
-    };
+        })
+        .ok()
+}
+
+/// A table of the gateway's fences: who was refused, with which token, from
+/// where, and when last.
+fn fence_rows(html: &mut String, fences: &[serde_json::Value]) {
     html.push_str(
         "<table id=\"fences\"><tr><th>lease</th><th>refused</th><th>last token</th>\
-         <th>fence</th><th>holder</th><th>from</th><th>key</th></tr>",
+         <th>fence</th><th>holder</th><th>from</th><th>key</th><th>when</th></tr>",
     );
-    let rows = fences
-        .iter()
-        .filter(|f| f["lease"].as_str().is_some_and(|l| l.starts_with(prefix)));
-    for fence in rows {
+    let now = crate::signing::unix_ms();
+    for fence in fences {
         let last = &fence["refused"]["last"];
-        let text = |v: &serde_json::Value| {
-            escape(&v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::Null => String::new(),
+            v => escape(&v.as_str().map_or_else(|| v.to_string(), str::to_owned)),
         };
+        let when = last["at_unix_ms"].as_u64().map_or_else(String::new, |at| {
+            format!("{:.1} s ago", now.saturating_sub(at) as f64 / 1000.0)
+        });
         let _ = write!(
             html,
             "<tr><td class=\"lease\">{}</td><td class=\"refused\">{}</td><td>{}</td><td>{}</td>\
-             <td class=\"holder\">{}</td><td>{}</td><td>{}</td></tr>",
+             <td class=\"holder\">{}</td><td>{}</td><td>{}</td><td>{when}</td></tr>",
             text(&fence["lease"]),
             text(&fence["refused"]["count"]),
             text(&last["token"]),
@@ -299,28 +339,6 @@ async fn gateway_fences(html: &mut String, gateway: &crate::config::UiGateway, p
         );
     }
     html.push_str("</table>");
-}
-
-async fn fetch_fences(
-    gateway: &crate::config::UiGateway,
-) -> Result<Vec<serde_json::Value>, String> {
-    let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(800));
-    if let Some(ca) = &gateway.ca {
-        let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-        let ca = reqwest::Certificate::from_pem(&pem).map_err(|e| e.to_string())?;
-        client = client.add_root_certificate(ca);
-    }
-    let client = client.build().map_err(|e| e.to_string())?;
-    let mut request = client.get(format!("{}/v1/fences", gateway.url.trim_end_matches('/')));
-    if let Some(key) = &gateway.key {
-        request = request.header(palisade_serve::policy::KEY_HEADER, key);
-    }
-    let answer = request.send().await.map_err(|e| e.to_string())?;
-    if !answer.status().is_success() {
-        return Err(format!("the gateway answered {}", answer.status()));
-    }
-    let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
-    Ok(body["fences"].as_array().cloned().unwrap_or_default())
 }
 
 #[cfg(test)]

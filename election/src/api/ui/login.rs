@@ -3,7 +3,7 @@
 //! answers with a `palisade_key` cookie (`HttpOnly`: no script reads it;
 //! `SameSite=Strict`: no other site's page sends it; `Secure` under client
 //! TLS; `Path=/ui`: only the read-only status page honours it, see
-//! [`super::ui::key_from_cookie`]), and `POST /ui/logout` clears it.
+//! [`super::key_from_cookie`]), and `POST /ui/logout` clears it.
 //!
 //! The key travels in a POST body only: never in a URL (so never in a
 //! history, a referrer or an access log), and nothing here logs it.
@@ -15,12 +15,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::state::ApiState;
-use super::ui::{escape, COOKIE};
+use super::{escape, COOKIE};
+use crate::api::state::ApiState;
 
 /// `POST /ui/login`'s form.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
-pub(super) struct Login {
+pub(in crate::api) struct Login {
     /// The API key.
     key: String,
 }
@@ -28,7 +28,7 @@ pub(super) struct Login {
 /// `GET /ui/login`: the sign-in form.
 #[utoipa::path(get, path = "/ui/login", tag = "health",
     responses((status = 200, body = String, content_type = "text/html", description = "The sign-in form")))]
-pub(super) async fn form() -> Response {
+pub(in crate::api) async fn form() -> Response {
     page(StatusCode::OK, None)
 }
 
@@ -39,7 +39,7 @@ pub(super) async fn form() -> Response {
     responses((status = 303, description = "Signed in (a cookie for /ui), or no policy: to /ui"),
         (status = 400, body = String, content_type = "text/html", description = "No key in the form: the form again"),
         (status = 401, body = String, content_type = "text/html", description = "Unknown key: the form again, no cookie")))]
-pub(super) async fn login(
+pub(in crate::api) async fn login(
     State(state): State<ApiState>,
     form: Result<Form<Login>, FormRejection>,
 ) -> Response {
@@ -67,7 +67,7 @@ pub(super) async fn login(
 /// `POST /ui/logout`: clears the cookie, back to the form.
 #[utoipa::path(post, path = "/ui/logout", tag = "health",
     responses((status = 303, description = "The cookie cleared; to /ui/login")))]
-pub(super) async fn logout(State(state): State<ApiState>) -> Response {
+pub(in crate::api) async fn logout(State(state): State<ApiState>) -> Response {
     let cookie = format!("{COOKIE}=; Max-Age=0; {}", attributes(&state));
     redirect("/ui/login", Some(cookie))
 }

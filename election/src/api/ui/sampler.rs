@@ -1,0 +1,86 @@
+//! The status page's sampler: every [`EVERY`] it takes the differences of
+//! this node's counters (and the gateway's refused-writes counter) into a
+//! [`Sample`] of the node's [`Series`](super::series::Series).
+
+use std::time::Instant;
+
+use openraft::async_runtime::WatchReceiver;
+
+use super::gateway;
+use super::series::{Sample, EVERY};
+use crate::api::state::ApiState;
+
+/// The counters a sample takes differences of.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    renewals: u64,
+    grants: u64,
+    leader_changes: u64,
+    refused: Option<u64>,
+    at: Instant,
+}
+
+/// Takes a sample of `state` into its series every [`EVERY`], forever.
+pub async fn sample(state: ApiState) {
+    let client = state
+        .config
+        .ui_gateway
+        .as_ref()
+        .and_then(|g| gateway::client(g).ok());
+    let mut before = counts(&state, client.as_ref()).await;
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = counts(&state, client.as_ref()).await;
+        state.series.push(take(&state, &before, &now));
+        before = now;
+    }
+}
+
+/// The counters now (the gateway's if it answers within its bound).
+async fn counts(state: &ApiState, client: Option<&reqwest::Client>) -> Counts {
+    let metrics = &state.shared.metrics;
+    let refused = match (client, &state.config.ui_gateway) {
+        (Some(client), Some(gateway)) => gateway::refused_writes(client, gateway).await.ok(),
+        _ => None,
+    };
+    Counts {
+        renewals: metrics.renewals.get(),
+        grants: metrics.grants.get(),
+        leader_changes: metrics.leader_changes.get(),
+        refused,
+        at: Instant::now(),
+    }
+}
+
+/// The sample of the interval from `before` to `now`.
+fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
+    let secs = now.at.duration_since(before.at).as_secs_f64().max(0.001);
+    let rate = |from: u64, to: u64| to.saturating_sub(from) as f64 / secs;
+    let held = state.shared.read(|s| {
+        s.table
+            .leases
+            .values()
+            .filter(|r| r.holder.is_some())
+            .count() as u64
+    });
+    let raft = state.raft.metrics().borrow_watched().clone();
+    Sample {
+        at_ms: crate::signing::unix_ms(),
+        renewals: rate(before.renewals, now.renewals),
+        grants: rate(before.grants, now.grants),
+        refused: before.refused.zip(now.refused).map(|(b, n)| rate(b, n)),
+        held,
+        waiters: (state.config.max_waiters - state.waiters.available_permits()) as u64,
+        renew_p99_ms: state
+            .shared
+            .metrics
+            .renew_window
+            .take_p99()
+            .map(|s| s * 1000.0),
+        leader: raft.current_leader,
+        leader_changed: now.leader_changes > before.leader_changes,
+    }
+}
