@@ -11,14 +11,17 @@ use palisade_names::LeaseName;
 
 use super::{escape, head};
 use crate::api::extract::LeasePath;
-use crate::api::schema::{LeaseNameParam, ReadErrors};
+use crate::api::schema::{ErrorBody, LeaseNameParam};
 use crate::api::state::ApiState;
 use crate::lease_table::history::{Transition, HISTORY_LEN};
 use crate::lease_table::record::LeaseRecord;
 
 #[utoipa::path(get, path = "/ui/leases/{name}", tag = "health",
     params(("name" = LeaseNameParam, Path, description = "The lease")),
-    responses(ReadErrors, (status = 200, body = String, content_type = "text/html", description = "The lease's page")))]
+    responses((status = 200, body = String, content_type = "text/html", description = "The lease's page"),
+        (status = 404, body = String, content_type = "text/html", description = "No record of the lease"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 429, body = ErrorBody)))]
 pub(in crate::api) async fn page(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
