@@ -9,7 +9,9 @@
 //!
 //! Verified tokens are cached by their exact text (signature included), so a
 //! writer that reuses its JWT pays for Ed25519 once per token, not per write;
-//! the cache still checks `exp` on every hit.
+//! the cache still checks `exp` and the key's trust on every hit, and when
+//! full it drops the expired, the untrusted and then the soonest to expire
+//! ([`VerifiedCache`]), never the tokens in use all at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -40,13 +42,69 @@ pub struct Verifier {
     validation: Validation,
     /// Seconds of clock skew tolerated on `exp`.
     leeway_secs: u64,
-    /// JWT text -> (claims, `kid`), for tokens already verified. A hit counts
-    /// only while its key is still trusted (a retired key's tokens stop).
-    verified: Mutex<HashMap<String, (LeaseClaims, Option<String>)>>,
+    /// Tokens already verified. A hit counts only while its key is still
+    /// trusted (a retired key's tokens stop).
+    verified: Mutex<VerifiedCache>,
 }
 
-/// Entries in the verified-token cache before it is cleared.
+/// Entries in the verified-token cache before it sweeps.
 const VERIFIED_CACHE_CAPACITY: usize = 10_000;
+
+/// JWT text -> (claims, `kid`), for tokens already verified. Bounded: an
+/// insert into a full cache first sweeps it — the expired and those of
+/// keys no longer trusted go, then, while more than half remain, those that
+/// expire first (a holder's newest JWT expires last, so the tokens writers
+/// use now stay). A sweep frees at least half, so its cost is spread over
+/// as many inserts.
+#[derive(Debug)]
+struct VerifiedCache {
+    entries: HashMap<String, (LeaseClaims, Option<String>)>,
+    capacity: usize,
+}
+
+impl VerifiedCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            capacity,
+        }
+    }
+
+    fn get(&self, jwt: &str) -> Option<&(LeaseClaims, Option<String>)> {
+        self.entries.get(jwt)
+    }
+
+    /// Keeps `jwt`'s claims; `live(claims, kid)`: whether an entry may stay.
+    fn insert(
+        &mut self,
+        jwt: String,
+        entry: (LeaseClaims, Option<String>),
+        live: impl Fn(&LeaseClaims, Option<&str>) -> bool,
+    ) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&jwt) {
+            self.sweep(live);
+        }
+        self.entries.insert(jwt, entry);
+    }
+
+    fn sweep(&mut self, live: impl Fn(&LeaseClaims, Option<&str>) -> bool) {
+        self.entries
+            .retain(|_, (claims, kid)| live(claims, kid.as_deref()));
+        let keep = self.capacity / 2;
+        if self.entries.len() > keep {
+            let mut by_exp: Vec<(u64, String)> = self
+                .entries
+                .iter()
+                .map(|(jwt, (claims, _))| (claims.exp, jwt.clone()))
+                .collect();
+            by_exp.sort_unstable();
+            let surplus = by_exp.len() - keep;
+            for (_, jwt) in by_exp.into_iter().take(surplus) {
+                self.entries.remove(&jwt);
+            }
+        }
+    }
+}
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -66,7 +124,7 @@ impl Verifier {
             keys,
             validation,
             leeway_secs,
-            verified: Mutex::new(HashMap::new()),
+            verified: Mutex::new(VerifiedCache::new(VERIFIED_CACHE_CAPACITY)),
         }
     }
 
@@ -120,12 +178,14 @@ impl Verifier {
             },
         )?;
         let lease_token = to_lease_token(data.claims)?;
-        let mut cache = lock(&self.verified);
-        if cache.len() >= VERIFIED_CACHE_CAPACITY {
-            cache.clear();
-        }
-        cache.insert(jwt.to_owned(), (lease_token.claims.clone(), header.kid));
-        drop(cache);
+        let now = now_secs();
+        lock(&self.verified).insert(
+            jwt.to_owned(),
+            (lease_token.claims.clone(), header.kid),
+            |claims, kid| {
+                claims.exp.saturating_add(self.leeway_secs) >= now && self.keys.trusts(kid)
+            },
+        );
         Ok(lease_token)
     }
 
@@ -155,5 +215,65 @@ impl LeaseToken {
                 lease.as_str()
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(lease: &str, exp: u64) -> LeaseClaims {
+        LeaseClaims {
+            iss: palisade_store::names::ISSUER.to_owned(),
+            sub: "h".to_owned(),
+            lease: lease.to_owned(),
+            token: 7,
+            iat: 0,
+            exp,
+        }
+    }
+
+    #[test]
+    fn a_full_cache_drops_the_dead_then_the_soonest_to_expire_never_all() {
+        let mut cache = VerifiedCache::new(10);
+        let now = 1_000;
+        let live = |c: &LeaseClaims, kid: Option<&str>| c.exp >= now && kid != Some("retired");
+        // Three expired, two of a retired key, five live expiring 1001..=1005.
+        for i in 0..3 {
+            cache.insert(format!("old{i}"), (claims("l", 900 + i), None), live);
+        }
+        for i in 0..2 {
+            cache.insert(
+                format!("ret{i}"),
+                (claims("l", 2_000), Some("retired".into())),
+                live,
+            );
+        }
+        for i in 1..=5 {
+            cache.insert(format!("live{i}"), (claims("l", 1_000 + i), None), live);
+        }
+        assert_eq!(cache.entries.len(), 10);
+        // Full: the sweep drops the five dead; five left is not over half.
+        cache.insert("new".into(), (claims("l", 1_100), None), live);
+        assert_eq!(cache.entries.len(), 6);
+        assert!(cache.get("old0").is_none() && cache.get("ret1").is_none());
+        assert!(cache.get("live1").is_some() && cache.get("new").is_some());
+        // Fill with live entries: the next sweep keeps the half that
+        // expires last.
+        for i in 6..=9 {
+            cache.insert(format!("live{i}"), (claims("l", 1_000 + i), None), live);
+        }
+        cache.insert("newest".into(), (claims("l", 1_200), None), live);
+        assert_eq!(cache.entries.len(), 6);
+        for gone in ["live1", "live2", "live3", "live4", "live5"] {
+            assert!(cache.get(gone).is_none(), "{gone} expires first");
+        }
+        for kept in ["live6", "live9", "new", "newest"] {
+            assert!(cache.get(kept).is_some(), "{kept} expires last");
+        }
+        // A token already cached is replaced without a sweep.
+        let before = cache.entries.len();
+        cache.insert("new".into(), (claims("l", 1_300), None), live);
+        assert_eq!(cache.entries.len(), before);
     }
 }
