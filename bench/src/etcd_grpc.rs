@@ -41,9 +41,12 @@ async fn keep_alive(keeper: &mut LeaseKeeper, stream: &mut LeaseKeepAliveStream)
     }
 }
 
-/// The 3-node rows at each concurrency: keepalive and grant+put+revoke.
+/// The 3-node rows at each concurrency: keepalive and grant+put+revoke,
+/// named `<label> lease keepalive` and `<label> grant+put+revoke cycle`
+/// (the client is given `endpoints`: all three, or the leader alone).
 pub async fn cluster_rows(
     endpoints: &[String],
+    label: &str,
     concurrency: &[usize],
     duration: Duration,
     value_bytes: usize,
@@ -61,7 +64,7 @@ pub async fn cluster_rows(
         let streams = Arc::new(streams);
         rows.push(
             load(
-                "etcd grpc lease keepalive",
+                &format!("{label} lease keepalive"),
                 concurrency,
                 duration,
                 move |task, _| {
@@ -78,7 +81,7 @@ pub async fn cluster_rows(
         let (c, v) = (client.clone(), value.clone());
         rows.push(
             load(
-                "etcd grpc grant+put+revoke cycle",
+                &format!("{label} grant+put+revoke cycle"),
                 concurrency,
                 duration,
                 move |task, i| {
