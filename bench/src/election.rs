@@ -48,6 +48,10 @@ pub struct ElectionBench {
     /// Leases per batch renewal request (each task holds this many).
     #[arg(long, default_value_t = 64)]
     batch: usize,
+    /// Only the rows whose name starts with this (e.g. `renew sdk`, to
+    /// profile one path).
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// What a client of a `--secure-clients` cluster needs: the CA and the
@@ -333,21 +337,24 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
     };
     let duration = args.load.duration();
     let mut results = Vec::new();
+    let wanted = |what: &str| args.only.as_deref().is_none_or(|p| what.starts_with(p));
     for &concurrency in &args.load.concurrency {
         let base = cluster.url(leader);
         let c = client.clone();
-        results.push(
-            load(
-                "acquire+release cycle",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (c, base) = (c.clone(), base.clone());
-                    async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64)).await }
-                },
-            )
-            .await,
-        );
+        if wanted("acquire+release cycle") {
+            results.push(
+                load(
+                    "acquire+release cycle",
+                    concurrency,
+                    duration,
+                    move |task, i| {
+                        let (c, base) = (c.clone(), base.clone());
+                        async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64)).await }
+                    },
+                )
+                .await,
+            );
+        }
         // Renew (and the mix): one held lease per task.
         let mut grants = Vec::new();
         for task in 0..concurrency {
@@ -365,15 +372,17 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         }
         let grants = std::sync::Arc::new(grants);
         let (c, base, held) = (client.clone(), cluster.url(leader), grants.clone());
-        results.push(
-            load("renew", concurrency, duration, move |task, _| {
-                let (c, base, held) = (c.clone(), base.clone(), held.clone());
-                let lease = renew_lease(concurrency, task);
-                async move { renew(&c, &base, &lease, &held[task]).await }
-            })
-            .await,
-        );
-        if let Some(http1) = &http1 {
+        if wanted("renew") {
+            results.push(
+                load("renew", concurrency, duration, move |task, _| {
+                    let (c, base, held) = (c.clone(), base.clone(), held.clone());
+                    let lease = renew_lease(concurrency, task);
+                    async move { renew(&c, &base, &lease, &held[task]).await }
+                })
+                .await,
+            );
+        }
+        if let Some(http1) = http1.as_ref().filter(|_| wanted("renew http/1.1")) {
             let (c, base, held) = (http1.clone(), cluster.url(leader), grants.clone());
             results.push(
                 load("renew http/1.1", concurrency, duration, move |task, _| {
@@ -394,7 +403,7 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 .map(|(task, held)| grant_id(&renew_lease(concurrency, task), held))
                 .collect::<Vec<_>>(),
         );
-        if !args.secure_clients {
+        if !args.secure_clients && wanted("renew sdk (batched)") {
             results.push(
                 load(
                     "renew sdk (batched)",
@@ -413,46 +422,50 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 .await,
             );
         }
-        let batches = std::sync::Arc::new(
-            batch_leases(&client, &cluster.url(leader), concurrency, args.batch).await?,
-        );
-        let (c, base) = (client.clone(), cluster.url(leader));
         let what = format!("renew batch x{}", args.batch);
-        results.push(
-            load(&what, concurrency, duration, move |task, _| {
-                let (c, base, batches) = (c.clone(), base.clone(), batches.clone());
-                async move { renew_batch(&c, &base, &batches[task]).await }
-            })
-            .await
-            .per_op(args.batch as u64),
-        );
+        if wanted(&what) {
+            let batches = std::sync::Arc::new(
+                batch_leases(&client, &cluster.url(leader), concurrency, args.batch).await?,
+            );
+            let (c, base) = (client.clone(), cluster.url(leader));
+            results.push(
+                load(&what, concurrency, duration, move |task, _| {
+                    let (c, base, batches) = (c.clone(), base.clone(), batches.clone());
+                    async move { renew_batch(&c, &base, &batches[task]).await }
+                })
+                .await
+                .per_op(args.batch as u64),
+            );
+        }
         let (c, base, held) = (client.clone(), cluster.url(leader), grants.clone());
-        results.push(
-            load(
-                "mix 70% renew/20% cycle/10% get",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (c, base, held) = (c.clone(), base.clone(), held.clone());
-                    let lease = renew_lease(concurrency, task);
-                    async move {
-                        match i % 10 {
-                            0..=6 => renew(&c, &base, &lease, &held[task]).await,
-                            7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
-                            _ => call(
-                                &c,
-                                reqwest::Method::GET,
-                                &format!("{base}/v1/leases/{lease}"),
-                                None,
-                            )
-                            .await
-                            .map(drop),
+        if wanted("mix") {
+            results.push(
+                load(
+                    "mix 70% renew/20% cycle/10% get",
+                    concurrency,
+                    duration,
+                    move |task, i| {
+                        let (c, base, held) = (c.clone(), base.clone(), held.clone());
+                        let lease = renew_lease(concurrency, task);
+                        async move {
+                            match i % 10 {
+                                0..=6 => renew(&c, &base, &lease, &held[task]).await,
+                                7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64)).await,
+                                _ => call(
+                                    &c,
+                                    reqwest::Method::GET,
+                                    &format!("{base}/v1/leases/{lease}"),
+                                    None,
+                                )
+                                .await
+                                .map(drop),
+                            }
                         }
-                    }
-                },
-            )
-            .await,
-        );
+                    },
+                )
+                .await,
+            );
+        }
     }
 
     let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
