@@ -102,6 +102,23 @@ impl Transport {
         body: Option<&Value>,
         extra: Duration,
     ) -> Result<Answer, Error> {
+        let (status, bytes) = self.election_bytes(method, path, body, extra).await?;
+        Ok(Answer {
+            status,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        })
+    }
+
+    /// As [`Transport::election`], with any serializable body, answering
+    /// the status and the body's bytes (for callers that parse it into
+    /// their own types: the batch renewal, the hottest path).
+    pub(crate) async fn election_bytes<B: serde::Serialize + ?Sized>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+        extra: Duration,
+    ) -> Result<(u16, Bytes), Error> {
         let endpoints = &self.config.endpoints;
         if endpoints.is_empty() {
             return Err(Error::BadRequest("no election endpoints configured".into()));
@@ -135,8 +152,8 @@ impl Transport {
                         );
                     }
                     let status = response.status().as_u16();
-                    let body = response.json().await.unwrap_or(Value::Null);
-                    return Ok(Answer { status, body });
+                    let body = response.bytes().await.unwrap_or_default();
+                    return Ok((status, body));
                 }
                 Ok(response) => {
                     let status = response.status().as_u16();
