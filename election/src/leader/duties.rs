@@ -22,7 +22,8 @@ use crate::raft::propose::{ProposeError, Proposer};
 use crate::raft::{leads, NodeId, Raft, TypeConfig};
 use crate::signing::generate_key;
 
-/// The most free leases one `Reclaim` entry names (~50 KB).
+/// The most free leases one `Reclaim` entry names (and at most
+/// [`MAX_RECLAIM_BYTES`](crate::leader::lessor::MAX_RECLAIM_BYTES) of names).
 const RECLAIM_BATCH: usize = 1000;
 
 /// How often the duties look.

@@ -22,6 +22,16 @@ use tokio::time::Instant;
 use crate::lease_table::table::LeaseTable;
 use crate::raft::applied::Touched;
 
+/// The most bytes of lease names one `Reclaim` entry carries. A log entry
+/// over ~128 KiB would be a sled blob (a file of its own), which the log's
+/// background flush can make durable after the record pointing at it: a
+/// power cut then leaves the log unreadable (the twelfth session's fault).
+/// 1 000 names of 128 bytes would be just that; 48 KiB stays far below.
+pub const MAX_RECLAIM_BYTES: usize = 48 * 1024;
+
+/// What a `Reclaim` entry spends per name besides the name (its length and
+/// `modify_index`, with room to spare).
+const RECLAIM_ENTRY_OVERHEAD: usize = 16;
 /// One tracked grant.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
@@ -366,9 +376,11 @@ impl Lessor {
     }
 
     /// Up to `max` leases free since at least `after` ago (on this leader's
-    /// clock), each with the `modify_index` that freed it, for a `Reclaim`.
-    /// Each is handed out once; one whose `Reclaim` did not commit is found
-    /// again by the next full scan and waits `after` again.
+    /// clock), each with the `modify_index` that freed it, for a `Reclaim`,
+    /// their names at most [`MAX_RECLAIM_BYTES`] in all (the rest wait for
+    /// the next batch). Each is handed out once; one whose `Reclaim` did
+    /// not commit is found again by the next full scan and waits `after`
+    /// again.
     pub fn reclaimable(
         &self,
         table: &LeaseTable,
@@ -381,6 +393,7 @@ impl Lessor {
         }
         let now = Instant::now();
         let mut out = Vec::new();
+        let mut bytes = 0;
         while out.len() < max {
             match state.freed_order.front() {
                 Some((at, _, _)) if *at + after <= now => {}
@@ -392,6 +405,11 @@ impl Lessor {
             if state.freed.get(&lease) != Some(&(at, modify_index)) {
                 continue; // superseded by a later change
             }
+            let size = lease.as_str().len() + RECLAIM_ENTRY_OVERHEAD;
+            if bytes + size > MAX_RECLAIM_BYTES {
+                state.freed_order.push_front((at, lease, modify_index));
+                break;
+            }
             state.freed.remove(&lease);
             let still_free = table
                 .leases
@@ -402,6 +420,7 @@ impl Lessor {
                     r.lock_delayed && at + Duration::from_millis(r.terms.lock_delay_ms) > now
                 });
             if still_free {
+                bytes += size;
                 out.push((lease, modify_index));
             }
         }

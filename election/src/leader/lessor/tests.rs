@@ -402,3 +402,60 @@ async fn a_newer_grant_is_not_expired_by_an_older_deadline() {
     tokio::time::advance(Duration::from_millis(5000)).await;
     assert_eq!(lessor.reconcile(&newer), vec![(name("a"), FencingToken(9))]);
 }
+
+/// However long the names, one `Reclaim` carries at most
+/// `MAX_RECLAIM_BYTES` of them (its log entry never becomes a sled blob);
+/// the rest come in the next batches, none lost or repeated.
+#[tokio::test(start_paused = true)]
+async fn a_reclaim_batch_stays_under_its_byte_bound() {
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    let mut table = LeaseTable::default();
+    let names: Vec<String> = (0..1000).map(|i| format!("{i:0>128}")).collect();
+    for (i, lease) in names.iter().enumerate() {
+        let index = 2 * i as u64 + 1;
+        table.apply(
+            index,
+            &Command::Acquire {
+                lease: name(lease),
+                holder: "x".into(),
+                ttl_ms: 1000,
+                secret: None,
+                terms: Terms::default(),
+                preempt: false,
+                delay_seen: None,
+                principal: None,
+            },
+        );
+        table.apply(
+            index + 1,
+            &Command::Expire {
+                lease: name(lease),
+                token: FencingToken(index),
+                unclaimed: false,
+            },
+        );
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let _ = lessor.reconcile_changes(&table, &touched(&all));
+    let mut reclaimed = std::collections::BTreeSet::new();
+    let mut batches = 0;
+    loop {
+        let batch = lessor.reclaimable(&table, Duration::ZERO, 1000);
+        if batch.is_empty() {
+            break;
+        }
+        let bytes: usize = batch.iter().map(|(lease, _)| lease.as_str().len()).sum();
+        assert!(bytes <= MAX_RECLAIM_BYTES, "{bytes} bytes in one batch");
+        assert!(batch.len() < 1000, "bounded by bytes, not by count");
+        for (lease, _) in batch {
+            assert!(reclaimed.insert(lease), "handed out twice");
+        }
+        batches += 1;
+    }
+    assert_eq!(
+        reclaimed.len(),
+        1000,
+        "every free lease, in {batches} batches"
+    );
+}
