@@ -92,18 +92,26 @@ struct PostgresArgs {
     /// A write waits this long for its lease's lock, then gets a 503, in ms.
     #[arg(long, default_value_t = 3000)]
     pg_lock_timeout_ms: u64,
+    /// The CA (PEM) that signed PostgreSQL's certificate: connect over TLS
+    /// only, verifying the certificate and the host name.
+    #[arg(long, env = "PALISADE_GATEWAY_PG_CA")]
+    pg_ca: Option<PathBuf>,
 }
 
 impl PostgresArgs {
-    fn config(&self, url: &str, max_value_bytes: usize) -> PostgresStoreConfig {
+    fn config(&self, url: &str, max_value_bytes: usize) -> Result<PostgresStoreConfig, String> {
         let mut config = PostgresStoreConfig::new(url);
+        if let Some(ca) = &self.pg_ca {
+            config.ca_pem =
+                Some(std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?);
+        }
         config.max_value_bytes = max_value_bytes;
         config.pool_size = self.pg_pool_size;
         config.pool_wait = Duration::from_millis(self.pg_pool_wait_ms);
         config.connect_timeout = Duration::from_millis(self.pg_connect_timeout_ms);
         config.statement_timeout = Duration::from_millis(self.pg_statement_timeout_ms);
         config.lock_timeout = Duration::from_millis(self.pg_lock_timeout_ms);
-        config
+        Ok(config)
     }
 }
 
@@ -157,16 +165,18 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let observer = Observer::default();
     let served = match (&args.postgres, &args.data_dir) {
         (Some(url), _) => {
-            let pg_config = args.pg.config(url, args.max_value_bytes);
-            if let Err(problem) = pg_config.validate().and_then(|()| {
-                pg_config
-                    .driver_config()
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }) {
-                eprintln!("error: {problem}");
-                return Ok(ExitCode::from(2));
-            }
+            let checked = args.pg.config(url, args.max_value_bytes).and_then(|c| {
+                c.validate()?;
+                c.driver_config().map_err(|e| e.to_string())?;
+                Ok(c)
+            });
+            let pg_config = match checked {
+                Ok(pg_config) => pg_config,
+                Err(problem) => {
+                    eprintln!("error: {problem}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
             if pg_config.statement_timeout >= config.request_timeout {
                 eprintln!("error: --pg-statement-timeout-ms must be below --request-timeout-ms");
                 return Ok(ExitCode::from(2));

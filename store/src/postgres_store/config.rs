@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio_postgres::config::TargetSessionAttrs;
+use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 
 use crate::error::StoreError;
 use crate::hooks::StoreHooks;
@@ -41,6 +41,12 @@ pub struct PostgresStoreConfig {
     /// `idle_in_transaction_session_timeout`: the server ends a session idle
     /// this long inside a transaction (only migrations open one). Default 5 s.
     pub idle_in_transaction_timeout: Duration,
+    /// The CA (PEM) that signed the server's certificate: the store then
+    /// connects over TLS only (`sslmode=require`, whatever the URL says),
+    /// and verifies the certificate and the host name against it. `None`:
+    /// plain TCP; a URL asking for TLS is then refused, there being nothing
+    /// to verify the server with.
+    pub ca_pem: Option<Vec<u8>>,
     /// Told when a write raises a fence (`on_flush` is not called: the
     /// database's commits are not seen from here).
     pub hooks: StoreHooks,
@@ -58,6 +64,7 @@ impl PostgresStoreConfig {
             statement_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(3),
             idle_in_transaction_timeout: Duration::from_secs(5),
+            ca_pem: None,
             hooks: StoreHooks::default(),
         }
     }
@@ -77,6 +84,26 @@ impl PostgresStoreConfig {
                 "the PostgreSQL URL sets `options`: the gateway sets its own session settings"
                     .into(),
             ));
+        }
+        match (&self.ca_pem, config.get_ssl_mode()) {
+            (Some(_), SslMode::Disable) => {
+                return Err(StoreError::Engine(
+                    "the PostgreSQL URL says sslmode=disable, but a CA was given for TLS".into(),
+                ))
+            }
+            (Some(_), _) => {
+                config.ssl_mode(SslMode::Require);
+            }
+            (None, SslMode::Require) => {
+                return Err(StoreError::Engine(
+                    "the PostgreSQL URL asks for TLS (sslmode=require): give the CA that \
+                     signed the server's certificate (--pg-ca)"
+                        .into(),
+                ))
+            }
+            (None, _) => {
+                config.ssl_mode(SslMode::Disable);
+            }
         }
         if config.get_target_session_attrs() == TargetSessionAttrs::Any {
             config.target_session_attrs(TargetSessionAttrs::ReadWrite);

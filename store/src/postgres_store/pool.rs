@@ -4,12 +4,15 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::config::PostgresStoreConfig;
 use crate::error::StoreError;
@@ -20,9 +23,10 @@ use crate::error::StoreError;
 /// # Errors
 /// [`StoreError::Engine`] for a URL that does not parse.
 pub(crate) fn build(config: &PostgresStoreConfig) -> Result<Pool, StoreError> {
+    let tls = config.ca_pem.as_deref().map(tls_connector).transpose()?;
     let manager = Manager::from_connect(
         config.driver_config()?,
-        LoggedConnect,
+        LoggedConnect { tls },
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -97,10 +101,13 @@ impl std::fmt::Debug for Session {
     }
 }
 
-/// Connects with the driver and drives the connection on its own task,
-/// logging the server's warnings (a cancelled wait for the synchronous
-/// standby is one: see `PostgresStoreConfig::statement_timeout`).
-struct LoggedConnect;
+/// Connects with the driver (over TLS when the store was given a CA) and
+/// drives the connection on its own task, logging the server's warnings (a
+/// cancelled wait for the synchronous standby is one: see
+/// `PostgresStoreConfig::statement_timeout`).
+struct LoggedConnect {
+    tls: Option<MakeRustlsConnect>,
+}
 
 type Connected = (tokio_postgres::Client, tokio::task::JoinHandle<()>);
 
@@ -111,27 +118,68 @@ impl deadpool_postgres::Connect for LoggedConnect {
     ) -> Pin<Box<dyn Future<Output = Result<Connected, tokio_postgres::Error>> + Send + '_>> {
         let pg_config = pg_config.clone();
         Box::pin(async move {
-            let (client, mut connection) = pg_config.connect(NoTls).await?;
-            let task = tokio::spawn(async move {
-                loop {
-                    match poll_fn(|cx| connection.poll_message(cx)).await {
-                        Some(Ok(AsyncMessage::Notice(notice))) => tracing::warn!(
-                            code = notice.code().code(),
-                            "PostgreSQL: {}",
-                            notice.message()
-                        ),
-                        Some(Ok(_)) => {}
-                        Some(Err(err)) => {
-                            tracing::debug!(%err, "a PostgreSQL connection ended");
-                            break;
-                        }
-                        None => break,
-                    }
+            Ok(match &self.tls {
+                Some(tls) => {
+                    let (client, connection) = pg_config.connect(tls.clone()).await?;
+                    (client, drive(connection))
                 }
-            });
-            Ok((client, task))
+                None => {
+                    let (client, connection) = pg_config.connect(NoTls).await?;
+                    (client, drive(connection))
+                }
+            })
         })
     }
+}
+
+/// Drives `connection` on its own task until it ends, logging notices.
+fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>) -> tokio::task::JoinHandle<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            match poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notice(notice))) => tracing::warn!(
+                    code = notice.code().code(),
+                    "PostgreSQL: {}",
+                    notice.message()
+                ),
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    tracing::debug!(%err, "a PostgreSQL connection ended");
+                    break;
+                }
+                None => break,
+            }
+        }
+    })
+}
+
+/// A TLS connector trusting the CA certificates in `pem` alone (rustls on
+/// ring, as the servers use): the server's certificate must chain to one
+/// and name the host connected to.
+fn tls_connector(pem: &[u8]) -> Result<MakeRustlsConnect, StoreError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let problem = |what: String| StoreError::Engine(format!("the PostgreSQL CA: {what}"));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| problem(format!("not PEM certificates: {e}")))?;
+        roots.add(cert).map_err(|e| problem(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(problem("holds no certificate".into()));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| problem(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// Why no session could be had.
@@ -166,5 +214,22 @@ pub(crate) fn database_error(err: &tokio_postgres::Error) -> StoreError {
         None if err.is_closed() => "the database connection is closed",
         None => "the database did not answer",
     };
-    StoreError::Unavailable(format!("{reason}: {err}"))
+    StoreError::Unavailable(format!("{reason}: {}", with_causes(err)))
+}
+
+/// `err` and its causes on one line: the driver's own text is only "db
+/// error" or "error performing TLS handshake"; the server's message (a
+/// `pg_hba.conf` refusal) or rustls's (an unknown issuer) is in the causes.
+fn with_causes(err: &tokio_postgres::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(inner) = cause {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = inner.source();
+    }
+    text.replace('\n', " ")
 }

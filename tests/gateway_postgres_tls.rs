@@ -1,0 +1,153 @@
+//! The gateway reaches PostgreSQL over TLS, verified: a throwaway server
+//! (Debian's binaries) that accepts TLS sessions only (`hostssl` in its
+//! `pg_hba.conf`, `hostnossl` rejected) and serves a certificate of the
+//! project's own CA. With `--pg-ca` naming that CA the gateway serves
+//! writes and its sessions are TLS ones (`pg_stat_ssl`); without it the
+//! server refuses it, with another CA it refuses the server, and a URL
+//! asking for TLS without a CA is a one-line error — each stops the
+//! gateway at start, never a gateway that writes in the clear.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use palisade_local_cluster::{GatewayKeys, NodeSpec};
+use support::pg::PgServer;
+use support::{spawn_node, TestKey};
+
+#[path = "support/gateway_pg.rs"]
+mod gateway_pg;
+
+/// Runs `palisade args`; (exit code, stderr).
+fn palisade(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run palisade");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The server's certificate, key and `pg_hba.conf` in `dir/pg-tls`
+/// (readable by the `postgres` user, the key its own and private); the
+/// settings that make the server use them.
+fn server_tls(dir: &Path) -> Vec<String> {
+    let certs = dir.join("certs");
+    support::make_certs_for(&certs, &["127.0.0.1"]);
+    let tls = dir.join("pg-tls");
+    std::fs::create_dir_all(&tls).expect("mkdir");
+    let (cert, key, hba) = (
+        tls.join("server.crt"),
+        tls.join("server.key"),
+        tls.join("pg_hba.conf"),
+    );
+    std::fs::copy(certs.join("gateway.pem"), &cert).expect("cert");
+    std::fs::copy(certs.join("gateway-key.pem"), &key).expect("key");
+    std::fs::write(
+        &hba,
+        "hostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+    )
+    .expect("hba");
+    for (path, mode) in [
+        (dir, "755"),
+        (&tls, "755"),
+        (&cert, "644"),
+        (&hba, "644"),
+        (&key, "600"),
+    ] {
+        Command::new("chmod")
+            .arg(mode)
+            .arg(path)
+            .status()
+            .expect("chmod");
+    }
+    // PostgreSQL runs as `postgres` when the tests run as root: the key
+    // must be that user's (a failure here just means we are not root).
+    let _ = Command::new("chown")
+        .arg("postgres")
+        .arg(&key)
+        .stderr(std::process::Stdio::null())
+        .status();
+    vec![
+        "ssl=on".to_owned(),
+        format!("ssl_cert_file={}", cert.display()),
+        format!("ssl_key_file={}", key.display()),
+        format!("hba_file={}", hba.display()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reaches_postgresql_over_verified_tls_only() {
+    let dir = tempfile::Builder::new()
+        .prefix("palisade-pg-tls-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let settings = server_tls(dir.path());
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let Some(mut pg) = PgServer::start_with(&settings) else {
+        return;
+    };
+    let key = TestKey::new(dir.path());
+    let ca = dir.path().join("certs/ca.pem").display().to_string();
+
+    // With the CA: writes are served, over TLS sessions.
+    let mut spec = NodeSpec::gateway_on_postgres(
+        "127.0.0.1:0",
+        pg.url(),
+        GatewayKeys::PublicKey(key.pem_path.clone()),
+    );
+    spec.args = vec!["--pg-ca".into(), ca.clone()];
+    let gateway = spawn_node(spec);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let (status, body) =
+        gateway_pg::put(&http, &gateway.url, "tls/x", &key.jwt("tls", 3), "secret").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        gateway_pg::get(&http, &gateway.url, "tls/x").await.1,
+        "secret"
+    );
+    let sessions = pg
+        .server()
+        .sql(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) \
+             FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'palisade-gateway'",
+        )
+        .expect("psql");
+    let (tls, clear) = sessions.split_once('|').expect("two counts");
+    assert!(tls.parse::<u32>().is_ok_and(|n| n >= 1), "{sessions}");
+    assert_eq!(clear, "0", "a gateway session in the clear: {sessions}");
+    drop(gateway);
+
+    // Without a CA the server refuses the plain session; with another CA
+    // the gateway refuses the server; a URL asking for TLS needs a CA.
+    let other = dir.path().join("other");
+    support::make_certs_for(&other, &["127.0.0.1"]);
+    let other_ca = other.join("ca.pem").display().to_string();
+    let pem = key.pem_path.display().to_string();
+    let url = pg.url();
+    let require = format!("{url}?sslmode=require");
+    for (extra, says) in [
+        (vec!["--postgres", url.as_str()], "no encryption"),
+        (
+            vec!["--postgres", url.as_str(), "--pg-ca", other_ca.as_str()],
+            "certificate",
+        ),
+        (vec!["--postgres", require.as_str()], "--pg-ca"),
+    ] {
+        let mut args = vec!["gateway", "--listen", "127.0.0.1:0", "--public-key", &pem];
+        args.extend(extra.iter().copied());
+        let (code, stderr) = palisade(&args);
+        assert!(code.is_some_and(|c| c != 0), "{extra:?} started: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
+}
