@@ -56,4 +56,4 @@ pub use error::ApiError;
 pub use keys::{JwksCache, KeySource};
 pub use router::{request_deadline, router};
 pub use server::serve;
-pub use state::AppState;
+pub use state::{AppParts, AppState};

@@ -17,7 +17,7 @@ use ed25519_dalek::SigningKey;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use palisade_gateway::{AppState, GatewayConfig, KeySource, LeaseClaims, Verifier};
+use palisade_gateway::{AppParts, AppState, GatewayConfig, KeySource, LeaseClaims, Verifier};
 use palisade_store::{PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -76,13 +76,13 @@ async fn fixture_with_policy(
         Engine::Sled => {
             let mut store_config = SledStoreConfig::new(dir.path().join("data"));
             store_config.max_value_bytes = max_value_bytes;
-            palisade_gateway::router(AppState {
+            palisade_gateway::router(AppState::new(AppParts {
                 store: Arc::new(SledStore::open(&store_config).expect("open")),
                 verifier,
                 config: Arc::new(config),
                 policy,
                 observer: Default::default(),
-            })
+            }))
         }
         Engine::Postgres => {
             let mut store_config = PostgresStoreConfig::new(pg::fresh_database());
@@ -94,13 +94,13 @@ async fn fixture_with_policy(
             );
             let observer =
                 palisade_gateway::observe::Observer::default().with_shared_audit(store.clone());
-            palisade_gateway::router(AppState {
+            palisade_gateway::router(AppState::new(AppParts {
                 store,
                 verifier,
                 config: Arc::new(config),
                 policy,
                 observer: Arc::new(observer),
-            })
+            }))
         }
     };
     Fixture {

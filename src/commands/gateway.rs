@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{ArgGroup, Args};
 use palisade_gateway::observe::Observer;
-use palisade_gateway::{AppState, GatewayConfig, JwksCache, KeySource, Verifier};
+use palisade_gateway::{AppParts, AppState, GatewayConfig, JwksCache, KeySource, Verifier};
 use palisade_store::{FencedStore, PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 
 #[derive(Debug, Args)]
@@ -251,13 +251,13 @@ async fn serve_store<S: FencedStore>(
     engine: &'static str,
 ) -> anyhow::Result<()> {
     let config = parts.config;
-    let state = AppState {
+    let state = AppState::new(AppParts {
         store,
         verifier: parts.verifier,
         config: Arc::new(config.clone()),
         policy: parts.policy,
         observer: parts.observer,
-    };
+    });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
