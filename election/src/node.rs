@@ -299,6 +299,10 @@ fn api_state(
         config.quorum_timeout,
         shared.metrics.proposal_failures.clone(),
     );
+    let ui_gateway = config
+        .ui_gateway
+        .clone()
+        .map(crate::api::GatewayReader::new);
     let state = ApiState::new(ApiParts {
         raft,
         proposer,
@@ -313,6 +317,7 @@ fn api_state(
         jwts: Arc::default(),
         reads,
         series: Arc::default(),
+        ui_gateway,
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.
         forwarding: Admission::new(Seats::of(

@@ -38,6 +38,7 @@ pub use extract::MAX_BODY_BYTES;
 pub use forward::MAX_HOPS;
 pub use leases::bodies::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
+pub use ui::gateway::GatewayReader;
 pub use ui::sampler::sample as sample_status;
 
 use crate::error::ApiError;

@@ -57,6 +57,9 @@ pub struct ApiParts {
     pub jwts: Arc<TokenCache>,
     /// Shares quorum confirmations between concurrent renewals and reads.
     pub reads: Arc<ReadBatcher>,
+    /// The gateway the status page reads (`--ui-gateway`), its client built
+    /// once.
+    pub ui_gateway: Option<super::ui::gateway::GatewayReader>,
     /// What the status page plots (`ui/series.rs`).
     pub series: Arc<super::ui::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').

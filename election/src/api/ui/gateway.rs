@@ -1,12 +1,67 @@
 //! What the status page reads from the gateway named by `--ui-gateway`:
 //! its fencing audit (`GET /v1/fences`) and its refused-writes counter
 //! (`GET /metrics`), each with an 800 ms bound so a slow gateway slows no
-//! page by more than that.
+//! page by more than that, through one client the node builds at start
+//! ([`GatewayReader`]: no file read, no new connection pool per page).
 
 use crate::config::UiGateway;
 
+/// The gateway the pages read, and the client they read it with (or why
+/// there is none: its CA did not load).
+#[derive(Debug)]
+pub struct GatewayReader {
+    gateway: UiGateway,
+    http: Result<reqwest::Client, String>,
+}
+
+impl GatewayReader {
+    /// A reader of `gateway`, its client built once.
+    pub fn new(gateway: UiGateway) -> Self {
+        let http = client(&gateway);
+        if let Err(problem) = &http {
+            tracing::warn!(%problem, "the status page cannot read the gateway");
+        }
+        Self { gateway, http }
+    }
+
+    /// The gateway's URL.
+    pub(super) fn url(&self) -> &str {
+        &self.gateway.url
+    }
+
+    /// `GET path` on the gateway with its key.
+    async fn get(&self, path: &str) -> Result<reqwest::Response, String> {
+        get(
+            self.http.as_ref().map_err(String::clone)?,
+            &self.gateway,
+            path,
+        )
+        .await
+    }
+
+    /// The gateway's fencing audit: a JSON object per lease with a fence.
+    pub(super) async fn fences(&self) -> Result<Vec<serde_json::Value>, String> {
+        let answer = self.get("/v1/fences").await?;
+        let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
+        Ok(body["fences"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Writes the gateway refused for a stale token since it started (the
+    /// sum of `palisade_gateway_writes_total{result="stale_token"}` over
+    /// ops).
+    pub(super) async fn refused_writes(&self) -> Result<u64, String> {
+        let text = self
+            .get("/metrics")
+            .await?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(stale_token_writes(&text))
+    }
+}
+
 /// A client for `gateway`: its CA trusted if it has one.
-pub(super) fn client(gateway: &UiGateway) -> Result<reqwest::Client, String> {
+fn client(gateway: &UiGateway) -> Result<reqwest::Client, String> {
     let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(800));
     if let Some(ca) = &gateway.ca {
         let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
@@ -31,27 +86,6 @@ async fn get(
         return Err(format!("the gateway answered {}", answer.status()));
     }
     Ok(answer)
-}
-
-/// The gateway's fencing audit: a JSON object per lease with a fence.
-pub(super) async fn fences(gateway: &UiGateway) -> Result<Vec<serde_json::Value>, String> {
-    let answer = get(&client(gateway)?, gateway, "/v1/fences").await?;
-    let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
-    Ok(body["fences"].as_array().cloned().unwrap_or_default())
-}
-
-/// Writes the gateway refused for a stale token since it started (the sum
-/// of `palisade_gateway_writes_total{result="stale_token"}` over ops).
-pub(super) async fn refused_writes(
-    client: &reqwest::Client,
-    gateway: &UiGateway,
-) -> Result<u64, String> {
-    let text = get(client, gateway, "/metrics")
-        .await?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(stale_token_writes(&text))
 }
 
 /// The sum of the stale-token write counters in a Prometheus text body.

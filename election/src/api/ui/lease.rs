@@ -42,8 +42,8 @@ pub(in crate::api) async fn page(
     };
     standing(&mut html, &state, &lease, &record);
     history(&mut html, &record);
-    if let Some(gateway) = &state.config.ui_gateway {
-        refused(&mut html, gateway, &lease).await;
+    if let Some(reader) = &state.ui_gateway {
+        refused(&mut html, reader, &lease).await;
     }
     html.push_str("</body></html>");
     Html(html).into_response()
@@ -126,9 +126,9 @@ fn when(t: &Transition, now_ms: u64) -> String {
 }
 
 /// The gateway's refused writes for this lease.
-async fn refused(html: &mut String, gateway: &crate::config::UiGateway, lease: &LeaseName) {
+async fn refused(html: &mut String, reader: &super::gateway::GatewayReader, lease: &LeaseName) {
     html.push_str("<h2>Writes refused by the gateway</h2>");
-    let Some(fences) = super::fences_or_problem(html, gateway).await else {
+    let Some(fences) = super::fences_or_problem(html, reader).await else {
         return;
     };
     let Some(fence) = fences.iter().find(|f| f["lease"] == lease.as_str()) else {

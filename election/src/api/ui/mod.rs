@@ -12,7 +12,7 @@
 //! on this read-only route alone (see [`key_from_cookie`]), so no
 //! state-changing call can be made with it.
 
-mod gateway;
+pub mod gateway;
 pub(super) mod lease;
 pub(super) mod login;
 mod plots;
@@ -125,8 +125,8 @@ pub(super) async fn page(
         );
     }
     lease_section(&mut html, &state, &query.prefix, query.after.as_deref());
-    if let Some(gateway) = &state.config.ui_gateway {
-        gateway_fences(&mut html, gateway, &query.prefix).await;
+    if let Some(reader) = &state.ui_gateway {
+        gateway_fences(&mut html, reader, &query.prefix).await;
     }
     html.push_str("</body></html>");
     Ok(Html(html).into_response())
@@ -274,13 +274,13 @@ fn query_escape(text: &str) -> String {
 
 /// The gateway's fencing audit for leases under `prefix` (the viewer may
 /// read those): who was refused, with which token, from where.
-async fn gateway_fences(html: &mut String, gateway: &crate::config::UiGateway, prefix: &str) {
+async fn gateway_fences(html: &mut String, reader: &gateway::GatewayReader, prefix: &str) {
     let _ = write!(
         html,
         "<h2>Writes refused by the gateway</h2><p>{}</p>",
-        escape(&gateway.url)
+        escape(reader.url())
     );
-    let Some(fences) = fences_or_problem(html, gateway).await else {
+    let Some(fences) = fences_or_problem(html, reader).await else {
         return;
     };
     let shown: Vec<_> = fences
@@ -294,9 +294,10 @@ async fn gateway_fences(html: &mut String, gateway: &crate::config::UiGateway, p
 /// they cannot be read.
 async fn fences_or_problem(
     html: &mut String,
-    gateway: &crate::config::UiGateway,
+    reader: &gateway::GatewayReader,
 ) -> Option<Vec<serde_json::Value>> {
-    gateway::fences(gateway)
+    reader
+        .fences()
         .await
         .map_err(|err| {
             let _ = write!(

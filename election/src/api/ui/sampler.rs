@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::gateway;
 use super::series::{Sample, EVERY};
 use crate::api::state::ApiState;
 
@@ -22,29 +21,24 @@ struct Counts {
 
 /// Takes a sample of `state` into its series every [`EVERY`], forever.
 pub async fn sample(state: ApiState) {
-    let client = state
-        .config
-        .ui_gateway
-        .as_ref()
-        .and_then(|g| gateway::client(g).ok());
-    let mut before = counts(&state, client.as_ref()).await;
+    let mut before = counts(&state).await;
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let now = counts(&state, client.as_ref()).await;
+        let now = counts(&state).await;
         state.series.push(take(&state, &before, &now));
         before = now;
     }
 }
 
 /// The counters now (the gateway's if it answers within its bound).
-async fn counts(state: &ApiState, client: Option<&reqwest::Client>) -> Counts {
+async fn counts(state: &ApiState) -> Counts {
     let metrics = &state.shared.metrics;
-    let refused = match (client, &state.config.ui_gateway) {
-        (Some(client), Some(gateway)) => gateway::refused_writes(client, gateway).await.ok(),
-        _ => None,
+    let refused = match &state.ui_gateway {
+        Some(reader) => reader.refused_writes().await.ok(),
+        None => None,
     };
     Counts {
         renewals: metrics.renewals.get(),
