@@ -154,15 +154,9 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format")))]
 pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
     let raft = state.raft.metrics().borrow_watched().clone();
-    let (held, records) = state.shared.read(|s| {
-        let held = s
-            .table
-            .leases
-            .values()
-            .filter(|r| r.holder.is_some())
-            .count();
-        (held as u64, s.table.leases.len() as u64)
-    });
+    let (held, records) = state
+        .shared
+        .read(|s| (s.table.held(), s.table.leases.len() as u64));
     let now = crate::metrics::Snapshot {
         has_leader: raft.current_leader.is_some(),
         is_leader: raft.current_leader == Some(state.config.id),
@@ -171,7 +165,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
         applied_index: raft.last_applied.as_ref().map_or(0, |id| id.index),
         leases_held: held,
         leases_in_table: records,
-        waiters: (state.config.max_waiters - state.waiters.available_permits()) as u64,
+        waiters: state.waiting(),
     };
     (
         [(

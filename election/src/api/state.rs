@@ -74,6 +74,11 @@ pub struct ApiParts {
 }
 
 impl ApiState {
+    /// Blocking calls (waiting acquires, watches) waiting on this node now.
+    pub(super) fn waiting(&self) -> u64 {
+        (self.config.max_waiters - self.waiters.available_permits()) as u64
+    }
+
     /// The signer of the replicated signing key (it follows rotations);
     /// [`ApiError::NotReady`] before the first leader has installed one.
     pub(super) fn signer(&self) -> Result<Signer, ApiError> {

@@ -57,6 +57,12 @@ impl LeaseTable {
         }
     }
 
+    /// How many leases have a holder (a walk of the table: `/metrics` and
+    /// the status page's sampler, not a hot path).
+    pub fn held(&self) -> u64 {
+        self.leases.values().filter(|r| r.holder.is_some()).count() as u64
+    }
+
     /// How many records `principal` owns: leases it holds, and leases it
     /// held that are free but not yet reclaimed.
     pub fn owned_by(&self, principal: &str) -> u64 {

@@ -119,10 +119,8 @@ pub(super) fn cause(t: &Transition) -> String {
 
 /// How long ago `t` was proposed, on the proposer's clock.
 fn when(t: &Transition, now_ms: u64) -> String {
-    t.at_ms.map_or_else(
-        || "before stamps".to_owned(),
-        |at| format!("{:.1} s ago", now_ms.saturating_sub(at) as f64 / 1000.0),
-    )
+    t.at_ms
+        .map_or_else(|| "before stamps".to_owned(), |at| super::ago(now_ms, at))
 }
 
 /// The gateway's refused writes for this lease.

@@ -251,8 +251,7 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
 fn last_change(t: &Transition) -> String {
     let holder = t.holder.as_deref().unwrap_or("-");
     let ago = t.at_ms.map_or_else(String::new, |at| {
-        let ago_ms = crate::signing::unix_ms().saturating_sub(at);
-        format!(", {:.1} s ago", ago_ms as f64 / 1000.0)
+        format!(", {}", ago(crate::signing::unix_ms(), at))
     });
     format!(
         "{} of {} (token {}){ago}",
@@ -260,6 +259,11 @@ fn last_change(t: &Transition) -> String {
         escape(holder),
         t.token
     )
+}
+
+/// How long before `now_ms` the time `at_ms` was: `3.2 s ago`.
+fn ago(now_ms: u64, at_ms: u64) -> String {
+    format!("{:.1} s ago", now_ms.saturating_sub(at_ms) as f64 / 1000.0)
 }
 
 /// Percent-encodes `text` for a query string value.
@@ -323,9 +327,9 @@ fn fence_rows(html: &mut String, fences: &[serde_json::Value]) {
             serde_json::Value::Null => String::new(),
             v => escape(&v.as_str().map_or_else(|| v.to_string(), str::to_owned)),
         };
-        let when = last["at_unix_ms"].as_u64().map_or_else(String::new, |at| {
-            format!("{:.1} s ago", now.saturating_sub(at) as f64 / 1000.0)
-        });
+        let when = last["at_unix_ms"]
+            .as_u64()
+            .map_or_else(String::new, |at| ago(now, at));
         let _ = write!(
             html,
             "<tr><td class=\"lease\">{}</td><td class=\"refused\">{}</td><td>{}</td><td>{}</td>\

@@ -53,13 +53,7 @@ async fn counts(state: &ApiState) -> Counts {
 fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
     let secs = now.at.duration_since(before.at).as_secs_f64().max(0.001);
     let rate = |from: u64, to: u64| to.saturating_sub(from) as f64 / secs;
-    let held = state.shared.read(|s| {
-        s.table
-            .leases
-            .values()
-            .filter(|r| r.holder.is_some())
-            .count() as u64
-    });
+    let held = state.shared.read(|s| s.table.held());
     let raft = state.raft.metrics().borrow_watched().clone();
     Sample {
         at_ms: crate::signing::unix_ms(),
@@ -67,7 +61,7 @@ fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
         grants: rate(before.grants, now.grants),
         refused: before.refused.zip(now.refused).map(|(b, n)| rate(b, n)),
         held,
-        waiters: (state.config.max_waiters - state.waiters.available_permits()) as u64,
+        waiters: state.waiting(),
         renew_p99_ms: state
             .shared
             .metrics
