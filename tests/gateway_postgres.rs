@@ -356,20 +356,6 @@ async fn postgres_restarted_immediately_gives_503s_then_service_and_loses_nothin
     }
 }
 
-/// Runs `palisade ARGS` to its end (30 s at most): exit code and stderr.
-fn palisade(args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run palisade");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_postgres_settings_and_a_newer_schema_stop_the_gateway_with_one_line() {
     let Some(pg) = PgServer::start_with(&[]) else {
@@ -408,7 +394,8 @@ async fn bad_postgres_settings_and_a_newer_schema_stop_the_gateway_with_one_line
         (&[][..], "required"),
     ] {
         let args = with(more);
-        let (code, stderr) = palisade(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (code, stderr) =
+            support::run_palisade(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(code, Some(2), "{more:?}: {stderr}");
         assert!(stderr.contains(says), "{more:?}: {stderr}");
     }
@@ -422,7 +409,8 @@ async fn bad_postgres_settings_and_a_newer_schema_stop_the_gateway_with_one_line
         .await
         .expect("pretend a newer gateway migrated");
     let args = with(&["--postgres", &pg.url()]);
-    let (code, stderr) = palisade(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, stderr) =
+        support::run_palisade(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_ne!(code, Some(0));
     assert!(stderr.contains("version 99"), "{stderr}");
 }

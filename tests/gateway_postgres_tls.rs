@@ -20,20 +20,6 @@ use support::{spawn_node, TestKey};
 #[path = "support/gateway_pg.rs"]
 mod gateway_pg;
 
-/// Runs `palisade args`; (exit code, stderr).
-fn palisade(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run palisade");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The server's certificate, key and `pg_hba.conf` in `dir/pg-tls`
 /// (readable by the `postgres` user, the key its own and private); the
 /// settings that make the server use them.
@@ -146,7 +132,7 @@ async fn the_gateway_reaches_postgresql_over_verified_tls_only() {
     ] {
         let mut args = vec!["gateway", "--listen", "127.0.0.1:0", "--public-key", &pem];
         args.extend(extra.iter().copied());
-        let (code, stderr) = palisade(&args);
+        let (code, stderr) = support::run_palisade(&args);
         assert!(code.is_some_and(|c| c != 0), "{extra:?} started: {stderr}");
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
     }

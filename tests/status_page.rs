@@ -15,6 +15,42 @@ use std::process::Command;
 
 use support::{acquire, gateway_for, http_client, node_setup, spawn_node, Cluster};
 
+/// Chromium, or `None` after saying the test is skipped (a failure under
+/// `PALISADE_FAULT_STRICT=1`, which `.ci/run` sets after installing it).
+fn chromium_or_skip() -> Option<&'static str> {
+    let browser = chromium();
+    if browser.is_none() {
+        assert!(
+            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
+            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
+        );
+        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+    }
+    browser
+}
+
+/// Three nodes whose status pages show the refused writes of a gateway
+/// (its port chosen first, so the nodes can name it), and that gateway
+/// (`exp` leeway 30 s, so a late writer's expired JWT reaches the fence);
+/// the gateway's URL.
+fn cluster_showing_a_gateway(dir: &std::path::Path) -> (Cluster, support::Process, String) {
+    let gateway_port = support::free_ports(1)[0];
+    let gateway_url = format!("http://127.0.0.1:{gateway_port}");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir, id, "127.0.0.1");
+            setup.args = vec!["--ui-gateway".into(), gateway_url.clone()];
+            setup
+        })
+        .collect();
+    let cluster = Cluster::start_with(dir, setups);
+    let mut gateway = gateway_for(&cluster, &dir.join("gateway"));
+    gateway.listen = format!("127.0.0.1:{gateway_port}");
+    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
+    let gateway = spawn_node(gateway);
+    (cluster, gateway, gateway_url)
+}
+
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser", "google-chrome"]
         .into_iter()
@@ -28,30 +64,11 @@ fn chromium() -> Option<&'static str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() {
-    let Some(browser) = chromium() else {
-        assert!(
-            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
-            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
-        );
-        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    // The nodes show this gateway's refused writes (its port chosen first).
-    let gateway_port = support::free_ports(1)[0];
-    let gateway_url = format!("http://127.0.0.1:{gateway_port}");
-    let setups = (1..=3)
-        .map(|id| {
-            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
-            setup.args = vec!["--ui-gateway".into(), gateway_url.clone()];
-            setup
-        })
-        .collect();
-    let cluster = Cluster::start_with(dir.path(), setups);
-    let mut gateway = gateway_for(&cluster, &dir.path().join("gateway"));
-    gateway.listen = format!("127.0.0.1:{gateway_port}");
-    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
-    let _gateway = spawn_node(gateway);
+    let (cluster, _gateway, gateway_url) = cluster_showing_a_gateway(dir.path());
     let client = http_client();
     let leader = cluster.leader(&client).await;
     let base = cluster.url(leader);
@@ -161,12 +178,7 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
 /// `target/ui-screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
-    let Some(browser) = chromium() else {
-        assert!(
-            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
-            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
-        );
-        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -245,29 +257,11 @@ fn chart_figure(html: &str, id: &str, name: &str) -> f64 {
 /// holder is text on its page. Screenshots in `target/ui-screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plots_show_a_scripted_load_and_a_lease_page_shows_its_history() {
-    let Some(browser) = chromium() else {
-        assert!(
-            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
-            "PALISADE_FAULT_STRICT: chromium not found (apt-get install chromium)"
-        );
-        eprintln!("status page: SKIPPED: chromium not found (apt-get install chromium)");
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let gateway_port = support::free_ports(1)[0];
-    let gateway_url = format!("http://127.0.0.1:{gateway_port}");
-    let setups = (1..=3)
-        .map(|id| {
-            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
-            setup.args = vec!["--ui-gateway".into(), gateway_url.clone()];
-            setup
-        })
-        .collect();
-    let mut cluster = Cluster::start_with(dir.path(), setups);
-    let mut gateway = gateway_for(&cluster, &dir.path().join("gateway"));
-    gateway.listen = format!("127.0.0.1:{gateway_port}");
-    gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
-    let _gateway = spawn_node(gateway);
+    let (mut cluster, _gateway, gateway_url) = cluster_showing_a_gateway(dir.path());
     let client = http_client();
     let first = cluster.leader(&client).await;
     cluster.kill(first);

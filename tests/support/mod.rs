@@ -18,6 +18,21 @@ use palisade_names::{LeaseClaims, ISSUER};
 /// How long a starting node has to print its `listening on` line.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Runs `palisade args` to its end (stdin closed, `RUST_LOG=warn`): its
+/// exit code and stderr.
+pub fn run_palisade(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(palisade())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run palisade");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The binary under test.
 fn palisade() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_palisade"))
