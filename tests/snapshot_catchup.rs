@@ -29,7 +29,7 @@ async fn grant_many(client: &reqwest::Client, base: &str, prefix: &str) {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(32);
-    support::grant_many(client, base, prefix, leases(), clients).await;
+    support::grant_many(client, base, prefix, (leases(), 3_600_000), clients).await;
 }
 
 async fn cluster_view(client: &reqwest::Client, base: &str) -> Value {

@@ -71,6 +71,7 @@ mod flood;
 mod lazyfs;
 mod linearizable;
 mod netns;
+mod resources;
 mod rotation;
 mod storage;
 #[path = "../support/mod.rs"]
@@ -210,12 +211,15 @@ const POWER_CUT: &str = "power cut: node 2 or the gateway loses what it did not 
 /// preemptible).
 const BOSS_PRIORITY: &str = "10";
 
-/// Leases granted (and kept, ttl 1 h) per batch while a follower is paused:
-/// with snapshots every [`SNAPSHOT_EVERY`] entries and openraft keeping
-/// 1 000 entries after one, a batch or two purge past the paused follower,
-/// so it can only catch up by snapshot; the table grows with every such
-/// fault.
+/// Leases granted (and kept for [`BULK_TTL_MS`]) per batch while a follower
+/// is paused: with snapshots every [`SNAPSHOT_EVERY`] entries and openraft
+/// keeping 1 000 entries after one, a batch or two purge past the paused
+/// follower, so it can only catch up by snapshot; the table grows with
+/// every such fault until the first batches expire.
 const BULK_PER_FAULT: usize = 2_000;
+/// Their ttl: long enough to outlast the fault, short enough that a soak's
+/// table stops growing (a batch expires a few rounds of faults later).
+const BULK_TTL_MS: u64 = 300_000;
 const SNAPSHOT_EVERY: &str = "500";
 /// Blocking acquirers queued in one "many waiters" fault.
 const WAITERS: usize = 200;
@@ -350,6 +354,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     let Some(mut harness) = Harness::start(dir.path(), &setting).await else {
         return; // PostgreSQL is missing (and not required): said why.
     };
+    let resources = resources::Sampler::start(dir.path());
     let mut schedule = Schedule(seed);
     let mut faults: Vec<Fault> = Vec::new();
     let first_kind = schedule.next(kinds.len() as u64) as usize;
@@ -372,6 +377,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     // Let the last fault recover within its bound, then collect.
     tokio::time::sleep(Duration::from_millis(RECOVERY_MS + 1000)).await;
     let history = harness.finish(faults).await;
+    resources.report();
     let longest_fault = history
         .faults
         .iter()
@@ -731,7 +737,8 @@ impl Harness {
                 let (mut batch, mut view) = (0, serde_json::Value::Null);
                 while batch < 4 {
                     let prefix = format!("bulk.{run}.{batch}");
-                    support::grant_many(http, &base, &prefix, BULK_PER_FAULT, 16).await;
+                    support::grant_many(http, &base, &prefix, (BULK_PER_FAULT, BULK_TTL_MS), 16)
+                        .await;
                     batch += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     view = support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;

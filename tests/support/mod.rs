@@ -452,14 +452,14 @@ pub fn sdk(cluster: &Cluster, gateway: Option<&Process>) -> palisade_client::Cli
     palisade_client::Client::new(config)
 }
 
-/// Acquires `count` leases named `{prefix}-{i}` on `base` (ttl 1 h),
+/// Acquires `count` leases named `{prefix}-{i}` on `base` for `ttl_ms`,
 /// `clients` at a time; each acquire is retried for up to 10 s (a leader
 /// change under this load is not what the callers test).
 pub async fn grant_many(
     client: &reqwest::Client,
     base: &str,
     prefix: &str,
-    count: usize,
+    (count, ttl_ms): (usize, u64),
     clients: usize,
 ) {
     let mut tasks = Vec::new();
@@ -468,7 +468,7 @@ pub async fn grant_many(
         tasks.push(tokio::spawn(async move {
             for i in (task..count).step_by(clients) {
                 let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
-                let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": 3_600_000});
+                let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": ttl_ms});
                 let mut done = false;
                 for _ in 0..200 {
                     let (status, _) = post_json_once(&client, &url, body.clone()).await;

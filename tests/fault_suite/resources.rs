@@ -1,0 +1,222 @@
+//! What a run's processes hold over time, so that a soak shows whether
+//! memory or disk grows: every [`EVERY`], the resident memory of each
+//! process started for the run (found by its command line naming the run's
+//! directory) and the disk its data directory takes (allocated blocks).
+//! Processes are named by role, not pid, so a node restarted by a fault
+//! stays one row: `node node1`, `gateway gateway`, `worker w1`,
+//! `postgres data` (PostgreSQL's processes summed), `lazyfs election-2`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use palisade_client::CancellationToken;
+
+const EVERY: Duration = Duration::from_secs(10);
+
+/// One process (or group) at one moment.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    rss_kib: u64,
+    /// Its data directory's allocated size, if it names one.
+    disk_kib: Option<u64>,
+}
+
+type Samples = Vec<(Duration, BTreeMap<String, Usage>)>;
+
+/// Samples in the background until [`Sampler::report`].
+pub struct Sampler {
+    samples: Arc<Mutex<Samples>>,
+    stop: CancellationToken,
+}
+
+impl Sampler {
+    pub fn start(run_dir: &Path) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = CancellationToken::new();
+        let (dir, into, until) = (run_dir.to_owned(), samples.clone(), stop.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                let dir = dir.clone();
+                // Off the runtime: a data dir on a lazyfs mount being cut
+                // may answer slowly.
+                let Ok(sample) = tokio::task::spawn_blocking(move || sample(&dir)).await else {
+                    return;
+                };
+                into.lock()
+                    .expect("samples")
+                    .push((started.elapsed(), sample));
+                tokio::select! {
+                    _ = until.cancelled() => return,
+                    _ = tokio::time::sleep(EVERY) => {}
+                }
+            }
+        });
+        Self { samples, stop }
+    }
+
+    /// Stops sampling and prints, per process, its memory and disk at a
+    /// quarter of the run (after the start-up growth), at its peak and at
+    /// the end.
+    pub fn report(self) {
+        self.stop.cancel();
+        let samples = self.samples.lock().expect("samples").clone();
+        let Some((end, _)) = samples.last() else {
+            return;
+        };
+        let quarter = *end / 4;
+        let labels: std::collections::BTreeSet<&String> =
+            samples.iter().flat_map(|(_, s)| s.keys()).collect();
+        eprintln!(
+            "fault suite: resources over {} s, {} samples (MiB: at 1/4 of the run, peak, end)",
+            end.as_secs(),
+            samples.len()
+        );
+        eprintln!(
+            "  {:<28} {:>22} {:>22}",
+            "process", "rss 1/4 / max / end", "disk 1/4 / max / end"
+        );
+        for label in labels {
+            let seen: Vec<(Duration, Usage)> = samples
+                .iter()
+                .filter_map(|(at, s)| s.get(label).map(|u| (*at, *u)))
+                .collect();
+            let rss = Row::of(&seen, quarter, |u| Some(u.rss_kib));
+            let disk = Row::of(&seen, quarter, |u| u.disk_kib);
+            eprintln!("  {label:<28} {rss:>22} {disk:>22}");
+        }
+    }
+}
+
+/// One figure's value at a quarter of the run, its peak and its last.
+struct Row(Option<(u64, u64, u64)>);
+
+impl Row {
+    fn of(
+        seen: &[(Duration, Usage)],
+        quarter: Duration,
+        figure: fn(&Usage) -> Option<u64>,
+    ) -> Self {
+        let values: Vec<(Duration, u64)> = seen
+            .iter()
+            .filter_map(|(at, u)| figure(u).map(|v| (*at, v)))
+            .collect();
+        let at_quarter = values
+            .iter()
+            .find(|(at, _)| *at >= quarter)
+            .or(values.last());
+        let peak = values.iter().map(|(_, v)| *v).max();
+        Self(match (at_quarter, peak, values.last()) {
+            (Some((_, q)), Some(peak), Some((_, last))) => Some((*q, peak, *last)),
+            _ => None,
+        })
+    }
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self.0 {
+            Some((q, peak, last)) => {
+                let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
+                format!("{} / {} / {}", mib(q), mib(peak), mib(last))
+            }
+            None => "-".to_owned(),
+        };
+        f.pad(&text)
+    }
+}
+
+/// Every process whose command line names `run_dir`, by role.
+fn sample(run_dir: &Path) -> BTreeMap<String, Usage> {
+    let needle = run_dir.to_string_lossy().into_owned();
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return usage;
+    };
+    for entry in procs.flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.iter().any(|a| a.contains(&needle)) {
+            continue;
+        }
+        let Some(rss_kib) = rss_kib(&path) else {
+            continue; // gone, or a zombie
+        };
+        let (label, data_dir) = role(&args, run_dir);
+        let entry = usage.entry(label).or_default();
+        entry.rss_kib += rss_kib;
+        if entry.disk_kib.is_none() {
+            entry.disk_kib = data_dir.map(|d| allocated_kib(&d));
+        }
+    }
+    usage
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kib(proc_dir: &Path) -> Option<u64> {
+    let status = std::fs::read_to_string(proc_dir.join("status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A process's row name and data directory: `palisade <command>` named by
+/// its data dir (relative to the run's), holder or listen address; any
+/// other program by its binary and the directory it is given (`-D`).
+fn role(args: &[String], run_dir: &Path) -> (String, Option<PathBuf>) {
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+    };
+    let binary = Path::new(&args[0])
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let data_dir = value("--data-dir").or(value("-D")).map(PathBuf::from);
+    let name = match &data_dir {
+        Some(dir) => dir
+            .strip_prefix(run_dir)
+            .unwrap_or(dir)
+            .display()
+            .to_string(),
+        None => value("--holder")
+            .or(value("--listen"))
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let what = match binary.as_str() {
+        "palisade" => args.get(1).cloned().unwrap_or_default(),
+        other => other.to_owned(),
+    };
+    (format!("{what} {name}").trim().to_owned(), data_dir)
+}
+
+/// The blocks allocated under `dir`, in KiB (files that vanish while it is
+/// walked are skipped).
+fn allocated_kib(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.blocks() / 2;
+            }
+        }
+    }
+    total
+}
