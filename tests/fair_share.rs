@@ -10,6 +10,8 @@
 //! - Quota: `intruder` cannot fill the table. With
 //!   `--max-leases-per-principal 40` its 41st lease is a 429 `over_quota`
 //!   (and changes nothing), while `orders` still acquires its own.
+//! - The status page: `intruder` flooding `GET /ui/leases/{name}` on a node
+//!   whose gateway never answers is cut to its share; `orders` is served.
 
 mod support;
 
@@ -219,4 +221,91 @@ async fn one_principal_cannot_fill_the_table() {
         let (status, body) = acquire(&orders, format!("orders.mine-{i}"), "mine").await;
         assert_eq!(status, 200, "another principal's lease {i}: {body}");
     }
+}
+
+/// The status page's lease view is no way around the shares: `intruder`
+/// floods `GET /ui/leases/{name}` on one node whose gateway never answers
+/// (each view then holds its seat for the gateway read's whole bound,
+/// the page's slowest case), with more views at once than the node's short
+/// seats. `orders`' calls through that node all answer 200, and the flood
+/// is cut to its share (429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_lease_pages_starves_no_one_else() {
+    let _serial = SERIAL.lock().await;
+    // A gateway that accepts connections and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let gateway = format!("http://{}", silent.local_addr().expect("address"));
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 512 requests in flight: 160 short seats, so the flood's views at
+    // once exceed what one flow may borrow (three quarters of them).
+    let (cluster, access) = start(
+        dir.path(),
+        &["--ui-gateway", &gateway, "--max-requests", "512"],
+    );
+    let admin = access.http("admin");
+    let leader = cluster.leader(&admin).await;
+    let via = cluster.url(if leader == 1 { 2 } else { 1 });
+    let (status, held) = post_json(
+        &admin,
+        &format!("{}/v1/leases/orders.page/acquire", cluster.url(leader)),
+        json!({"holder": "owner", "ttl_ms": 30_000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{held}");
+
+    let intruder = access.http_with_timeout("intruder", Duration::from_secs(20));
+    let page = format!("{via}/ui/leases/orders.page");
+    let flood: Vec<_> = (0..FLOOD)
+        .map(|_| {
+            let (intruder, page) = (intruder.clone(), page.clone());
+            tokio::spawn(async move {
+                let until = Instant::now() + Duration::from_secs(5);
+                let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+                while Instant::now() < until {
+                    let status = match intruder.get(&page).send().await {
+                        Ok(answer) => answer.status().as_u16(),
+                        Err(_) => 0,
+                    };
+                    *answers.entry(status).or_default() += 1;
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let failures = victim_calls(&access, &via).await;
+    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
+    for call in flood {
+        for (status, count) in call.await.expect("flood task") {
+            *outcomes.entry(status).or_default() += count;
+        }
+    }
+    hold.abort();
+    eprintln!("the page flood's answers: {outcomes:?}");
+    assert!(
+        failures.is_empty(),
+        "the victim's calls through the flooded node failed: {failures:?}"
+    );
+    assert!(
+        outcomes.get(&429).copied().unwrap_or(0) > 0,
+        "the page flood was never cut to its share: {outcomes:?}"
+    );
+    assert!(
+        outcomes.get(&200).copied().unwrap_or(0) > 0,
+        "no page was served: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.get(&0),
+        None,
+        "page views left unanswered: {outcomes:?}"
+    );
 }

@@ -234,6 +234,57 @@ async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
     page.navigate(&format!("{base}/ui")).await;
     page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
         .await;
+
+    // Login CSRF: another site's page posts the intruder's key to the
+    // form. Refused (403, the form with the reason), and /ui still asks
+    // for a key: the browser was not signed in as the intruder.
+    let attacker = attacker_page(&base, &access.key("intruder")).await;
+    page.navigate(&attacker.url).await;
+    page.wait_for("!!document.getElementById('problem')").await;
+    let problem = page
+        .eval("document.getElementById('problem').textContent")
+        .await;
+    assert!(problem.contains("another site"), "{problem}");
+    page.navigate(&format!("{base}/ui")).await;
+    page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
+        .await;
+    attacker.server.abort();
+}
+
+/// Another site: a page on its own port (another origin) whose form posts
+/// `key` to `base`'s sign-in the moment it loads.
+struct Attacker {
+    url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+async fn attacker_page(base: &str, key: &str) -> Attacker {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the attacker's site");
+    let url = format!("http://{}/", listener.local_addr().expect("address"));
+    let html = format!(
+        "<!doctype html><form method=\"post\" action=\"{base}/ui/login\">\
+         <input name=\"key\" value=\"{key}\"></form>\
+         <script>document.forms[0].submit()</script>"
+    );
+    let server = tokio::spawn(async move {
+        // A page or two (the browser may also ask for a favicon).
+        for _ in 0..8 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                html.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    Attacker { url, server }
 }
 
 /// The `data-<name>` of the chart `id` in a status page's HTML (0 if

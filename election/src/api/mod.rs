@@ -143,6 +143,8 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
 pub fn router(state: ApiState) -> Router {
     let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true);
     let needs = |route, need, kind| guarded(&state, route, need, kind, false);
+    // Signing in and out: no principal yet, so the address's share.
+    let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
     lease_routes(&state)
         .route(
             "/v1/cluster/rotate-key",
@@ -176,8 +178,11 @@ pub fn router(state: ApiState) -> Router {
             needs(get(ui::lease::page), Need::Lease(Right::Read), Kind::Short)
                 .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
         )
-        .route("/ui/login", get(ui::login::form).post(ui::login::login))
-        .route("/ui/logout", post(ui::login::logout))
+        .route(
+            "/ui/login",
+            get(ui::login::form).merge(post(ui::login::login).route_layer(seat())),
+        )
+        .route("/ui/logout", post(ui::login::logout).route_layer(seat()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

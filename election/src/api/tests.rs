@@ -946,6 +946,71 @@ async fn the_status_page_escapes_client_text_and_honours_the_policy() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "a cookie opens no write");
 }
 
+/// Login CSRF: a sign-in or sign-out posted from another site's page (its
+/// `Origin` is not this node's host) is refused with 403 and sets or
+/// clears nothing; the same form from the node's own page, or with no
+/// `Origin` at all (curl), or through a proxy that names the host in
+/// `X-Forwarded-Host`, passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_posted_from_another_site_is_refused() {
+    use palisade_serve::policy::{key_digest, Policy};
+    let reader = "pal_reader_key_for_the_csrf_test_000001";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{"reader": {{"keys": ["{}"], "read": [""]}}}}}}"#,
+        key_digest(reader)
+    ))
+    .expect("policy");
+    let node = node_with(|c| c.policy = Some(std::sync::Arc::new(policy.into()))).await;
+    let post = |path: &str, headers: &[(&str, &str)]| {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header("content-type", "application/x-www-form-urlencoded");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Body::from(format!("key={reader}")))
+            .expect("request");
+        let app = node.app.clone();
+        async move { app.oneshot(request).await.expect("answer") }
+    };
+    let host = ("host", "node.example:7001");
+    for (path, origin) in [
+        ("/ui/login", "https://evil.example"),
+        ("/ui/login", "null"),
+        ("/ui/login", "https://node.example:7002"),
+        ("/ui/logout", "https://evil.example"),
+    ] {
+        let refused = post(path, &[host, ("origin", origin)]).await;
+        assert_eq!(
+            refused.status(),
+            StatusCode::FORBIDDEN,
+            "{path} from {origin}"
+        );
+        assert!(
+            refused.headers().get("set-cookie").is_none(),
+            "{path} from {origin} set a cookie"
+        );
+    }
+    for headers in [
+        vec![host, ("origin", "https://node.example:7001")],
+        vec![host],
+        vec![
+            ("host", "10.0.0.5:7001"),
+            ("x-forwarded-host", "status.example"),
+            ("origin", "https://status.example"),
+        ],
+    ] {
+        let signed_in = post("/ui/login", &headers).await;
+        assert_eq!(signed_in.status(), StatusCode::SEE_OTHER, "{headers:?}");
+        assert!(
+            signed_in.headers().get("set-cookie").is_some(),
+            "{headers:?}"
+        );
+    }
+}
+
 /// The sign-in form: a known key gets a 303 to `/ui` and an `HttpOnly`,
 /// `SameSite=Strict` cookie scoped to `/ui`; an unknown or missing one
 /// gets the form again (401, 400) and no cookie; a browser without a key
