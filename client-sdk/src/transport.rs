@@ -152,8 +152,12 @@ impl Transport {
                         );
                     }
                     let status = response.status().as_u16();
-                    let body = response.bytes().await.unwrap_or_default();
-                    return Ok((status, body));
+                    // An answer cut mid-body is a transport failure (asked
+                    // again, like a lost connection), not a bad answer.
+                    match response.bytes().await {
+                        Ok(body) => return Ok((status, body)),
+                        Err(err) => format!("{url}: {status}, then the answer was cut: {err}"),
+                    }
                 }
                 Ok(response) => {
                     let status = response.status().as_u16();
@@ -301,4 +305,49 @@ pub(crate) fn grant_body(id: &GrantId, with_index: bool) -> Value {
         body["grant_index"] = json!(grant_index);
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node whose first answer is cut mid-body (the connection closes
+    /// after a few bytes of a longer `content-length`) and whose second is
+    /// whole: the cut is a transport failure, asked again, not a bad
+    /// answer.
+    #[tokio::test]
+    async fn an_answer_cut_mid_body_is_asked_again() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let whole = r#"{"lease":"cut","holder":null,"token":0,"ttl_ms":0,"transitions":0,"modify_index":0}"#;
+        let server = tokio::spawn(async move {
+            for attempt in 0..2 {
+                let (mut socket, _) = listener.accept().await.expect("accept");
+                let mut request = [0u8; 2048];
+                let _ = socket.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    whole.len()
+                );
+                let body = if attempt == 0 { &whole[..8] } else { whole };
+                let _ = socket.write_all(format!("{head}{body}").as_bytes()).await;
+                // Closing the first connection cuts its answer short.
+            }
+        });
+        let mut config = ClientConfig::new([url]);
+        config.http2 = false;
+        let transport = Transport::new(config);
+        let answer = transport
+            .election(reqwest::Method::GET, "/v1/leases/cut", None, Duration::ZERO)
+            .await
+            .expect("asked again after the cut");
+        assert_eq!(
+            (answer.status, answer.body["lease"].as_str()),
+            (200, Some("cut"))
+        );
+        server.await.expect("server");
+    }
 }
