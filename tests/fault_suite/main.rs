@@ -174,7 +174,12 @@ fn worker(
         .args(extra)
         .args(access.cli_args("orders"))
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
+        // What it printed (each campaign, write and loss), for a fault
+        // that needs explaining.
+        .stdout(
+            std::fs::File::create(history.with_extension("out"))
+                .map_or_else(|_| Stdio::null(), Stdio::from),
+        )
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn worker")
@@ -796,7 +801,7 @@ impl Harness {
                     &[],
                     &["--priority", BOSS_PRIORITY],
                 );
-                self.histories.push(path);
+                self.histories.push(path.clone());
                 // The holder learns it is preempted on its next renew and
                 // lets go; the boss, first in the queue by priority, is
                 // granted then: within a renew interval and a commit, well
@@ -815,10 +820,17 @@ impl Harness {
                     // releases): the workers take the lease back.
                     tokio::time::sleep(Duration::from_millis(500 + schedule.next(1000))).await;
                 }
+                let why = match took {
+                    Some(_) => String::new(),
+                    None => {
+                        let output = path.with_extension("out");
+                        why_not_preempted(http, cluster, lease, &output).await
+                    }
+                };
                 signal(child.id(), "TERM");
                 let _ = child.wait();
                 let took = took.unwrap_or_else(|| {
-                    panic!("{boss} (priority {BOSS_PRIORITY}) did not preempt the holder of {lease} within {RECOVERY_MS} ms")
+                    panic!("{boss} (priority {BOSS_PRIORITY}) did not preempt the holder of {lease} within {RECOVERY_MS} ms:{why}")
                 });
                 eprintln!(
                     "fault suite: {boss} preempted {lease} in {} ms",
@@ -1169,15 +1181,46 @@ fn follower(leader: u64, schedule: &mut Schedule) -> u64 {
 
 /// Who holds `lease` now, as some node's applied state says.
 async fn current_holder(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Option<String> {
+    // The first node that answers the lease (a node that has just rejoined
+    // may answer 503 for a while: the next one is asked, as the SDK does).
     for url in cluster.urls() {
         let Ok(response) = http.get(format!("{url}/v1/leases/{lease}")).send().await else {
             continue;
         };
+        if response.status() != reqwest::StatusCode::OK {
+            continue;
+        }
         if let Ok(body) = response.json::<serde_json::Value>().await {
             return body["holder"].as_str().map(str::to_owned);
         }
     }
     None
+}
+
+/// What every node answers about `lease` and itself, and the tail of the
+/// boss's output: printed when a preemption misses its bound.
+async fn why_not_preempted(
+    http: &reqwest::Client,
+    cluster: &Cluster,
+    lease: &str,
+    boss_output: &Path,
+) -> String {
+    let mut why = String::new();
+    for url in cluster.urls() {
+        for path in [format!("/v1/leases/{lease}"), "/v1/cluster".to_owned()] {
+            let answer = match http.get(format!("{url}{path}")).send().await {
+                Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+                Err(err) => err.to_string(),
+            };
+            why.push_str(&format!("\n  {url}{path}: {answer}"));
+        }
+    }
+    let output = std::fs::read_to_string(boss_output).unwrap_or_default();
+    let tail: Vec<&str> = output.lines().rev().take(20).collect();
+    why.push_str(&format!(
+        "\n  the boss's last lines (newest first): {tail:?}"
+    ));
+    why
 }
 
 /// Prints what ran: per fault kind, how often, the slowest recovery after

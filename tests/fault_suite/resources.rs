@@ -25,10 +25,19 @@ struct Usage {
 
 type Samples = Vec<(Duration, BTreeMap<String, Usage>)>;
 
-/// Samples in the background until [`Sampler::report`].
+/// Samples in the background until [`Sampler::report`], or until dropped
+/// (a run that panics still prints what it sampled).
 pub struct Sampler {
     samples: Arc<Mutex<Samples>>,
     stop: CancellationToken,
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if !self.stop.is_cancelled() {
+            self.print();
+        }
+    }
 }
 
 impl Sampler {
@@ -61,8 +70,15 @@ impl Sampler {
     /// quarter of the run (after the start-up growth), at its peak and at
     /// the end.
     pub fn report(self) {
+        self.print();
+    }
+
+    fn print(&self) {
         self.stop.cancel();
-        let samples = self.samples.lock().expect("samples").clone();
+        let samples = match self.samples.lock() {
+            Ok(samples) => samples.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
         let Some((end, _)) = samples.last() else {
             return;
         };
