@@ -17,9 +17,10 @@
 //!   leases with everything `GET` shows (holder, token, index) and no
 //!   secret, as a principal with every right: every attempt must fail;
 //! - a follower SIGSTOPped while the leader grants batches of 2 000 leases and
-//!   purges its log past it (snapshots every 500 entries; the table grows
-//!   with every such fault): resumed, it must catch up by snapshot within
-//!   30 s and show the newest lease from its own state;
+//!   purges its log past it (snapshots every 500 entries): resumed, it must
+//!   catch up by snapshot within 30 s and show the newest lease from its
+//!   own state; the batches are released then (a soak's table stays
+//!   bounded);
 //! - 200 blocking acquirers queued on one lease, which passes down the
 //!   queue (each waiter releases once granted): none may be refused 409;
 //! - preemption: the workers acquire preemptible at priority 0; a "boss"
@@ -216,15 +217,14 @@ const POWER_CUT: &str = "power cut: node 2 or the gateway loses what it did not 
 /// preemptible).
 const BOSS_PRIORITY: &str = "10";
 
-/// Leases granted (and kept for [`BULK_TTL_MS`]) per batch while a follower
-/// is paused: with snapshots every [`SNAPSHOT_EVERY`] entries and openraft
-/// keeping 1 000 entries after one, a batch or two purge past the paused
-/// follower, so it can only catch up by snapshot; the table grows with
-/// every such fault until the first batches expire.
+/// Leases granted per batch while a follower is paused: with snapshots
+/// every [`SNAPSHOT_EVERY`] entries and openraft keeping 1 000 entries
+/// after one, a batch or two purge past the paused follower, so it can only
+/// catch up by snapshot of a big table. Released once it has: a soak's
+/// table stays bounded (a ttl would not do it: every new leader starts
+/// every deadline afresh, and leaders change every few faults).
 const BULK_PER_FAULT: usize = 2_000;
-/// Their ttl: long enough to outlast the fault, short enough that a soak's
-/// table stops growing (a batch expires a few rounds of faults later).
-const BULK_TTL_MS: u64 = 300_000;
+const BULK_TTL_MS: u64 = 3_600_000;
 const SNAPSHOT_EVERY: &str = "500";
 /// Blocking acquirers queued in one "many waiters" fault.
 const WAITERS: usize = 200;
@@ -740,10 +740,11 @@ impl Harness {
                 // (it purges a little after each snapshot), at most 4x.
                 let run = monotonic_ns();
                 let (mut batch, mut view) = (0, serde_json::Value::Null);
+                let mut grants = Vec::new();
                 while batch < 4 {
                     let prefix = format!("bulk.{run}.{batch}");
-                    support::grant_many(http, &base, &prefix, (BULK_PER_FAULT, BULK_TTL_MS), 16)
-                        .await;
+                    let each = (BULK_PER_FAULT, BULK_TTL_MS);
+                    grants.extend(support::grant_many(http, &base, &prefix, each, 16).await);
                     batch += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     view = support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
@@ -771,6 +772,7 @@ impl Harness {
                     lease["holder"].is_string(),
                     "{url} does not show {last}: {lease}"
                 );
+                support::release_many(http, &url, grants, 16).await;
             }
             MANY_WAITERS => {
                 let base = cluster.url(cluster.leader(http).await);

@@ -454,36 +454,79 @@ pub fn sdk(cluster: &Cluster, gateway: Option<&Process>) -> palisade_client::Cli
 
 /// Acquires `count` leases named `{prefix}-{i}` on `base` for `ttl_ms`,
 /// `clients` at a time; each acquire is retried for up to 10 s (a leader
-/// change under this load is not what the callers test).
+/// change under this load is not what the callers test). Answers each
+/// grant (`lease`, `holder`, `token`, `secret`), for [`release_many`].
 pub async fn grant_many(
     client: &reqwest::Client,
     base: &str,
     prefix: &str,
     (count, ttl_ms): (usize, u64),
     clients: usize,
-) {
+) -> Vec<serde_json::Value> {
     let mut tasks = Vec::new();
     for task in 0..clients {
         let (client, base, prefix) = (client.clone(), base.to_owned(), prefix.to_owned());
         tasks.push(tokio::spawn(async move {
+            let mut grants = Vec::new();
             for i in (task..count).step_by(clients) {
                 let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
                 let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": ttl_ms});
+                let mut granted = None;
+                for _ in 0..200 {
+                    let (status, grant) = post_json_once(&client, &url, body.clone()).await;
+                    if status == 200 {
+                        granted = Some(grant);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                grants.push(granted.unwrap_or_else(|| panic!("acquire {prefix}-{i} failed")));
+            }
+            grants
+        }));
+    }
+    let mut grants = Vec::new();
+    for task in tasks {
+        grants.extend(task.await.expect("acquirer"));
+    }
+    grants
+}
+
+/// Releases `grants` (as [`grant_many`] answered them) through `base`,
+/// `clients` at a time; each release is retried for up to 10 s, and a 409
+/// (already gone) counts as released.
+pub async fn release_many(
+    client: &reqwest::Client,
+    base: &str,
+    grants: Vec<serde_json::Value>,
+    clients: usize,
+) {
+    let grants = std::sync::Arc::new(grants);
+    let mut tasks = Vec::new();
+    for task in 0..clients {
+        let (client, base, grants) = (client.clone(), base.to_owned(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            for grant in grants.iter().skip(task).step_by(clients) {
+                let lease = grant["lease"].as_str().unwrap_or_default();
+                let url = format!("{base}/v1/leases/{lease}/release");
+                let body = serde_json::json!({
+                    "holder": grant["holder"], "token": grant["token"], "secret": grant["secret"]
+                });
                 let mut done = false;
                 for _ in 0..200 {
                     let (status, _) = post_json_once(&client, &url, body.clone()).await;
-                    if status == 200 {
+                    if status == 200 || status == 409 {
                         done = true;
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                assert!(done, "acquire {prefix}-{i} failed");
+                assert!(done, "release of {lease} failed");
             }
         }));
     }
     for task in tasks {
-        task.await.expect("acquirer");
+        task.await.expect("releaser");
     }
 }
 
