@@ -157,6 +157,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     tokio::pin!(shutdown);
     let mut sequence = 0u64;
     loop {
+        // When the campaign started, on the histories' clock (a late
+        // start explains a late grant).
+        println!("campaigning at {}", monotonic_ns());
         let acquired = tokio::select! {
             () = &mut shutdown => return Ok(ExitCode::SUCCESS),
             acquired = client.acquire_with(&args.lease, &args.holder, Duration::from_millis(args.ttl_ms), Some(Duration::from_secs(30)), args.terms.options()) => acquired,

@@ -794,6 +794,7 @@ impl Harness {
                 let lease = ROLES[2 * schedule.next(2) as usize].0;
                 let boss = format!("boss{}", self.histories.len());
                 let path = self.dir.join(format!("{boss}.jsonl"));
+                let spawned = monotonic_ns();
                 let mut child = worker(
                     cluster,
                     &self.access,
@@ -826,7 +827,8 @@ impl Harness {
                     Some(_) => String::new(),
                     None => {
                         let output = path.with_extension("out");
-                        why_not_preempted(http, cluster, lease, &output).await
+                        let why = why_not_preempted(http, cluster, lease, &output).await;
+                        format!("\n  spawned at {spawned}, now {}{why}", monotonic_ns())
                     }
                 };
                 signal(child.id(), "TERM");

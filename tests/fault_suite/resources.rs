@@ -66,9 +66,10 @@ impl Sampler {
         Self { samples, stop }
     }
 
-    /// Stops sampling and prints, per process, its memory and disk at a
-    /// quarter of the run (after the start-up growth), at its peak and at
-    /// the end.
+    /// Stops sampling and prints, per process, its memory and disk at
+    /// each tenth of the run and at their peak, so a trend shows (a
+    /// process seen in fewer than three samples, like a short-lived boss,
+    /// is left out).
     pub fn report(self) {
         self.print();
     }
@@ -82,66 +83,50 @@ impl Sampler {
         let Some((end, _)) = samples.last() else {
             return;
         };
-        let quarter = *end / 4;
         let labels: std::collections::BTreeSet<&String> =
             samples.iter().flat_map(|(_, s)| s.keys()).collect();
         eprintln!(
-            "fault suite: resources over {} s, {} samples (MiB: at 1/4 of the run, peak, end)",
+            "fault suite: resources over {} s, {} samples (MiB at 0, 10, .., 100% of the run; peak)",
             end.as_secs(),
             samples.len()
-        );
-        eprintln!(
-            "  {:<28} {:>22} {:>22}",
-            "process", "rss 1/4 / max / end", "disk 1/4 / max / end"
         );
         for label in labels {
             let seen: Vec<(Duration, Usage)> = samples
                 .iter()
                 .filter_map(|(at, s)| s.get(label).map(|u| (*at, *u)))
                 .collect();
-            let rss = Row::of(&seen, quarter, |u| Some(u.rss_kib));
-            let disk = Row::of(&seen, quarter, |u| u.disk_kib);
-            eprintln!("  {label:<28} {rss:>22} {disk:>22}");
+            if seen.len() < 3 {
+                continue;
+            }
+            let rss = series(&seen, *end, |u| Some(u.rss_kib));
+            eprintln!("  {label:<28} rss  {rss}");
+            let disk = series(&seen, *end, |u| u.disk_kib);
+            if !disk.is_empty() {
+                eprintln!("  {:<28} disk {disk}", "");
+            }
         }
     }
 }
 
-/// One figure's value at a quarter of the run, its peak and its last.
-struct Row(Option<(u64, u64, u64)>);
-
-impl Row {
-    fn of(
-        seen: &[(Duration, Usage)],
-        quarter: Duration,
-        figure: fn(&Usage) -> Option<u64>,
-    ) -> Self {
-        let values: Vec<(Duration, u64)> = seen
-            .iter()
-            .filter_map(|(at, u)| figure(u).map(|v| (*at, v)))
-            .collect();
-        let at_quarter = values
-            .iter()
-            .find(|(at, _)| *at >= quarter)
-            .or(values.last());
-        let peak = values.iter().map(|(_, v)| *v).max();
-        Self(match (at_quarter, peak, values.last()) {
-            (Some((_, q)), Some(peak), Some((_, last))) => Some((*q, peak, *last)),
-            _ => None,
+/// A figure at each tenth of the run (its first sample at or after each
+/// mark) and its peak, in MiB; empty if never measured.
+fn series(seen: &[(Duration, Usage)], end: Duration, figure: fn(&Usage) -> Option<u64>) -> String {
+    let values: Vec<(Duration, u64)> = seen
+        .iter()
+        .filter_map(|(at, u)| figure(u).map(|v| (*at, v)))
+        .collect();
+    let Some(peak) = values.iter().map(|(_, v)| *v).max() else {
+        return String::new();
+    };
+    let mib = |kib: u64| format!("{:.0}", kib as f64 / 1024.0);
+    let marks: Vec<String> = (0..=10)
+        .filter_map(|tenth| {
+            let mark = end * tenth / 10;
+            let value = values.iter().find(|(at, _)| *at >= mark).or(values.last());
+            value.map(|(_, v)| mib(*v))
         })
-    }
-}
-
-impl std::fmt::Display for Row {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = match self.0 {
-            Some((q, peak, last)) => {
-                let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
-                format!("{} / {} / {}", mib(q), mib(peak), mib(last))
-            }
-            None => "-".to_owned(),
-        };
-        f.pad(&text)
-    }
+        .collect();
+    format!("{} | peak {}", marks.join(" "), mib(peak))
 }
 
 /// Every process whose command line names `run_dir`, by role.
