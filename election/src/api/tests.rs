@@ -1468,6 +1468,30 @@ async fn renewals_stop_at_the_max_hold() {
     assert!(after >= Duration::from_millis(650), "{after:?}");
 }
 
+/// A repeated acquire by the holder of a grant that can no longer be
+/// extended (its max-hold reached) and runs for a long ttl yet: at the end
+/// of its wait it is told why (409 `max_hold`), not 503 "retry" (found by
+/// schemathesis: the grant could not end within the wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_acquire_of_a_maxed_out_grant_says_why() {
+    let node = node().await;
+    let (status, g) = acquire(
+        &node,
+        "maxed",
+        json!({"holder": "x", "ttl_ms": 60_000, "max_hold_ms": 200}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{g}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = json!({"holder": "x", "ttl_ms": 60_000, "secret": g["secret"], "wait_ms": 300});
+    let (status, body) = acquire(&node, "maxed", again).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "max_hold"),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn a_repeated_key_is_refused_on_the_integral_float_path_too() {
     let node = node().await;

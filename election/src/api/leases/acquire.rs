@@ -270,10 +270,23 @@ impl Acquisition {
                 ))
             }
             Extended::No(RenewRefused::NotLeader) => Step::Answer(Err(stopped_leading())),
-            Extended::NotHeld
-            | Extended::Revoked
-            | Extended::Preempted(_)
-            | Extended::No(RenewRefused::Expired | RenewRefused::MaxHold) => {
+            ended => {
+                // A revoked, preempted or maxed-out grant runs to its
+                // deadline, which may be far: if it has not ended by the
+                // end of the wait, say why (409), as a renewal would; an
+                // expired one is freed by its Expire within a commit.
+                let lasting = match ended {
+                    Extended::Revoked => Some(ApiError::Lost(format!(
+                        "the grant of {lease} was revoked; it ends at its deadline"
+                    ))),
+                    Extended::Preempted(by) => Some(ApiError::Preempted(format!(
+                        "{by} preempted the grant of {lease}; it ends at its deadline"
+                    ))),
+                    Extended::No(RenewRefused::MaxHold) => Some(ApiError::MaxHold(format!(
+                        "the grant of {lease} reached its max-hold; it ends at its deadline"
+                    ))),
+                    _ => None,
+                };
                 // Wait for the Expire to free the lease, then ask for a fresh
                 // grant (with a new token); the next look sends the call to
                 // the queue if others queued meanwhile.
@@ -286,9 +299,11 @@ impl Acquisition {
                 if wait_until(state, lease, who, &mut self.bell, Turn::Any, until).await {
                     Step::Again
                 } else {
-                    Step::Answer(Err(ApiError::NoQuorum(format!(
-                        "the previous grant of {lease} is expiring; retry"
-                    ))))
+                    Step::Answer(Err(lasting.unwrap_or_else(|| {
+                        ApiError::NoQuorum(format!(
+                            "the previous grant of {lease} is expiring; retry"
+                        ))
+                    })))
                 }
             }
         }
