@@ -471,15 +471,7 @@ pub async fn grant_many(
             for i in (task..count).step_by(clients) {
                 let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
                 let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": ttl_ms});
-                let mut granted = None;
-                for _ in 0..200 {
-                    let (status, grant) = post_json_once(&client, &url, body.clone()).await;
-                    if status == 200 {
-                        granted = Some(grant);
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                let granted = post_until(&client, &url, &body, &[200]).await;
                 grants.push(granted.unwrap_or_else(|| panic!("acquire {prefix}-{i} failed")));
             }
             grants
@@ -512,22 +504,32 @@ pub async fn release_many(
                 let body = serde_json::json!({
                     "holder": grant["holder"], "token": grant["token"], "secret": grant["secret"]
                 });
-                let mut done = false;
-                for _ in 0..200 {
-                    let (status, _) = post_json_once(&client, &url, body.clone()).await;
-                    if status == 200 || status == 409 {
-                        done = true;
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                assert!(done, "release of {lease} failed");
+                let done = post_until(&client, &url, &body, &[200, 409]).await;
+                assert!(done.is_some(), "release of {lease} failed");
             }
         }));
     }
     for task in tasks {
         task.await.expect("releaser");
     }
+}
+
+/// Posts `body` to `url` until it answers one of `accept` (every 50 ms, for
+/// up to 10 s); answers that body, or `None` if it never did.
+async fn post_until(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+    accept: &[u16],
+) -> Option<serde_json::Value> {
+    for _ in 0..200 {
+        let (status, answer) = post_json_once(client, url, body.clone()).await;
+        if accept.contains(&status) {
+            return Some(answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
 }
 
 /// Waits (at most `limit`) until node `url` has applied `index`; returns
