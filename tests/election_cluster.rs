@@ -373,6 +373,63 @@ async fn blocking_acquire_and_watch() {
     );
 }
 
+/// L1: a blocking acquire waiting on a leader that is deposed (paused past
+/// an election, as a long GC pause or a frozen VM would) is answered 503 as
+/// soon as the node learns it no longer leads, not at the end of its wait,
+/// so the client has the time to ask the new leader. (Found by the one-hour
+/// soak: 50 of 200 waiters stranded on a deposed leader until their waits
+/// ran out.)
+#[tokio::test]
+async fn a_waiter_on_a_deposed_leader_is_told_at_once() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = http_client();
+    // Leadership may still move once just after the start: the waiter must
+    // wait on the node that is paused.
+    let mut leader = cluster.leader(&client).await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = cluster.leader(&client).await;
+        if now == leader {
+            break;
+        }
+        leader = now;
+    }
+    let base = cluster.url(leader);
+    let (status, held) = acquire(&client, &base, "deposed", "first", 60_000).await;
+    assert_eq!(status, 200, "{held}");
+    let waiter = tokio::spawn({
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        let url = format!("{base}/v1/leases/deposed/acquire");
+        async move {
+            let body = json!({ "holder": "second", "ttl_ms": 5000, "wait_ms": 25_000 });
+            post_json_once(&client, &url, body).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "{:?}", waiter.await);
+    cluster.pause(leader).expect("SIGSTOP");
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let new_leader = cluster.leader_among(&client, &others, 300).await;
+    cluster.resume(leader).expect("SIGCONT");
+    let resumed = Instant::now();
+    assert!(new_leader.is_some(), "no other node took over in 15 s");
+    let (status, body) = waiter.await.expect("waiter");
+    let took = resumed.elapsed();
+    eprintln!("the waiter was answered {took:?} after its node resumed: {status} {body}");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "no_quorum", "{body}");
+    // Without the leadership watch the call waits out its 25 s.
+    assert!(
+        took < Duration::from_secs(8),
+        "answered {took:?} after the deposed leader resumed: {body}"
+    );
+}
+
 /// The JWT of a grant verifies against the JWKS of every node.
 #[tokio::test]
 async fn grant_jwts_verify_against_every_node_jwks() {

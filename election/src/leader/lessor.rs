@@ -10,6 +10,8 @@
 //! - [`Lessor::reconcile`] returns the grants whose deadline has passed; the
 //!   caller proposes an `Expire` for each through Raft. From that moment a
 //!   renewal of that grant is refused, even before the `Expire` commits.
+//! - [`Lessor::leadership`] tells calls that wait on the leader (blocking
+//!   acquires) the moment it stops leading, so they answer 503 at once.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -89,6 +91,9 @@ pub enum RenewRefused {
 #[derive(Debug, Default)]
 pub struct Lessor {
     state: Mutex<State>,
+    /// The term this node leads (`None`: it does not), as
+    /// [`Lessor::promote`] and [`Lessor::demote`] last set it.
+    leadership: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 impl State {
@@ -161,6 +166,9 @@ impl Lessor {
             // The next reconcile scans the whole table.
             state.since_full_scan = FULL_SCAN_EVERY;
         }
+        drop(state);
+        self.leadership
+            .send_if_modified(|led| led.replace(term) != Some(term));
     }
 
     /// This node does not lead: track nothing.
@@ -171,6 +179,13 @@ impl Lessor {
         state.checks.clear();
         state.freed = HashMap::new();
         state.freed_order = VecDeque::new();
+        drop(state);
+        self.leadership.send_if_modified(|led| led.take().is_some());
+    }
+
+    /// Follows the term this node leads (`None`: it does not).
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.leadership.subscribe()
     }
 
     /// The term this node leads, if any.

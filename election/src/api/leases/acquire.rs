@@ -200,7 +200,7 @@ impl Acquisition {
             principal: self.principal.as_deref(),
         };
         if self.waits
-            && wait_until(state, lease, who, &mut self.bell, Turn::Mine, self.deadline).await
+            && wait_until(state, lease, who, &mut self.bell, Turn::Mine, self.deadline).await?
         {
             return Ok(());
         }
@@ -296,14 +296,14 @@ impl Acquisition {
                     holder,
                     principal: self.principal.as_deref(),
                 };
-                if wait_until(state, lease, who, &mut self.bell, Turn::Any, until).await {
-                    Step::Again
-                } else {
-                    Step::Answer(Err(lasting.unwrap_or_else(|| {
+                match wait_until(state, lease, who, &mut self.bell, Turn::Any, until).await {
+                    Ok(true) => Step::Again,
+                    Ok(false) => Step::Answer(Err(lasting.unwrap_or_else(|| {
                         ApiError::NoQuorum(format!(
                             "the previous grant of {lease} is expiring; retry"
                         ))
-                    })))
+                    }))),
+                    Err(deposed) => Step::Answer(Err(deposed)),
                 }
             }
         }
@@ -323,9 +323,10 @@ impl Acquisition {
             holder: &self.body.holder,
             principal: self.principal.as_deref(),
         };
-        if wait_until(state, lease, who, &mut self.bell, Turn::Mine, deadline).await {
-            return Step::Again;
+        match wait_until(state, lease, who, &mut self.bell, Turn::Mine, deadline).await {
+            Ok(true) => Step::Again,
+            Ok(false) => Step::Answer(Err(held_now(state, lease, &self.bell, holder, token))),
+            Err(deposed) => Step::Answer(Err(deposed)),
         }
-        Step::Answer(Err(held_now(state, lease, &self.bell, holder, token)))
     }
 }

@@ -72,8 +72,17 @@ pub(in crate::api) fn lock_delay_left(
 
 /// Waits until `lease` is free and, with `Turn::Mine`, this call may
 /// propose (it heads the queue, or nobody queues), or until it is reserved
-/// for `who`; or until `deadline`.
-/// True if that came. Wakes only for changes to this lease and its queue.
+/// for `who`; or until `deadline`. `Ok(true)` if that came, `Ok(false)` at
+/// the deadline. Wakes only for changes to this lease and its queue, and
+/// for a change of leadership: a node that stops leading while the call
+/// waits answers it 503 at once (its queue means nothing now; the new
+/// leader queues the call when the client asks again), rather than at the
+/// end of the wait, when no time is left to ask again (found by the
+/// one-hour soak).
+///
+/// # Errors
+/// [`ApiError::NoQuorum`] once this node no longer leads the term it led
+/// when the wait began.
 pub(in crate::api) async fn wait_until(
     state: &ApiState,
     lease: &LeaseName,
@@ -81,17 +90,41 @@ pub(in crate::api) async fn wait_until(
     bell: &mut Bell,
     turn: Turn,
     deadline: tokio::time::Instant,
-) -> bool {
+) -> Result<bool, ApiError> {
+    let mut leadership = state.lessor.leadership();
+    // The term this node leads; `None` on a fresh leader before its first
+    // duties tick, which takes up the term it is promoted to.
+    let mut led = *leadership.borrow_and_update();
+    let mut watching = true;
     loop {
         let (free, reserved_for_me) = free_or_reserved_for(state, lease, who);
         if reserved_for_me || (free && (turn == Turn::Any || bell.may_propose())) {
-            return true;
+            return Ok(true);
         }
-        if tokio::time::timeout_at(deadline, bell.rung())
-            .await
-            .is_err()
-        {
-            return false;
+        tokio::select! {
+            rung = tokio::time::timeout_at(deadline, bell.rung()) => {
+                if rung.is_err() {
+                    return Ok(false);
+                }
+            }
+            changed = leadership.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                let now = *leadership.borrow_and_update();
+                match (led, now) {
+                    (None, Some(_)) => led = now,
+                    (Some(_), _) if now != led => {
+                        return Err(ApiError::NoQuorum(
+                            "this node stopped leading while the call waited; retry (the new \
+                             leader queues it)"
+                                .into(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 }
