@@ -76,6 +76,16 @@ struct State {
 /// complete by construction.
 const FULL_SCAN_EVERY: u32 = 100;
 
+/// The most grants one reconcile marks expiring (the duties reconcile every
+/// 10 ms: at most 10 000 `Expire` proposals a second). A new leader gives
+/// every held lease a full ttl at the same instant, so leases whose holders
+/// are gone all fall due together: unbounded, that is one proposal per
+/// lease in one tick, a burst that delays everyone else's calls (etcd caps
+/// its revocations the same way). The rest stay due and go out in the next
+/// ticks; their renewals are refused meanwhile, their deadline having
+/// passed, so the cap delays only when they are free again.
+pub const MAX_EXPIRIES_PER_RECONCILE: usize = 100;
+
 /// Why a renewal was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewRefused {
@@ -347,13 +357,22 @@ impl Lessor {
                 .get(lease)
                 .is_some_and(|r| r.holder.is_none() && r.modify_index == *m)
         });
+        let mut freed = Vec::new();
         for (lease, record) in &table.leases {
             if record.holder.is_none() {
-                state.note_free(lease, record.modify_index, now);
+                let known = state.freed.get(lease).map(|(_, m)| *m);
+                if known != Some(record.modify_index) {
+                    freed.push((reclaim::free_since(record, now), lease, record.modify_index));
+                }
             } else if !state.deadlines.contains_key(lease) {
                 let ttl = Duration::from_millis(record.ttl_ms);
                 state.track(lease, record.token, now, ttl, record.reserved);
             }
+        }
+        // Oldest first: the reclaim queue is in order of time.
+        freed.sort_unstable_by_key(|(since, _, _)| *since);
+        for (since, lease, modify_index) in freed {
+            state.note_free(lease, modify_index, since);
         }
         state.compact();
         Self::due(&mut state, now)
@@ -365,7 +384,7 @@ impl Lessor {
         let mut expired = Vec::new();
         let mut later = Vec::new();
         while let Some(Reverse((at, _, _))) = state.checks.peek() {
-            if *at > now {
+            if *at > now || expired.len() >= MAX_EXPIRIES_PER_RECONCILE {
                 break;
             }
             let Some(Reverse((_, lease, token))) = state.checks.pop() else {
@@ -388,68 +407,6 @@ impl Lessor {
         state.checks.extend(later);
         state.compact();
         expired
-    }
-
-    /// Up to `max` leases free since at least `after` ago (on this leader's
-    /// clock), each with the `modify_index` that freed it, for a `Reclaim`,
-    /// their names at most [`MAX_RECLAIM_BYTES`] in all (the rest wait for
-    /// the next batch). Each is handed out once; one whose `Reclaim` did
-    /// not commit is found again by the next full scan and waits `after`
-    /// again.
-    pub fn reclaimable(
-        &self,
-        table: &LeaseTable,
-        after: Duration,
-        max: usize,
-    ) -> Vec<(LeaseName, u64)> {
-        let mut state = self.state();
-        if state.leading.is_none() {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        while out.len() < max {
-            match state.freed_order.front() {
-                Some((at, _, _)) if *at + after <= now => {}
-                _ => break,
-            }
-            let Some((at, lease, modify_index)) = state.freed_order.pop_front() else {
-                break;
-            };
-            if state.freed.get(&lease) != Some(&(at, modify_index)) {
-                continue; // superseded by a later change
-            }
-            let size = lease.as_str().len() + RECLAIM_ENTRY_OVERHEAD;
-            if bytes + size > MAX_RECLAIM_BYTES {
-                state.freed_order.push_front((at, lease, modify_index));
-                break;
-            }
-            state.freed.remove(&lease);
-            let still_free = table
-                .leases
-                .get(&lease)
-                .is_some_and(|r| r.holder.is_none() && r.modify_index == modify_index)
-                // Forgetting a lease would end its lock-delay early.
-                && !table.leases.get(&lease).is_some_and(|r| {
-                    r.lock_delayed && at + Duration::from_millis(r.terms.lock_delay_ms) > now
-                });
-            if still_free {
-                bytes += size;
-                out.push((lease, modify_index));
-            }
-        }
-        if state.freed_order.len() > 2 * state.freed.len() + 1024 {
-            let freed = &state.freed;
-            let kept: VecDeque<_> = state
-                .freed_order
-                .iter()
-                .filter(|(at, lease, m)| freed.get(lease) == Some(&(*at, *m)))
-                .cloned()
-                .collect();
-            state.freed_order = kept;
-        }
-        out
     }
 
     /// The `Expire` for `lease`/`token` could not be committed (leadership
@@ -480,5 +437,6 @@ impl Lessor {
     }
 }
 
+mod reclaim;
 #[cfg(test)]
 mod tests;

@@ -459,3 +459,120 @@ async fn a_reclaim_batch_stays_under_its_byte_bound() {
         "every free lease, in {batches} batches"
     );
 }
+
+/// Leases that fall due together (a new leader restarted every deadline at
+/// once, and their holders are gone) are marked expiring at most
+/// `MAX_EXPIRIES_PER_RECONCILE` at a time; the rest go out in the next
+/// reconciles, and none is renewable meanwhile.
+#[tokio::test(start_paused = true)]
+async fn an_expiry_storm_goes_out_in_bounded_batches() {
+    let count = 2 * MAX_EXPIRIES_PER_RECONCILE + 50;
+    let mut table = LeaseTable::default();
+    for i in 0..count {
+        table.apply(
+            i as u64 + 1,
+            &Command::Acquire {
+                lease: name(&format!("storm-{i}")),
+                holder: "gone".into(),
+                ttl_ms: 1000,
+                secret: None,
+                terms: Terms::default(),
+                preempt: false,
+                delay_seen: None,
+                principal: None,
+            },
+        );
+    }
+    let lessor = Lessor::default();
+    lessor.promote(1);
+    assert!(lessor.reconcile(&table).is_empty());
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    let mut batches = Vec::new();
+    let mut marked = std::collections::HashSet::new();
+    loop {
+        let due = lessor.reconcile_changes(&table, &touched(&[]));
+        if due.is_empty() {
+            break;
+        }
+        batches.push(due.len());
+        marked.extend(due.into_iter().map(|(lease, _)| lease));
+    }
+    assert_eq!(
+        batches,
+        vec![MAX_EXPIRIES_PER_RECONCILE, MAX_EXPIRIES_PER_RECONCILE, 50]
+    );
+    assert_eq!(marked.len(), count, "each lease is marked once");
+    // Still waiting for its turn or not, a passed deadline is not renewable.
+    let token = table.leases[&name("storm-0")].token;
+    assert_eq!(
+        lessor.renew(&name("storm-0"), token, Duration::from_secs(1), None),
+        Err(RenewRefused::Expired)
+    );
+}
+
+/// A new leader counts a free record as free since the stamped time of the
+/// change that freed it, not since its own first look: under leader
+/// changes more frequent than the reclaim delay, free names are still
+/// reclaimed (the one-hour soak's table grew by every name it freed).
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_reclaims_by_the_time_the_name_was_freed() {
+    let after = Duration::from_secs(60);
+    let now_ms = crate::signing::unix_ms();
+    let mut table = LeaseTable::default();
+    for (i, (lease, freed_ago_s)) in [("old", 90), ("recent", 10), ("unstamped", 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let index = 2 * i as u64 + 1;
+        table.apply(
+            index,
+            &Command::Acquire {
+                lease: name(lease),
+                holder: "h".into(),
+                ttl_ms: 1000,
+                secret: None,
+                terms: Terms::default(),
+                preempt: false,
+                delay_seen: None,
+                principal: None,
+            },
+        );
+        let token = table.leases[&name(lease)].token;
+        let release = Command::Release {
+            lease: name(lease),
+            holder: "h".into(),
+            token,
+            grant_index: None,
+            secret: None,
+        };
+        let release = if freed_ago_s > 0 {
+            release.stamped(now_ms - freed_ago_s * 1000)
+        } else {
+            release
+        };
+        table.apply(index + 1, &release);
+        assert!(table.leases[&name(lease)].holder.is_none());
+    }
+    let lessor = Lessor::default();
+    lessor.promote(2);
+    assert!(lessor.reconcile(&table).is_empty());
+    let first: Vec<_> = lessor.reclaimable(&table, after, 10);
+    assert_eq!(
+        first.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+        vec!["old"],
+        "only the name freed longer ago than the delay"
+    );
+    tokio::time::advance(Duration::from_secs(51)).await;
+    let second: Vec<_> = lessor.reclaimable(&table, after, 10);
+    assert_eq!(
+        second.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+        vec!["recent"]
+    );
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let third: Vec<_> = lessor.reclaimable(&table, after, 10);
+    assert_eq!(
+        third.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+        vec!["unstamped"],
+        "a change with no stamp counts from the leader's first look"
+    );
+}
