@@ -12,6 +12,7 @@
 //!   (and changes nothing), while `orders` still acquires its own.
 //! - The status page: `intruder` flooding `GET /ui/leases/{name}` on a node
 //!   whose gateway never answers is cut to its share; `orders` is served.
+//!   So is an anonymous flood of sign-ins (`POST /ui/login`).
 
 mod support;
 
@@ -263,32 +264,11 @@ async fn a_flood_of_lease_pages_starves_no_one_else() {
 
     let intruder = access.http_with_timeout("intruder", Duration::from_secs(20));
     let page = format!("{via}/ui/leases/orders.page");
-    let flood: Vec<_> = (0..FLOOD)
-        .map(|_| {
-            let (intruder, page) = (intruder.clone(), page.clone());
-            tokio::spawn(async move {
-                let until = Instant::now() + Duration::from_secs(5);
-                let mut answers = std::collections::BTreeMap::<u16, usize>::new();
-                while Instant::now() < until {
-                    let status = match intruder.get(&page).send().await {
-                        Ok(answer) => answer.status().as_u16(),
-                        Err(_) => 0,
-                    };
-                    *answers.entry(status).or_default() += 1;
-                }
-                answers
-            })
-        })
-        .collect();
+    let flood = flood(move || intruder.get(&page));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let failures = victim_calls(&access, &via).await;
-    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
-    for call in flood {
-        for (status, count) in call.await.expect("flood task") {
-            *outcomes.entry(status).or_default() += count;
-        }
-    }
+    let outcomes = tally(flood).await;
     hold.abort();
     eprintln!("the page flood's answers: {outcomes:?}");
     assert!(
@@ -306,4 +286,82 @@ async fn a_flood_of_lease_pages_starves_no_one_else() {
     // A flooder's HTTP/2 connection may be closed under it (h2's GOAWAY
     // `too_many_internal_resets` was seen): its loss, counted as 0 here,
     // and no one else's.
+}
+
+/// The sign-in form is no way around the shares either: `FLOOD` loops of
+/// `POST /ui/login` with made-up keys, no API key and no `Origin` (as curl
+/// sends it), on one node for 5 s. They are the caller's address's flow:
+/// cut to its share (429), while `orders`' calls through that node all
+/// answer 200. Without a seat on the route nothing would answer 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sign_ins_starves_no_one_else() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access) = start(dir.path(), &["--max-requests", "512"]);
+    let admin = access.http("admin");
+    let leader = cluster.leader(&admin).await;
+    let via = cluster.url(if leader == 1 { 2 } else { 1 });
+    let pem = std::fs::read(&access.ca).expect("ca.pem");
+    let anonymous = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let login = format!("{via}/ui/login");
+    let flood = flood(move || anonymous.post(&login).form(&[("key", "not-a-key")]));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let failures = victim_calls(&access, &via).await;
+    let outcomes = tally(flood).await;
+    eprintln!("the sign-in flood's answers: {outcomes:?}");
+    assert!(
+        failures.is_empty(),
+        "the victim's calls through the flooded node failed: {failures:?}"
+    );
+    assert!(
+        outcomes.get(&429).copied().unwrap_or(0) > 0,
+        "the sign-in flood was never cut to its share: {outcomes:?}"
+    );
+    assert!(
+        outcomes.get(&401).copied().unwrap_or(0) > 0,
+        "no sign-in was answered: {outcomes:?}"
+    );
+}
+
+/// `FLOOD` tasks sending `request()` back to back for 5 s; each counts its
+/// answers by status (0: the transport failed).
+fn flood(
+    request: impl Fn() -> reqwest::RequestBuilder + Clone + Send + 'static,
+) -> Vec<tokio::task::JoinHandle<std::collections::BTreeMap<u16, usize>>> {
+    (0..FLOOD)
+        .map(|_| {
+            let request = request.clone();
+            tokio::spawn(async move {
+                let until = Instant::now() + Duration::from_secs(5);
+                let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+                while Instant::now() < until {
+                    let status = match request().send().await {
+                        Ok(answer) => answer.status().as_u16(),
+                        Err(_) => 0,
+                    };
+                    *answers.entry(status).or_default() += 1;
+                }
+                answers
+            })
+        })
+        .collect()
+}
+
+/// The answers of a [`flood`], summed over its tasks.
+async fn tally(
+    flood: Vec<tokio::task::JoinHandle<std::collections::BTreeMap<u16, usize>>>,
+) -> std::collections::BTreeMap<u16, usize> {
+    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
+    for call in flood {
+        for (status, count) in call.await.expect("flood task") {
+            *outcomes.entry(status).or_default() += count;
+        }
+    }
+    outcomes
 }
