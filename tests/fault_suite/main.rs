@@ -381,6 +381,15 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
             from,
             healed: monotonic_ns(),
         });
+        if faults.len() % kinds.len() == 0 {
+            // Once a round: what the nodes keep, for a soak's trend.
+            let census = harness.census().await;
+            let at = started.elapsed().as_secs();
+            eprintln!(
+                "fault suite: after {} faults, {at} s:{census}",
+                faults.len()
+            );
+        }
     }
 
     // Let the last fault recover within its bound, then collect.
@@ -817,6 +826,34 @@ impl Harness {
             }
             other => unreachable!("unknown fault {other}"),
         }
+    }
+
+    /// Each node's lease table (records, held) from its `/metrics`, and the
+    /// largest files of the run's directory: a soak prints it once a round,
+    /// so growth shows where it is.
+    async fn census(&self) -> String {
+        let mut out = String::new();
+        for url in self.cluster.urls() {
+            let text = match self.http.get(format!("{url}/metrics")).send().await {
+                Ok(answer) => answer.text().await.unwrap_or_default(),
+                Err(err) => err.to_string(),
+            };
+            let gauge = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            out.push_str(&format!(
+                "\n  {url}: {} lease records, {} held",
+                gauge("palisade_leases_in_table"),
+                gauge("palisade_leases_held")
+            ));
+        }
+        for (kib, file) in resources::largest_files(&self.dir, 8) {
+            out.push_str(&format!("\n  {kib:>7} KiB {file}"));
+        }
+        out
     }
 
     /// Starts a boss of higher priority on a workers' lease and waits for it

@@ -221,3 +221,29 @@ fn allocated_kib(dir: &Path) -> u64 {
     }
     total
 }
+
+/// The `n` largest files under `dir` (allocated KiB, path relative to
+/// `dir`), largest first: what a growing data dir is made of.
+pub fn largest_files(dir: &Path, n: usize) -> Vec<(u64, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(at) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                let path = entry.path();
+                let name = path.strip_prefix(dir).unwrap_or(&path);
+                files.push((meta.blocks() / 2, name.display().to_string()));
+            }
+        }
+    }
+    files.sort_unstable_by(|a, b| b.cmp(a));
+    files.truncate(n);
+    files
+}
