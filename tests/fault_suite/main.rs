@@ -1192,8 +1192,13 @@ async fn queue_through(
             let until = Instant::now() + Duration::from_secs(25);
             let grant = loop {
                 let left = until.saturating_duration_since(Instant::now());
+                // The waiter's own secret, as the SDK sends one: an acquire
+                // whose answer was lost after it committed (leadership
+                // moved, a forward cut) and is asked again gets its grant
+                // back instead of `held` by itself (seen in a soak: the
+                // whole queue then waited on the stranded grant).
                 let body = serde_json::json!({
-                    "holder": holder, "ttl_ms": 60_000,
+                    "holder": holder, "ttl_ms": 60_000, "secret": support::test_secret(&holder),
                     "wait_ms": left.saturating_sub(Duration::from_secs(2)).as_millis() as u64,
                 });
                 let answer = http.post(&acquire).timeout(left).json(&body).send().await;
