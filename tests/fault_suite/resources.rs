@@ -203,30 +203,15 @@ fn role(args: &[String], run_dir: &Path) -> (String, Option<PathBuf>) {
 /// The blocks allocated under `dir`, in KiB (files that vanish while it is
 /// walked are skipped).
 fn allocated_kib(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
     let mut total = 0;
-    let mut stack = vec![dir.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.blocks() / 2;
-            }
-        }
-    }
+    each_file(dir, |_, kib| total += kib);
     total
 }
 
-/// The `n` largest files under `dir` (allocated KiB, path relative to
-/// `dir`), largest first: what a growing data dir is made of.
-pub fn largest_files(dir: &Path, n: usize) -> Vec<(u64, String)> {
+/// Calls `f` with the path and allocated KiB of every file under `dir`
+/// (files that vanish while it is walked are skipped).
+fn each_file(dir: &Path, mut f: impl FnMut(&Path, u64)) {
     use std::os::unix::fs::MetadataExt;
-    let mut files = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(at) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&at) else {
@@ -237,12 +222,20 @@ pub fn largest_files(dir: &Path, n: usize) -> Vec<(u64, String)> {
             if meta.is_dir() {
                 stack.push(entry.path());
             } else {
-                let path = entry.path();
-                let name = path.strip_prefix(dir).unwrap_or(&path);
-                files.push((meta.blocks() / 2, name.display().to_string()));
+                f(&entry.path(), meta.blocks() / 2);
             }
         }
     }
+}
+
+/// The `n` largest files under `dir` (allocated KiB, path relative to
+/// `dir`), largest first: what a growing data dir is made of.
+pub fn largest_files(dir: &Path, n: usize) -> Vec<(u64, String)> {
+    let mut files = Vec::new();
+    each_file(dir, |path, kib| {
+        let name = path.strip_prefix(dir).unwrap_or(path);
+        files.push((kib, name.display().to_string()));
+    });
     files.sort_unstable_by(|a, b| b.cmp(a));
     files.truncate(n);
     files

@@ -7,21 +7,23 @@ fn name(lease: &str) -> LeaseName {
     LeaseName::new(lease).expect("lease name")
 }
 
+/// A plain acquire of `lease` by `holder` for `ttl_ms`.
+fn acquire(lease: &str, holder: &str, ttl_ms: u64) -> Command {
+    Command::Acquire {
+        lease: name(lease),
+        holder: holder.into(),
+        ttl_ms,
+        secret: None,
+        terms: Terms::default(),
+        preempt: false,
+        delay_seen: None,
+        principal: None,
+    }
+}
+
 fn table_with(lease: &str, holder: &str, index: u64, ttl_ms: u64) -> LeaseTable {
     let mut table = LeaseTable::default();
-    table.apply(
-        index,
-        &Command::Acquire {
-            lease: name(lease),
-            holder: holder.into(),
-            ttl_ms,
-            secret: None,
-            terms: Terms::default(),
-            preempt: false,
-            delay_seen: None,
-            principal: None,
-        },
-    );
+    table.apply(index, &acquire(lease, holder, ttl_ms));
     table
 }
 
@@ -469,19 +471,7 @@ async fn an_expiry_storm_goes_out_in_bounded_batches() {
     let count = 2 * MAX_EXPIRIES_PER_RECONCILE + 50;
     let mut table = LeaseTable::default();
     for i in 0..count {
-        table.apply(
-            i as u64 + 1,
-            &Command::Acquire {
-                lease: name(&format!("storm-{i}")),
-                holder: "gone".into(),
-                ttl_ms: 1000,
-                secret: None,
-                terms: Terms::default(),
-                preempt: false,
-                delay_seen: None,
-                principal: None,
-            },
-        );
+        table.apply(i as u64 + 1, &acquire(&format!("storm-{i}"), "gone", 1000));
     }
     let lessor = Lessor::default();
     lessor.promote(1);
@@ -524,19 +514,7 @@ async fn a_new_leader_reclaims_by_the_time_the_name_was_freed() {
         .enumerate()
     {
         let index = 2 * i as u64 + 1;
-        table.apply(
-            index,
-            &Command::Acquire {
-                lease: name(lease),
-                holder: "h".into(),
-                ttl_ms: 1000,
-                secret: None,
-                terms: Terms::default(),
-                preempt: false,
-                delay_seen: None,
-                principal: None,
-            },
-        );
+        table.apply(index, &acquire(lease, "h", 1000));
         let token = table.leases[&name(lease)].token;
         let release = Command::Release {
             lease: name(lease),
