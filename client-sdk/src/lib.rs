@@ -36,7 +36,9 @@ mod lease;
 mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod renew_batch;
 mod renew_queue;
+mod renew_stream;
 mod transport;
 
 pub use acquire::AcquireOptions;

@@ -1,41 +1,34 @@
-//! Renewals of one client's leases share requests (`POST /v1/renew`).
+//! Renewals of one client's leases share batches: frames of the client's
+//! renewal stream (`renew_stream.rs`), or requests (`POST /v1/renew`,
+//! `renew_batch.rs`) while no stream is open.
 //!
 //! A lease's renewal task (or a caller of `Client::renew_grant`) hands its
 //! renewal to [`RenewQueue::renew`] and waits for its own answer. One task
 //! per client sends them, through the client's [`Transport`]: it takes
 //! every renewal queued at that moment (up to [`MAX_BATCH`] entries and
-//! [`MAX_BATCH_BYTES`] of body) as one request, with at most
-//! [`MAX_IN_FLIGHT`] requests out at once — so, as with group commit, a
-//! quiet client sends each renewal at once and a busy one sends fewer,
-//! bigger requests. Each renewal is answered on its own: one lost lease is
-//! that lease's [`Error::LeaseLost`], the others renew.
+//! [`MAX_BATCH_BYTES`] of body) as one batch, with at most
+//! `renew_stream::MAX_FRAMES` frames or [`MAX_IN_FLIGHT`] requests out at
+//! once — so, as with group commit, a quiet client sends each renewal at
+//! once and a busy one sends fewer, bigger batches. Each renewal is
+//! answered on its own: one lost lease is that lease's
+//! [`Error::LeaseLost`], the others renew.
 //!
-//! A batch of one goes to `/v1/leases/{name}/renew`; a server without the
-//! batch route (404) gets each renewal of the batch on its own.
+//! As a request, a batch of one goes to `/v1/leases/{name}/renew`; a server
+//! without the batch route (404) gets each renewal of the batch on its own.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::Error;
 use crate::model::{Grant, GrantId};
-use crate::transport::answer::Answer;
+use crate::renew_batch::{entry_size, send_batch, Pending, MAX_BATCH, MAX_BATCH_BYTES};
+use crate::renew_stream::{RenewStream, Streams};
 use crate::transport::Transport;
 
-/// The most renewals in one request (the server's cap).
-pub(crate) const MAX_BATCH: usize = 256;
-/// The largest batch body: under the server's 64 KiB body limit.
-pub(crate) const MAX_BATCH_BYTES: usize = 60 * 1024;
 /// Batch requests out at once per client.
 const MAX_IN_FLIGHT: usize = 4;
-
-/// Where a renewal's answer goes.
-type Reply = oneshot::Sender<Result<Grant, Error>>;
-/// A renewal waiting to be sent, and where its answer goes.
-type Pending = (GrantId, Reply);
 
 /// The queue of one client's renewals, above its transport; the sending
 /// task starts with the first renewal and ends when the queue (the client
@@ -80,144 +73,22 @@ impl RenewQueue {
     }
 }
 
-/// One renewal in a batch request's body.
-#[derive(Serialize)]
-struct BatchEntry<'a> {
-    lease: &'a str,
-    holder: &'a str,
-    token: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    secret: Option<&'a str>,
-}
-
-impl<'a> From<&'a GrantId> for BatchEntry<'a> {
-    fn from(id: &'a GrantId) -> Self {
-        Self {
-            lease: &id.lease,
-            holder: &id.holder,
-            token: id.token,
-            secret: id.secret.as_ref().map(|s| s.expose()),
-        }
-    }
-}
-
-/// A batch renewal's answer, parsed straight into its types (through
-/// `serde_json::Value` it took a third of the client's CPU).
-#[derive(Deserialize)]
-struct BatchAnswer {
-    results: Vec<BatchResult>,
-}
-
-/// One renewal's answer in a batch: the grant, or the error it would have
-/// had on its own.
-#[derive(Deserialize)]
-struct BatchResult {
-    status: u16,
-    #[serde(default)]
-    grant: Option<Grant>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-}
-
-impl BatchResult {
-    fn answer(self) -> Result<Grant, Error> {
-        match (self.status, self.grant) {
-            (200, Some(grant)) => Ok(grant),
-            (status, _) => Err(Answer {
-                status,
-                body: json!({ "error": self.error, "message": self.message }),
-            }
-            .error()),
-        }
-    }
-}
-
-/// Sends one batch and answers each of its renewals.
-async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
-    if let [(id, _)] = batch.as_slice() {
-        let answer = transport.renew_grant(id).await;
-        if let Some((_, reply)) = batch.into_iter().next() {
-            let _ = reply.send(answer);
-        }
-        return;
-    }
-    let renewals: Vec<BatchEntry<'_>> = batch.iter().map(|(id, _)| id.into()).collect();
-    let answer = transport
-        .election_bytes(
-            reqwest::Method::POST,
-            "/v1/renew",
-            Some(&BatchBody { renewals }),
-            Duration::ZERO,
-        )
-        .await;
-    let results = match answer {
-        Ok((200, bytes)) => match serde_json::from_slice::<BatchAnswer>(&bytes) {
-            Ok(answer) if answer.results.len() == batch.len() => answer.results,
-            _ => {
-                let error = Error::Protocol {
-                    status: 200,
-                    message: "a batch renewal answered the wrong number of results".into(),
-                };
-                return answer_all(batch, &Err(error));
-            }
-        },
-        Ok((status, bytes)) => {
-            let answer = Answer {
-                status,
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            if status == 404 && answer.body["error"] == "not_found" {
-                // An older node without the batch route: one by one.
-                for (id, reply) in batch {
-                    let _ = reply.send(transport.renew_grant(&id).await);
-                }
-                return;
-            }
-            return answer_all(batch, &Err(answer.error()));
-        }
-        Err(err) => return answer_all(batch, &Err(err)),
-    };
-    for ((_, reply), result) in batch.into_iter().zip(results) {
-        let _ = reply.send(result.answer());
-    }
-}
-
-/// A batch request's body.
-#[derive(Serialize)]
-struct BatchBody<'a> {
-    renewals: Vec<BatchEntry<'a>>,
-}
-
-fn answer_all(batch: Vec<Pending>, answer: &Result<Grant, Error>) {
-    for (_, reply) in batch {
-        let _ = reply.send(answer.clone());
-    }
-}
-
-/// The size of `id`'s entry in a batch body, in bytes (serialized into a
-/// counter, nothing kept).
-fn entry_size(id: &GrantId) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(1);
-    serde_json::to_writer(&mut count, &BatchEntry::from(id)).map_or(MAX_BATCH_BYTES, |()| count.0)
+/// Where one batch goes: a frame of the renewal stream, or a request.
+enum Out {
+    Frame(Arc<RenewStream>, OwnedSemaphorePermit),
+    Request(OwnedSemaphorePermit),
 }
 
 /// Starts the task that sends `transport`'s renewals; its queue.
 fn start_sender(transport: Weak<Transport>) -> mpsc::UnboundedSender<Pending> {
     let (queue, mut queued) = mpsc::unbounded_channel::<Pending>();
+    let streaming = transport.upgrade().is_some_and(|t| {
+        let config = &t.config;
+        config.http2 && config.renew_stream
+    });
     tokio::spawn(async move {
-        let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let requests = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let streams = Streams::new();
         let mut carried: Option<Pending> = None;
         loop {
             let first = match carried.take() {
@@ -227,32 +98,61 @@ fn start_sender(transport: Weak<Transport>) -> mpsc::UnboundedSender<Pending> {
                     None => return,
                 },
             };
-            // While all requests are out, renewals gather for the next.
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
+            // While all frames or requests are out, renewals gather for the
+            // next.
+            let stream = streaming.then(|| streams.usable(&transport)).flatten();
+            let frame = match stream {
+                Some(stream) => stream.permit().await.map(|permit| (stream, permit)),
+                None => None,
             };
-            let mut bytes = entry_size(&first.0);
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                let Ok((id, reply)) = queued.try_recv() else {
-                    break;
-                };
-                let size = entry_size(&id);
-                if bytes + size > MAX_BATCH_BYTES {
-                    carried = Some((id, reply));
-                    break;
-                }
-                bytes += size;
-                batch.push((id, reply));
-            }
+            let out = match frame {
+                Some((stream, permit)) => Out::Frame(stream, permit),
+                None => match requests.clone().acquire_owned().await {
+                    Ok(permit) => Out::Request(permit),
+                    Err(_) => return,
+                },
+            };
+            let (batch, rest) = gather(first, &mut queued);
+            carried = rest;
             let Some(transport) = transport.upgrade() else {
                 return;
             };
-            tokio::spawn(async move {
-                send_batch(&transport, batch).await;
-                drop(permit);
-            });
+            match out {
+                Out::Frame(stream, permit) => {
+                    if let Err(batch) = stream.send(batch, permit).await {
+                        tokio::spawn(async move { send_batch(&transport, batch).await });
+                    }
+                }
+                Out::Request(permit) => {
+                    tokio::spawn(async move {
+                        send_batch(&transport, batch).await;
+                        drop(permit);
+                    });
+                }
+            }
         }
     });
     queue
+}
+
+/// `first` and every renewal queued behind it, up to [`MAX_BATCH`] entries
+/// and [`MAX_BATCH_BYTES`]; the first renewal that did not fit.
+fn gather(
+    first: Pending,
+    queued: &mut mpsc::UnboundedReceiver<Pending>,
+) -> (Vec<Pending>, Option<Pending>) {
+    let mut bytes = entry_size(&first.0);
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        let Ok((id, reply)) = queued.try_recv() else {
+            break;
+        };
+        let size = entry_size(&id);
+        if bytes + size > MAX_BATCH_BYTES {
+            return (batch, Some((id, reply)));
+        }
+        bytes += size;
+        batch.push((id, reply));
+    }
+    (batch, None)
 }

@@ -182,6 +182,37 @@ impl Transport {
         }
     }
 
+    /// The HTTP client (for the renewal stream).
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Which endpoint is preferred now (for [`Transport::pass_over`]) and
+    /// the URL of `path` on it.
+    pub(crate) fn preferred_url(&self, path: &str) -> Option<(usize, String)> {
+        let endpoints = &self.config.endpoints;
+        if endpoints.is_empty() {
+            return None;
+        }
+        let preferred = self.preferred.load(Ordering::Relaxed);
+        let endpoint = &endpoints[preferred % endpoints.len()];
+        Some((
+            preferred,
+            format!("{}{path}", endpoint.trim_end_matches('/')),
+        ))
+    }
+
+    /// Prefers the endpoint after `preferred` (which refused or failed),
+    /// unless another call moved on already.
+    pub(crate) fn pass_over(&self, preferred: usize) {
+        let _ = self.preferred.compare_exchange(
+            preferred,
+            preferred + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
     /// One renew request.
     pub(crate) async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
         let body = grant_body(id, false);

@@ -37,6 +37,8 @@ pub struct ElectionMetrics {
     pub renewals: Counter,
     /// Batch renewal requests answered (leader only).
     pub renew_batches: Counter,
+    /// Renewal streams opened (`POST /v1/renew/stream`, leader only).
+    pub renew_streams: Counter,
     /// Renewals answered with a newly signed JWT (the rest reused one).
     pub jwt_signatures: Counter,
     /// Releases applied.
@@ -98,6 +100,7 @@ impl Default for ElectionMetrics {
             admission_refusals: Family::default(),
             renewals: Counter::default(),
             renew_batches: Counter::default(),
+            renew_streams: Counter::default(),
             jwt_signatures: Counter::default(),
             releases: Counter::default(),
             expiries: Counter::default(),
@@ -158,8 +161,13 @@ impl ElectionMetrics {
             ),
             (
                 "palisade_lease_renew_batches",
-                "Batch renewal requests (POST /v1/renew) answered by this node as leader",
+                "Renewal batches (POST /v1/renew, and stream frames) answered by this node as leader",
                 &self.renew_batches,
+            ),
+            (
+                "palisade_lease_renew_streams",
+                "Renewal streams (POST /v1/renew/stream) opened on this node as leader",
+                &self.renew_streams,
             ),
             (
                 "palisade_lease_jwt_signatures",

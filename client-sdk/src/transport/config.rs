@@ -54,6 +54,11 @@ pub struct ClientConfig {
     /// batch request (`POST /v1/renew`), each answered on its own. Default
     /// true.
     pub batch_renewals: bool,
+    /// With `http2` and `batch_renewals`: the batches go over one
+    /// long-lived renewal stream to the leader (`POST /v1/renew/stream`),
+    /// not a request each; while no stream is open (a follower or an older
+    /// server refused it, or it broke) they go as requests. Default true.
+    pub renew_stream: bool,
 }
 
 /// An API key (`Debug` shows only that there is one).
@@ -100,6 +105,7 @@ impl ClientConfig {
             identity: None,
             http2: true,
             batch_renewals: true,
+            renew_stream: true,
         }
     }
 

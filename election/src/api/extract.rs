@@ -115,16 +115,22 @@ async fn json_body<T: DeserializeOwned>(
         ));
     }
     let bytes = read_body(body, deadline).await?;
+    parse_json(&bytes)
+}
+
+/// Parses one JSON document into `T` (the rules of every body: unknown
+/// fields and duplicate keys refused, integral floats read as integers).
+pub(super) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // The common case, straight into the type; the detour through a
     // `Value` only when that fails (an integral float, or a real error).
-    if let Ok(typed) = serde_json::from_slice(&bytes) {
+    if let Ok(typed) = serde_json::from_slice(bytes) {
         return Ok(typed);
     }
     // A `Value` keeps the last of duplicate keys; the typed parse refuses
     // them, so this path must too.
-    serde_json::from_slice::<NoDuplicateKeys>(&bytes)
+    serde_json::from_slice::<NoDuplicateKeys>(bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
-    let mut value: serde_json::Value = serde_json::from_slice(&bytes)
+    let mut value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
     integral_floats_to_integers(&mut value);
     serde_json::from_value(value)

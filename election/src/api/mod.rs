@@ -91,6 +91,12 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
             leader_needs(post(leases::renew::renew_batch), Need::Known, Kind::Renew),
         )
         .route(
+            "/v1/renew/stream",
+            // The leader's alone, but never forwarded: a follower refuses
+            // it (503) and the client renews through `/v1/renew`.
+            needs(post(leases::stream::renew_stream), Need::Known, Kind::Renew),
+        )
+        .route(
             "/v1/leases/{name}/release",
             leader_needs(
                 post(leases::release::release),

@@ -193,17 +193,23 @@ pub(in crate::api) struct BatchRenewal {
 /// token) refuses it all with 400, as the schema says, and renews nothing.
 impl Checked for RenewBatch {
     fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
-        if self.renewals.is_empty() || self.renewals.len() > MAX_BATCH_RENEWALS {
-            return Err(ApiError::BadRequest(format!(
-                "renewals must hold 1..={MAX_BATCH_RENEWALS} entries"
-            )));
-        }
-        for (i, renewal) in self.renewals.iter().enumerate() {
-            check_token(renewal.token)
-                .map_err(|e| ApiError::BadRequest(format!("renewals[{i}]: {e}")))?;
-        }
-        Ok(())
+        check_renewals(&self.renewals)
     }
+}
+
+/// The rules of a batch's (or a stream frame's) renewals: 1..=256 of them,
+/// each token in range.
+pub(in crate::api) fn check_renewals(renewals: &[BatchRenewal]) -> Result<(), ApiError> {
+    if renewals.is_empty() || renewals.len() > MAX_BATCH_RENEWALS {
+        return Err(ApiError::BadRequest(format!(
+            "renewals must hold 1..={MAX_BATCH_RENEWALS} entries"
+        )));
+    }
+    for (i, renewal) in renewals.iter().enumerate() {
+        check_token(renewal.token)
+            .map_err(|e| ApiError::BadRequest(format!("renewals[{i}]: {e}")))?;
+    }
+    Ok(())
 }
 
 /// What a batch renewal answers: one result per renewal, in order.

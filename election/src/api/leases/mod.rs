@@ -17,3 +17,4 @@ mod queue;
 pub mod release;
 pub mod renew;
 pub mod revoke;
+pub mod stream;

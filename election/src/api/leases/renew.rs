@@ -98,11 +98,22 @@ pub(in crate::api) async fn renew_batch(
 ) -> Result<Json<RenewResults>, ApiError> {
     let started = std::time::Instant::now();
     state.confirm_leadership().await?;
+    let results = renew_each(&state, principal.as_deref(), body.renewals, started);
+    Ok(Json(RenewResults { results }))
+}
+
+/// Answers each of `renewals` (leadership confirmed after they arrived, at
+/// `started`) as its own request would be answered, and counts them.
+pub(in crate::api) fn renew_each(
+    state: &ApiState,
+    principal: Option<&Principal>,
+    renewals: Vec<BatchRenewal>,
+    started: std::time::Instant,
+) -> Vec<RenewResult> {
     let policy = state.config.policy.as_ref().map(|p| p.current());
     let policy = policy.as_deref();
     let mut renewed = 0;
-    let results = body
-        .renewals
+    let results = renewals
         .into_iter()
         .map(|renewal| {
             let BatchRenewal {
@@ -117,8 +128,7 @@ pub(in crate::api) async fn renew_batch(
                 grant_index: None,
                 secret,
             };
-            let answer = batch_renewal(&state, policy, principal.as_deref(), name.clone(), grant);
-            match answer {
+            match batch_renewal(state, policy, principal, name.clone(), grant) {
                 Ok(Json(grant)) => {
                     renewed += 1;
                     RenewResult {
@@ -146,7 +156,7 @@ pub(in crate::api) async fn renew_batch(
     let metrics = &state.shared.metrics;
     metrics.renew_batches.inc();
     metrics.renewed(renewed, started.elapsed());
-    Ok(Json(RenewResults { results }))
+    results
 }
 
 /// One renewal of a (checked) batch, authorized as its own request would

@@ -1,0 +1,158 @@
+//! A batch of renewals sent as one request (`POST /v1/renew`), each
+//! answered on its own: the request form of the renewal queue's batches
+//! (`renew_queue.rs`), and where the renewal stream (`renew_stream.rs`)
+//! sends a frame's renewals again when the stream fails them.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+use crate::model::{Grant, GrantId};
+use crate::transport::answer::Answer;
+use crate::transport::Transport;
+
+/// The most renewals in one request (the server's cap).
+pub(crate) const MAX_BATCH: usize = 256;
+/// The largest batch body: under the server's 64 KiB body limit.
+pub(crate) const MAX_BATCH_BYTES: usize = 60 * 1024;
+
+/// Where a renewal's answer goes.
+type Reply = oneshot::Sender<Result<Grant, Error>>;
+/// A renewal waiting to be sent, and where its answer goes.
+pub(crate) type Pending = (GrantId, Reply);
+
+/// One renewal in a batch request's body.
+#[derive(Serialize)]
+pub(crate) struct BatchEntry<'a> {
+    lease: &'a str,
+    holder: &'a str,
+    token: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret: Option<&'a str>,
+}
+
+impl<'a> From<&'a GrantId> for BatchEntry<'a> {
+    fn from(id: &'a GrantId) -> Self {
+        Self {
+            lease: &id.lease,
+            holder: &id.holder,
+            token: id.token,
+            secret: id.secret.as_ref().map(|s| s.expose()),
+        }
+    }
+}
+
+/// A batch renewal's answer, parsed straight into its types (through
+/// `serde_json::Value` it took a third of the client's CPU).
+#[derive(Deserialize)]
+struct BatchAnswer {
+    results: Vec<BatchResult>,
+}
+
+/// One renewal's answer in a batch: the grant, or the error it would have
+/// had on its own.
+#[derive(Deserialize)]
+pub(crate) struct BatchResult {
+    status: u16,
+    #[serde(default)]
+    grant: Option<Grant>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl BatchResult {
+    pub(crate) fn answer(self) -> Result<Grant, Error> {
+        match (self.status, self.grant) {
+            (200, Some(grant)) => Ok(grant),
+            (status, _) => Err(Answer {
+                status,
+                body: json!({ "error": self.error, "message": self.message }),
+            }
+            .error()),
+        }
+    }
+}
+
+/// Sends one batch and answers each of its renewals.
+pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
+    if let [(id, _)] = batch.as_slice() {
+        let answer = transport.renew_grant(id).await;
+        if let Some((_, reply)) = batch.into_iter().next() {
+            let _ = reply.send(answer);
+        }
+        return;
+    }
+    let renewals: Vec<BatchEntry<'_>> = batch.iter().map(|(id, _)| id.into()).collect();
+    let answer = transport
+        .election_bytes(
+            reqwest::Method::POST,
+            "/v1/renew",
+            Some(&BatchBody { renewals }),
+            Duration::ZERO,
+        )
+        .await;
+    let results = match answer {
+        Ok((200, bytes)) => match serde_json::from_slice::<BatchAnswer>(&bytes) {
+            Ok(answer) if answer.results.len() == batch.len() => answer.results,
+            _ => {
+                let error = Error::Protocol {
+                    status: 200,
+                    message: "a batch renewal answered the wrong number of results".into(),
+                };
+                return answer_all(batch, &Err(error));
+            }
+        },
+        Ok((status, bytes)) => {
+            let answer = Answer {
+                status,
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            if status == 404 && answer.body["error"] == "not_found" {
+                // An older node without the batch route: one by one.
+                for (id, reply) in batch {
+                    let _ = reply.send(transport.renew_grant(&id).await);
+                }
+                return;
+            }
+            return answer_all(batch, &Err(answer.error()));
+        }
+        Err(err) => return answer_all(batch, &Err(err)),
+    };
+    for ((_, reply), result) in batch.into_iter().zip(results) {
+        let _ = reply.send(result.answer());
+    }
+}
+
+/// A batch request's body.
+#[derive(Serialize)]
+struct BatchBody<'a> {
+    renewals: Vec<BatchEntry<'a>>,
+}
+
+pub(crate) fn answer_all(batch: Vec<Pending>, answer: &Result<Grant, Error>) {
+    for (_, reply) in batch {
+        let _ = reply.send(answer.clone());
+    }
+}
+
+/// The size of `id`'s entry in a batch body, in bytes (serialized into a
+/// counter, nothing kept).
+pub(crate) fn entry_size(id: &GrantId) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(1);
+    serde_json::to_writer(&mut count, &BatchEntry::from(id)).map_or(MAX_BATCH_BYTES, |()| count.0)
+}

@@ -1,0 +1,361 @@
+//! The renewal stream: a client's renewal batches as frames of one
+//! long-lived HTTP/2 request to the leader (`POST /v1/renew/stream`, etcd's
+//! LeaseKeepAlive pattern), each answered on its own line, instead of a
+//! request each.
+//!
+//! [`Streams`] keeps at most one open per client, opening it in the
+//! background when a batch finds none (and, after a refusal or a failure,
+//! not again for a while: meanwhile batches go as requests).
+//! [`RenewStream::send`] writes a batch as a frame; the reader answers each
+//! renewal from the frame's answer line. A frame that fails whole (503:
+//! leadership not confirmed, 429) and every frame still out when the stream
+//! ends go again as requests, which retry across nodes: a renewal may be
+//! repeated, never lost to a broken stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use palisade_names::sync::lock;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use crate::renew_batch::{answer_all, send_batch, BatchEntry, BatchResult, Pending};
+use crate::transport::answer::Answer;
+use crate::transport::Transport;
+
+/// Frames out at once on one stream (the server answers as many at once).
+pub(crate) const MAX_FRAMES: usize = 16;
+/// How long one stream may live; the next batch then opens another.
+const LIFETIME: Duration = Duration::from_secs(3600);
+/// After a refused or failed open, how long batches go as requests.
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
+/// ... when the server has no stream route (an older version).
+const REOPEN_OLD_SERVER_AFTER: Duration = Duration::from_secs(300);
+/// The stream's media type, both ways.
+const NDJSON: &str = "application/x-ndjson";
+
+/// One client's renewal stream, if open, and when to try opening one.
+#[derive(Debug)]
+pub(crate) struct Streams {
+    slot: Mutex<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    current: Option<Arc<RenewStream>>,
+    opening: bool,
+    next_try: Instant,
+}
+
+impl Streams {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            slot: Mutex::new(Slot {
+                current: None,
+                opening: false,
+                next_try: Instant::now(),
+            }),
+        })
+    }
+
+    /// The open stream; without one, starts opening it in the background
+    /// (when it is time to try) and answers `None`.
+    pub(crate) fn usable(
+        self: &Arc<Self>,
+        transport: &Weak<Transport>,
+    ) -> Option<Arc<RenewStream>> {
+        let mut slot = lock(&self.slot);
+        if let Some(stream) = &slot.current {
+            if stream.is_open() {
+                return Some(stream.clone());
+            }
+            slot.current = None;
+        }
+        if !slot.opening && Instant::now() >= slot.next_try {
+            slot.opening = true;
+            let (this, transport) = (self.clone(), transport.clone());
+            tokio::spawn(async move {
+                let opened = match transport.upgrade() {
+                    Some(strong) => RenewStream::open(&strong).await,
+                    None => Err(REOPEN_AFTER),
+                };
+                let mut slot = lock(&this.slot);
+                slot.opening = false;
+                match opened {
+                    Ok(stream) => slot.current = Some(stream),
+                    Err(after) => slot.next_try = Instant::now() + after,
+                }
+            });
+        }
+        None
+    }
+}
+
+impl Drop for Streams {
+    fn drop(&mut self) {
+        // The client is gone: end the request, so the server ends the stream.
+        if let Some(stream) = lock(&self.slot).current.take() {
+            stream.end();
+        }
+    }
+}
+
+/// The frames of one stream still waiting for their answer, by id (`None`
+/// once the stream has ended), and the next frame's id.
+#[derive(Debug, Default)]
+struct Frames {
+    out: Option<HashMap<u64, Out>>,
+    next_id: u64,
+}
+
+/// A frame out: its renewals, its place among the frames out, and when it
+/// was sent.
+type Out = (Vec<Pending>, OwnedSemaphorePermit, Instant);
+
+/// One open renewal stream.
+#[derive(Debug)]
+pub(crate) struct RenewStream {
+    /// The request body's frames (`None` once ended).
+    body: Mutex<Option<mpsc::Sender<Bytes>>>,
+    frames: Mutex<Frames>,
+    /// Frames that may be out at once; closed when the stream ends.
+    permits: Arc<Semaphore>,
+    transport: Weak<Transport>,
+    /// Which endpoint was preferred when it opened (passed over when the
+    /// stream fails: the requests that take over its renewals go elsewhere).
+    preferred: usize,
+}
+
+/// One frame of the request.
+#[derive(Serialize)]
+struct Frame<'a> {
+    id: u64,
+    renewals: Vec<BatchEntry<'a>>,
+}
+
+/// One line of the answer: a frame's results, or how it (or, without an
+/// id, the whole stream) failed.
+#[derive(Deserialize)]
+struct FrameAnswer {
+    #[serde(default)]
+    id: Option<u64>,
+    status: u16,
+    #[serde(default)]
+    results: Option<Vec<BatchResult>>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl RenewStream {
+    /// Opens a stream on the preferred node; on a refusal or failure, how
+    /// long to wait before trying again (a refusing node is passed over).
+    async fn open(transport: &Arc<Transport>) -> Result<Arc<Self>, Duration> {
+        let (preferred, url) = transport
+            .preferred_url("/v1/renew/stream")
+            .ok_or(REOPEN_OLD_SERVER_AFTER)?;
+        let (body, frames) = mpsc::channel::<Bytes>(MAX_FRAMES);
+        let frames = futures::stream::unfold(frames, |mut frames| async move {
+            let frame = frames.recv().await?;
+            Some((Ok::<_, std::io::Error>(frame), frames))
+        });
+        let sent = transport
+            .http()
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, NDJSON)
+            .timeout(LIFETIME)
+            .body(reqwest::Body::wrap_stream(frames))
+            .send()
+            .await;
+        let response = match sent {
+            Ok(response) if response.status() == 200 => response,
+            Ok(response) if matches!(response.status().as_u16(), 404 | 405) => {
+                return Err(REOPEN_OLD_SERVER_AFTER);
+            }
+            _ => {
+                transport.pass_over(preferred);
+                return Err(REOPEN_AFTER);
+            }
+        };
+        let stream = Arc::new(Self {
+            body: Mutex::new(Some(body)),
+            frames: Mutex::new(Frames {
+                out: Some(HashMap::new()),
+                next_id: 0,
+            }),
+            permits: Arc::new(Semaphore::new(MAX_FRAMES)),
+            transport: Arc::downgrade(transport),
+            preferred,
+        });
+        tokio::spawn(stream.clone().read(response));
+        tokio::spawn(watch(
+            Arc::downgrade(&stream),
+            transport.config.request_timeout,
+        ));
+        Ok(stream)
+    }
+
+    fn is_open(&self) -> bool {
+        !self.permits.is_closed()
+    }
+
+    /// A place for one more frame, once one is free; `None` if the stream
+    /// ended meanwhile.
+    pub(crate) async fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().acquire_owned().await.ok()
+    }
+
+    /// Sends `batch` as one frame, answered by the reader; gives the batch
+    /// back if the stream has ended.
+    pub(crate) async fn send(
+        &self,
+        batch: Vec<Pending>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), Vec<Pending>> {
+        let Some(body) = lock(&self.body).clone() else {
+            return Err(batch);
+        };
+        let id = {
+            let mut frames = lock(&self.frames);
+            frames.next_id += 1;
+            frames.next_id
+        };
+        let renewals = batch.iter().map(|(id, _)| id.into()).collect();
+        let mut line = serde_json::to_vec(&Frame { id, renewals }).unwrap_or_default();
+        line.push(b'\n');
+        match lock(&self.frames).out.as_mut() {
+            Some(out) => out.insert(id, (batch, permit, Instant::now())),
+            None => return Err(batch),
+        };
+        if body.send(line.into()).await.is_ok() {
+            return Ok(());
+        }
+        let taken = lock(&self.frames)
+            .out
+            .as_mut()
+            .and_then(|out| out.remove(&id));
+        // Not there: the reader's end took it and sends it again itself.
+        taken.map_or(Ok(()), |(batch, _, _)| Err(batch))
+    }
+
+    /// Reads answer lines until the stream ends, then ends it.
+    async fn read(self: Arc<Self>, mut response: reqwest::Response) {
+        let mut buffer = BytesMut::new();
+        'read: loop {
+            while let Some(at) = buffer.iter().position(|b| *b == b'\n') {
+                let line = buffer.split_to(at + 1);
+                if !self.answer(&line[..at]) {
+                    break 'read;
+                }
+            }
+            match response.chunk().await {
+                Ok(Some(chunk)) => buffer.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(_) => {
+                    self.pass_over();
+                    break;
+                }
+            }
+        }
+        self.end();
+    }
+
+    /// Answers the renewals of one answer line's frame; whether the stream
+    /// goes on.
+    fn answer(&self, line: &[u8]) -> bool {
+        let Ok(answer) = serde_json::from_slice::<FrameAnswer>(line) else {
+            return false;
+        };
+        // Without an id: the server's last line, naming why it ended.
+        let Some(id) = answer.id else {
+            return false;
+        };
+        let Some((batch, _permit, _)) = lock(&self.frames).out.as_mut().and_then(|o| o.remove(&id))
+        else {
+            return true;
+        };
+        match (answer.status, answer.results) {
+            (200, Some(results)) if results.len() == batch.len() => {
+                for ((_, reply), result) in batch.into_iter().zip(results) {
+                    let _ = reply.send(result.answer());
+                }
+                true
+            }
+            (503 | 429, _) => {
+                // Leadership moved (or not confirmed), or over the share:
+                // as requests, which retry; a 503 also ends this stream.
+                if answer.status == 503 {
+                    self.pass_over();
+                }
+                self.again(batch);
+                answer.status == 429
+            }
+            (status, _) => {
+                let body = json!({ "error": answer.error, "message": answer.message });
+                answer_all(batch, &Err(Answer { status, body }.error()));
+                true
+            }
+        }
+    }
+
+    /// Prefers the next node for the client's requests.
+    fn pass_over(&self) {
+        if let Some(transport) = self.transport.upgrade() {
+            transport.pass_over(self.preferred);
+        }
+    }
+
+    /// Sends `batch` again as a request.
+    fn again(&self, batch: Vec<Pending>) {
+        match self.transport.upgrade() {
+            Some(transport) => {
+                tokio::spawn(async move { send_batch(&transport, batch).await });
+            }
+            None => answer_all(batch, &Err(gone())),
+        }
+    }
+
+    /// Ends the stream: no more frames (the request's body ends), and every
+    /// frame still out goes again as a request.
+    fn end(&self) {
+        self.permits.close();
+        lock(&self.body).take();
+        let out = lock(&self.frames).out.take();
+        for (batch, _permit, _) in out.into_iter().flat_map(HashMap::into_values) {
+            self.again(batch);
+        }
+    }
+}
+
+/// Ends `stream` when a frame goes unanswered for `timeout` (a frozen or
+/// cut-off leader): its renewals go again as requests, which time out and
+/// move on just the same.
+async fn watch(stream: Weak<RenewStream>, timeout: Duration) {
+    loop {
+        tokio::time::sleep(timeout / 8).await;
+        let Some(stream) = stream.upgrade() else {
+            return;
+        };
+        let late = match lock(&stream.frames).out.as_ref() {
+            Some(out) => out.values().any(|(_, _, sent)| sent.elapsed() > timeout),
+            None => return,
+        };
+        if late {
+            stream.pass_over();
+            return stream.end();
+        }
+    }
+}
+
+/// The client was dropped with renewals in flight.
+fn gone() -> crate::error::Error {
+    crate::error::Error::Unavailable {
+        attempts: 0,
+        elapsed: Duration::ZERO,
+        last: "the client was dropped".into(),
+    }
+}

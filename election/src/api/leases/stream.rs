@@ -1,0 +1,280 @@
+//! `POST /v1/renew/stream`: a client's renewals over one long-lived
+//! stream (etcd's LeaseKeepAlive pattern), for clients that hold leases and
+//! renew all the time (the Rust SDK).
+//!
+//! The request body is a sequence of frames, one JSON object per line:
+//! `{"id": 7, "renewals": [...]}`, with the entries of `POST /v1/renew`.
+//! The answer is one line per frame, sent as each is done:
+//! `{"id": 7, "status": 200, "results": [...]}`, or the status, error and
+//! message the whole frame failed with (503 when leadership cannot be
+//! confirmed, 429 over the caller's share, 400 for a frame outside the
+//! rules). Frames are answered in the order their confirmations finish,
+//! each naming its id. Every frame waits for a quorum round that started
+//! after it arrived, exactly as a batch request does, so a deposed leader
+//! renews nothing; a stream saves the per-request work (headers, routing,
+//! admission, a request's bookkeeping), not the round.
+//!
+//! Bounds: only the leader serves a stream (elsewhere a 503 at once: the
+//! client renews through `POST /v1/renew`, which is forwarded); a stream
+//! holds a seat of the caller's share of the `long` pool for its life, and
+//! each frame a `renew` seat while it is answered; at most
+//! [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once (the
+//! next is read only then); a frame is at most 64 KiB and must arrive whole
+//! within the body deadline; a stream with no frame for [`IDLE`], or whose
+//! node stops leading, ends. An unreadable frame ends the stream with a last
+//! line naming the error (no `id`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, BodyDataStream, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use bytes::BytesMut;
+use futures::StreamExt;
+use http::{header, HeaderMap};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, Semaphore};
+
+use palisade_serve::admission::{Kind, Seat};
+use palisade_serve::policy::Principal;
+
+use super::super::admit::{seat, Flow};
+use super::super::extract::{parse_json, MAX_BODY_BYTES};
+use super::super::state::ApiState;
+use super::bodies::{check_renewals, BatchRenewal, RenewResult};
+use super::renew::renew_each;
+use crate::error::ApiError;
+
+/// Frames of one stream answered at once.
+pub const MAX_FRAMES_IN_FLIGHT: usize = 16;
+/// A stream that sends no frame for this long ends (the client opens a new
+/// one when it next renews).
+pub const IDLE: Duration = Duration::from_secs(120);
+/// The media type of both directions.
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// One frame of the request: renewals, answered together.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewFrame {
+    /// The client's name for the frame, repeated in its answer.
+    id: u64,
+    renewals: Vec<BatchRenewal>,
+}
+
+/// One line of the answer.
+#[derive(Debug, Serialize)]
+struct FrameAnswer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<u64>,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    results: Option<Vec<RenewResult>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+impl FrameAnswer {
+    /// The whole frame `id` (or the stream, without one) failed with `err`.
+    fn failed(id: Option<u64>, err: &ApiError) -> Self {
+        let (status, body) = err.status_and_body();
+        let field = |f: &str| body[f].as_str().map(str::to_owned);
+        Self {
+            id,
+            status: status.as_u16(),
+            results: None,
+            error: field("error"),
+            message: field("message"),
+        }
+    }
+
+    /// The answer as one line.
+    fn line(&self) -> Bytes {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line.into()
+    }
+}
+
+/// Opens a renewal stream (see the module's doc).
+pub(in crate::api) async fn renew_stream(
+    State(state): State<ApiState>,
+    principal: Option<Extension<Principal>>,
+    flow: Option<Extension<Flow>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let is_ndjson = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(NDJSON));
+    if !is_ndjson {
+        return Err(ApiError::BadRequest(format!(
+            "Content-Type must be {NDJSON}: one JSON frame per line"
+        )));
+    }
+    if !state.is_leader() {
+        return Err(not_leading());
+    }
+    let Some(Extension(flow)) = flow else {
+        return Err(ApiError::Internal(
+            "a stream admitted without a flow".into(),
+        ));
+    };
+    let seat = seat(&state, &state.admission, &flow, Kind::Long)?;
+    state.shared.metrics.renew_streams.inc();
+    let (lines, answers) = mpsc::channel::<Bytes>(MAX_FRAMES_IN_FLIGHT + 1);
+    let renewer = Arc::new(Renewer {
+        state,
+        principal: principal.map(|Extension(p)| p),
+        flow,
+    });
+    tokio::spawn(renewer.read(body.into_data_stream(), lines, seat));
+    let answers = futures::stream::unfold(answers, |mut answers| async move {
+        let line = answers.recv().await?;
+        Some((Ok::<_, Infallible>(line), answers))
+    });
+    Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(answers)).into_response())
+}
+
+/// 503: this node does not lead (or stopped leading).
+fn not_leading() -> ApiError {
+    ApiError::NoQuorum(
+        "this node does not lead: open the renewal stream on the leader, or renew through \
+         POST /v1/renew (forwarded to it)"
+            .into(),
+    )
+}
+
+/// What the frames of one stream share.
+struct Renewer {
+    state: ApiState,
+    principal: Option<Principal>,
+    flow: Flow,
+}
+
+impl Renewer {
+    /// Reads frames until the body ends, idles, breaks or the node stops
+    /// leading, answering each on its own task into `lines`; `_seat` is
+    /// the stream's seat, held until then.
+    async fn read(
+        self: Arc<Self>,
+        mut data: BodyDataStream,
+        lines: mpsc::Sender<Bytes>,
+        _seat: Seat,
+    ) {
+        let frames = Arc::new(Semaphore::new(MAX_FRAMES_IN_FLIGHT));
+        let mut buffer = BytesMut::new();
+        let deadline = self.state.config.body_deadline;
+        loop {
+            let Ok(permit) = frames.clone().acquire_owned().await else {
+                return;
+            };
+            let bytes = match next_frame(&mut data, &mut buffer, deadline).await {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => return,
+                Err(err) => return last_line(&lines, &err).await,
+            };
+            if !self.state.is_leader() {
+                return last_line(&lines, &not_leading()).await;
+            }
+            let frame: RenewFrame = match parse_json(&bytes) {
+                Ok(frame) => frame,
+                Err(err) => return last_line(&lines, &err).await,
+            };
+            let (renewer, lines) = (self.clone(), lines.clone());
+            tokio::spawn(async move {
+                let answer = renewer.answer(frame).await;
+                // A client that reads no answers gets none: the send gives up.
+                let _ = tokio::time::timeout(IDLE, lines.send(answer.line())).await;
+                drop(permit);
+            });
+        }
+    }
+
+    /// Answers one frame: a renewal seat, a quorum round that started after
+    /// the frame arrived, then each renewal as `POST /v1/renew` would.
+    async fn answer(&self, frame: RenewFrame) -> FrameAnswer {
+        let started = Instant::now();
+        let id = Some(frame.id);
+        if let Err(err) = check_renewals(&frame.renewals) {
+            return FrameAnswer::failed(id, &err);
+        }
+        let state = &self.state;
+        let _seat = match seat(state, &state.admission, &self.flow, Kind::Renew) {
+            Ok(seat) => seat,
+            Err(err) => return FrameAnswer::failed(id, &err),
+        };
+        if let Err(err) = state.confirm_leadership().await {
+            return FrameAnswer::failed(id, &err);
+        }
+        let results = renew_each(state, self.principal.as_ref(), frame.renewals, started);
+        FrameAnswer {
+            id,
+            status: 200,
+            results: Some(results),
+            error: None,
+            message: None,
+        }
+    }
+}
+
+/// Sends the line that ends a stream early.
+async fn last_line(lines: &mpsc::Sender<Bytes>, err: &ApiError) {
+    let _ = tokio::time::timeout(IDLE, lines.send(FrameAnswer::failed(None, err).line())).await;
+}
+
+/// The next frame of `data` (a line, without its newline; blank lines
+/// skipped): `None` when the body ends or idles for [`IDLE`] between
+/// frames. A frame over 64 KiB, or one that starts but does not arrive
+/// whole within `deadline`, is an error.
+async fn next_frame(
+    data: &mut BodyDataStream,
+    buffer: &mut BytesMut,
+    deadline: Duration,
+) -> Result<Option<Bytes>, ApiError> {
+    let mut searched = 0;
+    let mut started: Option<Instant> = None;
+    loop {
+        if let Some(at) = buffer[searched..].iter().position(|b| *b == b'\n') {
+            let line = buffer.split_to(searched + at + 1).freeze();
+            searched = 0;
+            started = None;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Ok(Some(line.slice(..line.len() - 1)));
+        }
+        searched = buffer.len();
+        if buffer.len() > MAX_BODY_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "a frame is larger than {MAX_BODY_BYTES} bytes"
+            )));
+        }
+        let partial = !buffer.iter().all(u8::is_ascii_whitespace);
+        if partial && started.is_none() {
+            started = Some(Instant::now());
+        }
+        let wait = started.map_or(IDLE, |at| deadline.saturating_sub(at.elapsed()));
+        match tokio::time::timeout(wait, data.next()).await {
+            Ok(Some(Ok(chunk))) => buffer.extend_from_slice(&chunk),
+            Ok(Some(Err(err))) => {
+                return Err(ApiError::BadRequest(format!("the stream broke: {err}")));
+            }
+            Ok(None) if partial => return Ok(Some(buffer.split().freeze())),
+            Ok(None) => return Ok(None),
+            Err(_) if partial => {
+                return Err(ApiError::RequestTimeout(format!(
+                    "a frame did not arrive whole within {} ms",
+                    deadline.as_millis()
+                )));
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+}
