@@ -221,9 +221,12 @@ pub(crate) async fn renew(
     .map(drop)
 }
 
-/// An SDK client of `cluster`, as a service would configure it.
-fn sdk_client(cluster: &Cluster) -> palisade_client::Client {
-    palisade_client::Client::new(palisade_client::ClientConfig::new(cluster.urls()))
+/// An SDK client of `cluster`, as a service would configure it (`stream`:
+/// renewals over the renewal stream, the default; else as requests).
+fn sdk_client(cluster: &Cluster, stream: bool) -> palisade_client::Client {
+    let mut config = palisade_client::ClientConfig::new(cluster.urls());
+    config.renew_stream = stream;
+    palisade_client::Client::new(config)
 }
 
 /// The SDK's handle on `lease`'s grant that `held` (a [`holder_token`])
@@ -394,8 +397,8 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
             );
         }
         // The SDK's own renewal path: each task renews its lease through one
-        // `Client`, which batches what falls due together.
-        let sdk = std::sync::Arc::new(sdk_client(&cluster));
+        // `Client`, which batches what falls due together: over its renewal
+        // stream (the default), and as requests.
         let ids = std::sync::Arc::new(
             grants
                 .iter()
@@ -403,22 +406,22 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 .map(|(task, held)| grant_id(&renew_lease(concurrency, task), held))
                 .collect::<Vec<_>>(),
         );
-        if !args.secure_clients && wanted("renew sdk (batched)") {
+        for (what, stream) in [("renew sdk (stream)", true), ("renew sdk (requests)", false)] {
+            if args.secure_clients || !wanted(what) {
+                continue;
+            }
+            let sdk = std::sync::Arc::new(sdk_client(&cluster, stream));
+            let ids = ids.clone();
             results.push(
-                load(
-                    "renew sdk (batched)",
-                    concurrency,
-                    duration,
-                    move |task, _| {
-                        let (sdk, ids) = (sdk.clone(), ids.clone());
-                        async move {
-                            sdk.renew_grant(&ids[task])
-                                .await
-                                .map(drop)
-                                .map_err(|e| format!("sdk {e}").chars().take(60).collect())
-                        }
-                    },
-                )
+                load(what, concurrency, duration, move |task, _| {
+                    let (sdk, ids) = (sdk.clone(), ids.clone());
+                    async move {
+                        sdk.renew_grant(&ids[task])
+                            .await
+                            .map(drop)
+                            .map_err(|e| format!("sdk {e}").chars().take(60).collect())
+                    }
+                })
                 .await,
             );
         }
