@@ -406,7 +406,10 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
                 .map(|(task, held)| grant_id(&renew_lease(concurrency, task), held))
                 .collect::<Vec<_>>(),
         );
-        for (what, stream) in [("renew sdk (stream)", true), ("renew sdk (requests)", false)] {
+        for (what, stream) in [
+            ("renew sdk (stream)", true),
+            ("renew sdk (requests)", false),
+        ] {
             if args.secure_clients || !wanted(what) {
                 continue;
             }

@@ -27,13 +27,15 @@ use crate::transport::answer::Answer;
 use crate::transport::Transport;
 
 /// Frames out at once on one stream (the server answers as many at once).
-pub(crate) const MAX_FRAMES: usize = 16;
-/// How long one stream may live; the next batch then opens another.
-const LIFETIME: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_FRAMES: usize = 8;
+/// How long one stream may live on this side: past the server's hour (it
+/// ends the stream first, cleanly); the next batch then opens another.
+const LIFETIME: Duration = Duration::from_secs(3660);
 /// After a refused or failed open, how long batches go as requests.
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
-/// ... when the server has no stream route (an older version).
-const REOPEN_OLD_SERVER_AFTER: Duration = Duration::from_secs(300);
+/// ... when the server has no stream route (an older version), or refuses
+/// this client one (401, 403).
+const REOPEN_REFUSED_AFTER: Duration = Duration::from_secs(300);
 /// The stream's media type, both ways.
 const NDJSON: &str = "application/x-ndjson";
 
@@ -157,7 +159,7 @@ impl RenewStream {
     async fn open(transport: &Arc<Transport>) -> Result<Arc<Self>, Duration> {
         let (preferred, url) = transport
             .preferred_url("/v1/renew/stream")
-            .ok_or(REOPEN_OLD_SERVER_AFTER)?;
+            .ok_or(REOPEN_REFUSED_AFTER)?;
         let (body, frames) = mpsc::channel::<Bytes>(MAX_FRAMES);
         let frames = futures::stream::unfold(frames, |mut frames| async move {
             let frame = frames.recv().await?;
@@ -169,13 +171,20 @@ impl RenewStream {
             .header(reqwest::header::CONTENT_TYPE, NDJSON)
             .timeout(LIFETIME)
             .body(reqwest::Body::wrap_stream(frames))
-            .send()
-            .await;
+            .send();
+        let sent = tokio::time::timeout(transport.config.request_timeout, sent).await;
         let response = match sent {
-            Ok(response) if response.status() == 200 => response,
-            Ok(response) if matches!(response.status().as_u16(), 404 | 405) => {
-                return Err(REOPEN_OLD_SERVER_AFTER);
-            }
+            Ok(Ok(response)) if response.status() == 200 => response,
+            Ok(Ok(response)) => match response.status().as_u16() {
+                401 | 403 | 404 | 405 => return Err(REOPEN_REFUSED_AFTER),
+                // A follower (or a node without a quorum): try the next.
+                503 => {
+                    transport.pass_over(preferred);
+                    return Err(REOPEN_AFTER);
+                }
+                _ => return Err(REOPEN_AFTER),
+            },
+            // Unreachable, or no answer in time.
             _ => {
                 transport.pass_over(preferred);
                 return Err(REOPEN_AFTER);
@@ -272,6 +281,9 @@ impl RenewStream {
         };
         // Without an id: the server's last line, naming why it ended.
         let Some(id) = answer.id else {
+            if answer.status == 503 {
+                self.pass_over();
+            }
             return false;
         };
         let Some((batch, _permit, _)) = lock(&self.frames).out.as_mut().and_then(|o| o.remove(&id))
@@ -293,6 +305,11 @@ impl RenewStream {
                 }
                 self.again(batch);
                 answer.status == 429
+            }
+            (200, _) => {
+                // Not one result per renewal: ask again, as requests.
+                self.again(batch);
+                false
             }
             (status, _) => {
                 let body = json!({ "error": answer.error, "message": answer.message });

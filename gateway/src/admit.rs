@@ -23,6 +23,7 @@ pub fn admission(max_requests: usize) -> Admission {
         renew: 1,
         short: (max_requests / 2).max(1),
         long: 1,
+        stream: 1,
     })
 }
 

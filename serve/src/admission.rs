@@ -10,6 +10,9 @@
 //! - [`Kind::Short`]: every other call that answers at once.
 //! - [`Kind::Long`]: calls that may wait (watches, blocking acquires), which
 //!   hold a seat for seconds.
+//! - [`Kind::Stream`]: long-lived streams (a client's renewal stream), which
+//!   hold a seat for their life; their pool is apart, so open streams never
+//!   crowd out watches, nor watches streams.
 //!
 //! Within a pool, a flow below its *fair share* — the capacity divided among
 //! the flows holding seats, one more counted for a newcomer — takes any free
@@ -34,6 +37,8 @@ pub enum Kind {
     Short,
     /// A call that may wait (a watch, a blocking acquire).
     Long,
+    /// A stream open for as long as its client likes (a renewal stream).
+    Stream,
 }
 
 /// The capacity of each pool.
@@ -45,6 +50,9 @@ pub struct Seats {
     pub short: usize,
     /// Seats for calls that may wait.
     pub long: usize,
+    /// Seats for long-lived streams (counted apart from requests: a stream
+    /// answers its headers at once).
+    pub stream: usize,
 }
 
 impl Seats {
@@ -58,9 +66,10 @@ impl Seats {
     }
 
     /// `total` seats split among the pools: a quarter for calls that wait,
-    /// an eighth for renewals alone, the rest for short calls. For a cap
-    /// that a refusal never reaches (a follower's forwarding streams: a
-    /// call over its share is refused before a stream is opened), all of it.
+    /// an eighth for renewals alone, the rest for short calls; and, apart,
+    /// an eighth as many streams. For a cap that a refusal never reaches (a
+    /// follower's forwarding streams: a call over its share is refused
+    /// before a stream is opened), all of it.
     pub fn of(total: usize) -> Self {
         let long = total / 4;
         let renew = total / 8;
@@ -69,6 +78,7 @@ impl Seats {
             renew: renew.max(1),
             short: short.max(1),
             long: long.max(1),
+            stream: (total / 8).max(1),
         }
     }
 }
@@ -79,7 +89,7 @@ impl Seats {
 pub struct OverShare {
     /// The flow refused.
     pub flow: String,
-    /// The pool it asked in (`renew`, `short`, `long`).
+    /// The pool it asked in (`renew`, `short`, `long`, `stream`).
     pub kind: &'static str,
     /// Seats it held in that pool.
     pub held: usize,
@@ -141,6 +151,7 @@ struct Pools {
     renew: Pool,
     short: Pool,
     long: Pool,
+    stream: Pool,
 }
 
 impl Pools {
@@ -149,6 +160,7 @@ impl Pools {
             Kind::Renew => &mut self.renew,
             Kind::Short => &mut self.short,
             Kind::Long => &mut self.long,
+            Kind::Stream => &mut self.stream,
         }
     }
 }
@@ -182,6 +194,7 @@ impl Admission {
                 renew: Pool::new(seats.renew),
                 short: Pool::new(seats.short),
                 long: Pool::new(seats.long),
+                stream: Pool::new(seats.stream),
             })),
         }
     }
@@ -214,6 +227,7 @@ impl Admission {
                         Kind::Renew => "renew",
                         Kind::Short => "short",
                         Kind::Long => "long",
+                        Kind::Stream => "stream",
                     },
                     held: pool.held(flow),
                     capacity: pool.capacity,
@@ -242,6 +256,7 @@ mod tests {
             renew: capacity,
             short: capacity,
             long: capacity,
+            stream: capacity,
         })
     }
 
@@ -304,6 +319,7 @@ mod tests {
             renew: 8,
             short: 8,
             long: 8,
+            stream: 8,
         });
         let _shorts = fill(&admission, "hog", Kind::Short);
         let _longs = fill(&admission, "hog", Kind::Long);

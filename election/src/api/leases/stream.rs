@@ -16,13 +16,16 @@
 //!
 //! Bounds: only the leader serves a stream (elsewhere a 503 at once: the
 //! client renews through `POST /v1/renew`, which is forwarded); a stream
-//! holds a seat of the caller's share of the `long` pool for its life, and
-//! each frame a `renew` seat while it is answered; at most
-//! [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once (the
-//! next is read only then); a frame is at most 64 KiB and must arrive whole
-//! within the body deadline; a stream with no frame for [`IDLE`], or whose
-//! node stops leading, ends. An unreadable frame ends the stream with a last
-//! line naming the error (no `id`).
+//! holds a seat of the caller's share of the `stream` pool for as long as
+//! its answer is open, and each frame a `renew` seat while it is answered;
+//! at most [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once
+//! (the next is read only then), so at most that many answers wait for a
+//! client that does not read them, and one that takes no answer within the
+//! body deadline has its stream ended; a frame is at most 64 KiB and must
+//! arrive whole within the body deadline; a stream ends after [`IDLE`]
+//! without a frame (blank lines do not count), after [`LIFETIME`] in any
+//! case, and when its node stops leading. An unreadable frame ends the
+//! stream with a last line naming the error (no `id`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -36,9 +39,9 @@ use bytes::BytesMut;
 use futures::StreamExt;
 use http::{header, HeaderMap};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
-use palisade_serve::admission::{Kind, Seat};
+use palisade_serve::admission::Kind;
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
@@ -49,10 +52,12 @@ use super::renew::renew_each;
 use crate::error::ApiError;
 
 /// Frames of one stream answered at once.
-pub const MAX_FRAMES_IN_FLIGHT: usize = 16;
+pub const MAX_FRAMES_IN_FLIGHT: usize = 8;
 /// A stream that sends no frame for this long ends (the client opens a new
 /// one when it next renews).
 pub const IDLE: Duration = Duration::from_secs(120);
+/// The longest a stream is read; then it ends (the client opens another).
+pub const LIFETIME: Duration = Duration::from_secs(3600);
 /// The media type of both directions.
 pub const NDJSON: &str = "application/x-ndjson";
 
@@ -112,6 +117,7 @@ pub(in crate::api) async fn renew_stream(
     let is_ndjson = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(NDJSON));
     if !is_ndjson {
         return Err(ApiError::BadRequest(format!(
@@ -126,18 +132,20 @@ pub(in crate::api) async fn renew_stream(
             "a stream admitted without a flow".into(),
         ));
     };
-    let seat = seat(&state, &state.admission, &flow, Kind::Long)?;
+    // Held by the answer: a stream counts until its client has it all.
+    let seat = seat(&state, &state.admission, &flow, Kind::Stream)?;
     state.shared.metrics.renew_streams.inc();
-    let (lines, answers) = mpsc::channel::<Bytes>(MAX_FRAMES_IN_FLIGHT + 1);
+    let (lines, answers) = mpsc::channel::<Bytes>(1);
     let renewer = Arc::new(Renewer {
         state,
         principal: principal.map(|Extension(p)| p),
         flow,
+        stop: Notify::new(),
     });
-    tokio::spawn(renewer.read(body.into_data_stream(), lines, seat));
-    let answers = futures::stream::unfold(answers, |mut answers| async move {
+    tokio::spawn(renewer.read(body.into_data_stream(), lines));
+    let answers = futures::stream::unfold((answers, seat), |(mut answers, seat)| async move {
         let line = answers.recv().await?;
-        Some((Ok::<_, Infallible>(line), answers))
+        Some((Ok::<_, Infallible>(line), (answers, seat)))
     });
     Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(answers)).into_response())
 }
@@ -156,42 +164,49 @@ struct Renewer {
     state: ApiState,
     principal: Option<Principal>,
     flow: Flow,
+    /// Told when the client took no answer within the body deadline.
+    stop: Notify,
 }
 
 impl Renewer {
-    /// Reads frames until the body ends, idles, breaks or the node stops
-    /// leading, answering each on its own task into `lines`; `_seat` is
-    /// the stream's seat, held until then.
-    async fn read(
-        self: Arc<Self>,
-        mut data: BodyDataStream,
-        lines: mpsc::Sender<Bytes>,
-        _seat: Seat,
-    ) {
+    /// Reads frames until the body ends, idles, breaks, outlives
+    /// [`LIFETIME`], is told to stop, or the node stops leading, answering
+    /// each on its own task into `lines`.
+    async fn read(self: Arc<Self>, mut data: BodyDataStream, lines: mpsc::Sender<Bytes>) {
         let frames = Arc::new(Semaphore::new(MAX_FRAMES_IN_FLIGHT));
         let mut buffer = BytesMut::new();
         let deadline = self.state.config.body_deadline;
+        let ends = Instant::now() + LIFETIME;
         loop {
-            let Ok(permit) = frames.clone().acquire_owned().await else {
-                return;
+            let idle_until = (Instant::now() + IDLE).min(ends);
+            let next = async {
+                let permit = frames.clone().acquire_owned().await.ok()?;
+                let frame = next_frame(&mut data, &mut buffer, deadline, idle_until).await;
+                Some((permit, frame))
             };
-            let bytes = match next_frame(&mut data, &mut buffer, deadline).await {
-                Ok(Some(bytes)) => bytes,
-                Ok(None) => return,
-                Err(err) => return last_line(&lines, &err).await,
+            let (permit, bytes) = tokio::select! {
+                next = next => match next {
+                    Some((permit, Ok(Some(bytes)))) => (permit, bytes),
+                    Some((_, Err(err))) => return last_line(&lines, &err, deadline).await,
+                    _ => return,
+                },
+                () = self.stop.notified() => return,
             };
             if !self.state.is_leader() {
-                return last_line(&lines, &not_leading()).await;
+                return last_line(&lines, &not_leading(), deadline).await;
             }
             let frame: RenewFrame = match parse_json(&bytes) {
                 Ok(frame) => frame,
-                Err(err) => return last_line(&lines, &err).await,
+                Err(err) => return last_line(&lines, &err, deadline).await,
             };
             let (renewer, lines) = (self.clone(), lines.clone());
             tokio::spawn(async move {
                 let answer = renewer.answer(frame).await;
-                // A client that reads no answers gets none: the send gives up.
-                let _ = tokio::time::timeout(IDLE, lines.send(answer.line())).await;
+                let sent = tokio::time::timeout(deadline, lines.send(answer.line())).await;
+                if sent.is_err() {
+                    // A client that takes no answers: its stream ends.
+                    renewer.stop.notify_one();
+                }
                 drop(permit);
             });
         }
@@ -224,19 +239,21 @@ impl Renewer {
     }
 }
 
-/// Sends the line that ends a stream early.
-async fn last_line(lines: &mpsc::Sender<Bytes>, err: &ApiError) {
-    let _ = tokio::time::timeout(IDLE, lines.send(FrameAnswer::failed(None, err).line())).await;
+/// Sends the line that ends a stream early (given up after `deadline`).
+async fn last_line(lines: &mpsc::Sender<Bytes>, err: &ApiError, deadline: Duration) {
+    let line = FrameAnswer::failed(None, err).line();
+    let _ = tokio::time::timeout(deadline, lines.send(line)).await;
 }
 
 /// The next frame of `data` (a line, without its newline; blank lines
-/// skipped): `None` when the body ends or idles for [`IDLE`] between
+/// skipped): `None` when the body ends, or reaches `idle_until` between
 /// frames. A frame over 64 KiB, or one that starts but does not arrive
 /// whole within `deadline`, is an error.
 async fn next_frame(
     data: &mut BodyDataStream,
     buffer: &mut BytesMut,
     deadline: Duration,
+    idle_until: Instant,
 ) -> Result<Option<Bytes>, ApiError> {
     let mut searched = 0;
     let mut started: Option<Instant> = None;
@@ -248,19 +265,23 @@ async fn next_frame(
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            if line.len() > MAX_BODY_BYTES + 1 {
+                return Err(too_large());
+            }
             return Ok(Some(line.slice(..line.len() - 1)));
         }
         searched = buffer.len();
         if buffer.len() > MAX_BODY_BYTES {
-            return Err(ApiError::BadRequest(format!(
-                "a frame is larger than {MAX_BODY_BYTES} bytes"
-            )));
+            return Err(too_large());
         }
         let partial = !buffer.iter().all(u8::is_ascii_whitespace);
         if partial && started.is_none() {
             started = Some(Instant::now());
         }
-        let wait = started.map_or(IDLE, |at| deadline.saturating_sub(at.elapsed()));
+        let wait = started.map_or_else(
+            || idle_until.saturating_duration_since(Instant::now()),
+            |at| deadline.saturating_sub(at.elapsed()),
+        );
         match tokio::time::timeout(wait, data.next()).await {
             Ok(Some(Ok(chunk))) => buffer.extend_from_slice(&chunk),
             Ok(Some(Err(err))) => {
@@ -277,4 +298,8 @@ async fn next_frame(
             Err(_) => return Ok(None),
         }
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError::BadRequest(format!("a frame is larger than {MAX_BODY_BYTES} bytes"))
 }
