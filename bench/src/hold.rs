@@ -38,6 +38,10 @@ pub struct HoldBench {
     /// HTTP/1.1 instead of HTTP/2 (the SDK's `http2 = false`).
     #[arg(long)]
     http1: bool,
+    /// Batches as requests, not frames of a renewal stream (the SDK's
+    /// `renew_stream = false`).
+    #[arg(long)]
+    no_stream: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -96,6 +100,7 @@ pub async fn run(args: HoldBench, palisade: &Path) -> anyhow::Result<ExitCode> {
     let mut sdk = palisade_client::ClientConfig::new(cluster.urls());
     sdk.batch_renewals = !args.no_batch;
     sdk.http2 = !args.http1;
+    sdk.renew_stream = !args.no_stream;
     let client = Arc::new(palisade_client::Client::new(sdk));
     let ttl = Duration::from_millis(args.ttl_ms);
     let started = Instant::now();
