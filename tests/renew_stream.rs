@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{acquire, http_client, sdk, test_secret, Cluster};
+use support::{acquire, counter, http_client, sdk, test_secret, Cluster};
 use tokio::sync::mpsc;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -325,18 +325,4 @@ async fn the_sdk_renews_over_a_stream_through_a_killed_and_a_frozen_leader() {
     for lease in leases {
         lease.release().await.ok();
     }
-}
-
-async fn counter(client: &reqwest::Client, base: &str, name: &str) -> f64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
 }

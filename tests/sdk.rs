@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use palisade_client::{CancellationToken, Elector, ElectorEvent, Error};
-use support::{acquire, http_client, sdk, spawn_gateway_for, Cluster};
+use support::{acquire, counter, http_client, sdk, spawn_gateway_for, Cluster};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -429,21 +429,6 @@ async fn palisade_run_kills_its_child_on_loss() {
         .output()
         .expect("kill -0");
     assert!(!alive.status.success(), "the child is still running");
-}
-
-/// One sample of a counter in a node's `/metrics` text.
-async fn counter(client: &reqwest::Client, base: &str, name: &str) -> f64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// A client holding many leases renews them in batch requests over its one

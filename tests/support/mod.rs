@@ -553,3 +553,18 @@ pub async fn caught_up(
     }
     panic!("{url} did not apply index {index} within {limit:?}");
 }
+
+/// One sample of a counter in a node's `/metrics` text.
+pub async fn counter(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}

@@ -101,21 +101,22 @@ async fn json_body<T: DeserializeOwned>(
     body: Body,
     deadline: Duration,
 ) -> Result<T, ApiError> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-        });
-    if !is_json {
+    if !has_media_type(headers, "application/json") {
         return Err(ApiError::BadRequest(
             "Content-Type must be application/json".into(),
         ));
     }
     let bytes = read_body(body, deadline).await?;
     parse_json(&bytes)
+}
+
+/// Whether `headers` name `media` as the body's type (parameters aside).
+pub(super) fn has_media_type(headers: &HeaderMap, media: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case(media))
 }
 
 /// Parses one JSON document into `T` (the rules of every body: unknown

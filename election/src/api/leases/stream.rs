@@ -45,7 +45,7 @@ use palisade_serve::admission::Kind;
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
-use super::super::extract::{parse_json, MAX_BODY_BYTES};
+use super::super::extract::{has_media_type, parse_json, MAX_BODY_BYTES};
 use super::super::state::ApiState;
 use super::bodies::{check_renewals, BatchRenewal, RenewResult};
 use super::renew::renew_each;
@@ -114,12 +114,7 @@ pub(in crate::api) async fn renew_stream(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let is_ndjson = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(NDJSON));
-    if !is_ndjson {
+    if !has_media_type(&headers, NDJSON) {
         return Err(ApiError::BadRequest(format!(
             "Content-Type must be {NDJSON}: one JSON frame per line"
         )));
