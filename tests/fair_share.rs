@@ -13,13 +13,17 @@
 //! - The status page: `intruder` flooding `GET /ui/leases/{name}` on a node
 //!   whose gateway never answers is cut to its share; `orders` is served.
 //!   So is an anonymous flood of sign-ins (`POST /ui/login`).
+//! - Renewal streams: `intruder` opening silent streams on the leader (no
+//!   frame, no answer read) is cut to its share of the stream pool, while
+//!   `orders` still opens its own stream and renews over it, and its calls
+//!   all answer.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{node_setup, post_json, Access, Cluster};
+use support::{counter, node_setup, post_json, Access, Cluster};
 
 /// Blocking acquires the intruder sends through one follower: more than a
 /// follower's forwarding seats for calls that wait.
@@ -327,6 +331,90 @@ async fn a_flood_of_sign_ins_starves_no_one_else() {
         outcomes.get(&401).copied().unwrap_or(0) > 0,
         "no sign-in was answered: {outcomes:?}"
     );
+}
+
+/// Silent renewal streams `intruder` tries to open on the leader: more
+/// than the stream pool holds (an eighth of half of `--max-requests`).
+const STREAMS: usize = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access) = start(dir.path(), &["--max-requests", "512"]);
+    let admin = access.http("admin");
+    // Leadership may move once just after the start: streams open only on
+    // the leader.
+    let mut leader = cluster.leader(&admin).await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = cluster.leader(&admin).await;
+        if now == leader {
+            break;
+        }
+        leader = now;
+    }
+    let base = cluster.url(leader);
+    let pem = std::fs::read(&access.ca).expect("ca.pem");
+    let intruder = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(60))
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+        .build()
+        .expect("client");
+    // Each stream's body stays open and silent; its answer is never read.
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..STREAMS {
+        let (frames, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        let body = futures::stream::unfold(rx, |mut rx| async move {
+            let frame = rx.recv().await?;
+            Some((Ok::<_, std::io::Error>(frame), rx))
+        });
+        let answer = intruder
+            .post(format!("{base}/v1/renew/stream"))
+            .header(palisade_client::API_KEY_HEADER, access.key("intruder"))
+            .header("content-type", "application/x-ndjson")
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await
+            .expect("an answer to the open");
+        match answer.status().as_u16() {
+            200 => open.push((frames, answer)),
+            429 => refused += 1,
+            other => panic!(
+                "opening a stream answered {other}: {:?}",
+                answer.text().await
+            ),
+        }
+    }
+    eprintln!("intruder: {} streams open, {refused} refused", open.len());
+    assert!(
+        refused > 0,
+        "the intruder's streams were never cut to its share"
+    );
+
+    // orders: its own stream opens, and its leases renew over it.
+    let sdk = access.sdk(&cluster, None, "orders");
+    let ttl = Duration::from_millis(3000);
+    let names: Vec<String> = (0..5).map(|i| format!("orders.streamed-{i}")).collect();
+    let leases: Vec<_> =
+        futures::future::join_all(names.iter().map(|n| sdk.acquire(n, "svc", ttl, None)))
+            .await
+            .into_iter()
+            .map(|lease| lease.expect("acquire"))
+            .collect();
+    tokio::time::sleep(2 * ttl).await;
+    assert!(leases.iter().all(|l| l.is_held()), "orders lost a lease");
+    let streams = counter(&admin, &base, "palisade_lease_renew_streams_total").await;
+    assert!(
+        streams > open.len() as f64,
+        "orders opened no stream of its own: {streams} opened, {} by the intruder",
+        open.len()
+    );
+    let failures = victim_calls(&access, &base).await;
+    assert!(failures.is_empty(), "orders' calls failed: {failures:?}");
+    drop(open);
 }
 
 /// `FLOOD` tasks sending `request()` back to back for 5 s; each counts its
