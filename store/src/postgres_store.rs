@@ -4,7 +4,9 @@
 //! (`postgres_store/schema.rs`): it takes the lease's lock (shared for a
 //! write of the current fence, exclusive for a raise), compares, raises and
 //! writes, and commits with `synchronous_commit = on` before the answer
-//! comes back. Two gateways' writes to one lease are ordered by that lock
+//! comes back. A PUT first tries the holder's path (`put_held`: the token is
+//! the fence); only when that wrote nothing does it send the general
+//! `fenced_put`, in a transaction of its own. Two gateways' writes to one lease are ordered by that lock
 //! inside the database; no lock outlives a statement, so a paused or killed
 //! gateway holds none. Every wait is bounded (`config.rs`), and
 //! every failure of the database is [`StoreError::Unavailable`] (a 503).
@@ -30,6 +32,7 @@ use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
 use config::PostgresStoreConfig;
 use pool::{database_error, Session};
 
+const PUT_HELD: &str = "SELECT palisade_gateway.put_held($1, $2, $3, $4)";
 const PUT: &str = "SELECT out_fence, out_raised, out_version \
                    FROM palisade_gateway.fenced_put($1, $2, $3, $4)";
 const DELETE: &str = "SELECT out_fence, out_raised, out_existed \
@@ -107,6 +110,15 @@ impl PostgresStore {
             session.release();
             Ok(rows)
         };
+        self.within_statement_timeout(run).await
+    }
+
+    /// `run`'s answer, or [`StoreError::Unavailable`] once the statement
+    /// timeout has passed.
+    async fn within_statement_timeout<T>(
+        &self,
+        run: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.config.statement_timeout, run).await {
             Ok(answer) => answer,
             Err(_) => Err(StoreError::Unavailable(format!(
@@ -189,10 +201,19 @@ impl FencedStore for PostgresStore {
         }
         let t = sql_token(token)?;
         let params: [&(dyn ToSql + Sync); 4] = [&key.lease().as_str(), &t, &key.as_str(), &value];
-        let row = one(self.statement(PUT, &params).await?)?;
-        self.fenced(&row, token)?;
+        // Both statements within one statement timeout: a PUT's bound.
+        let written = self.within_statement_timeout(async {
+            let held = one(self.statement(PUT_HELD, &params).await?)?;
+            if let Some(version) = held.get::<_, Option<i64>>(0) {
+                return Ok(version);
+            }
+            // Not the fence: the lease's first write, a raise, or stale.
+            let row = one(self.statement(PUT, &params).await?)?;
+            self.fenced(&row, token)?;
+            Ok(row.get::<_, i64>(2))
+        });
         Ok(Written {
-            version: row.get::<_, i64>(2) as u64,
+            version: written.await? as u64,
             fence: token,
         })
     }

@@ -14,7 +14,7 @@ use crate::error::StoreError;
 
 /// The newest schema this code knows. A database at a higher version was
 /// migrated by a newer gateway: this one refuses to start on it.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Serializes migrations of concurrent gateways (an advisory lock key:
 /// "palisade" in ASCII).
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS palisade_gateway.schema_version (
 pub const LEASE_LOCK_CLASS: i32 = 0x6665_6e63;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
 
 /// Version 1: fences, objects, the shared fencing audit and the write
 /// functions.
@@ -163,6 +163,35 @@ BEGIN
 END $$;
 ";
 
+/// Version 2: `put_held`, the holder's write in two steps where
+/// `fenced_put` takes three. It takes the lease's lock shared without a first
+/// look at the fence (it waits behind a raise that holds or waits for the
+/// lock, like any write of the current token), then writes the object iff
+/// the fence, read with the fresh snapshot of the statement after the lock,
+/// equals the token. Its answer is the object's new version, or NULL when
+/// it wrote nothing: the fence is not the token (the lease's first write, a
+/// raise, or a stale token), and the gateway sends the write again through
+/// `fenced_put`, in a transaction of its own (so no shared lock is held
+/// while `fenced_put` asks for the exclusive one). A version 1 gateway
+/// still running beside it keeps the same lock protocol.
+const V2: &str = "
+CREATE FUNCTION palisade_gateway.put_held(p_lease text, p_token bigint, p_key text, p_value bytea)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_version bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(LEASE_LOCK_CLASS, hashtext(p_lease));
+    INSERT INTO palisade_gateway.objects AS o (key, value, version, token)
+        SELECT p_key, p_value, nextval('palisade_gateway.object_versions'), p_token
+        WHERE (SELECT f.fence FROM palisade_gateway.fences f WHERE f.lease = p_lease) = p_token
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
+            version = nextval('palisade_gateway.object_versions'), token = EXCLUDED.token
+        RETURNING o.version INTO v_version;
+    RETURN v_version;
+END $$;
+";
+
 /// Creates the schema or migrates it to [`SCHEMA_VERSION`], under an
 /// advisory lock so that gateways starting together migrate once.
 ///
@@ -170,6 +199,12 @@ END $$;
 /// [`StoreError::Engine`] when the database is at a newer version than this
 /// code knows (with both numbers), or a statement fails.
 pub(crate) async fn migrate(client: &mut Client) -> Result<i32, StoreError> {
+    migrate_to(client, SCHEMA_VERSION).await
+}
+
+/// [`migrate`] up to `target` (at most [`SCHEMA_VERSION`]): the tests build
+/// a database of an older version with it.
+pub(crate) async fn migrate_to(client: &mut Client, target: i32) -> Result<i32, StoreError> {
     let tx = client.transaction().await.map_err(engine)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
@@ -191,18 +226,19 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<i32, StoreError> {
         .await
         .map_err(engine)?
         .map_or(0, |row| row.get(0));
-    if found > SCHEMA_VERSION {
+    if found > target {
         return Err(StoreError::Engine(format!(
             "the database's gateway schema is at version {found}, newer than this \
-             gateway knows ({SCHEMA_VERSION}): run a gateway at least as new as the \
+             gateway knows ({target}): run a gateway at least as new as the \
              one that migrated it"
         )));
     }
-    if found == SCHEMA_VERSION {
+    if found == target {
         tx.commit().await.map_err(engine)?;
         return Ok(found);
     }
-    for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+    let steps = MIGRATIONS.iter().enumerate().take(target as usize);
+    for (from, sql) in steps.skip(found as usize) {
         let sql = sql.replace("LEASE_LOCK_CLASS", &LEASE_LOCK_CLASS.to_string());
         tx.batch_execute(&sql).await.map_err(engine)?;
         tracing::info!(
@@ -213,7 +249,7 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<i32, StoreError> {
     tx.execute(
         "INSERT INTO palisade_gateway.schema_version (version) VALUES ($1)
          ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version",
-        &[&SCHEMA_VERSION],
+        &[&target],
     )
     .await
     .map_err(engine)?;

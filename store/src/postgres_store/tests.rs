@@ -225,3 +225,59 @@ async fn a_role_with_only_read_and_write_rights_starts_once_the_schema_exists() 
         .await
         .expect("writes");
 }
+
+/// A database a version 1 gateway made is migrated to version 2 on start:
+/// its objects and fences stay, and the holder's writes, a raise and a
+/// stale write behave as before.
+#[tokio::test]
+async fn a_version_1_database_is_migrated_and_keeps_its_fences() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let mut old = raw(&url).await;
+    assert_eq!(super::schema::migrate_to(&mut old, 1).await.expect("v1"), 0);
+    old.batch_execute("SELECT * FROM palisade_gateway.fenced_put('l', 3, 'l/a', 'v1')")
+        .await
+        .expect("a version 1 write");
+
+    let store = PostgresStore::connect(&PostgresStoreConfig::new(&url))
+        .await
+        .expect("migrates");
+    let version: i32 = old
+        .query_one("SELECT version FROM palisade_gateway.schema_version", &[])
+        .await
+        .expect("version")
+        .get(0);
+    assert_eq!(version, super::schema::SCHEMA_VERSION);
+    let kept = store.get(&key("l/a")).await.expect("get").expect("kept");
+    assert_eq!(
+        (kept.value.as_slice(), kept.token),
+        (&b"v1"[..], FencingToken(3))
+    );
+
+    let held = store
+        .put(&key("l/a"), b"held".to_vec(), FencingToken(3))
+        .await
+        .expect("the holder's write");
+    assert!(held.version > kept.version);
+    let raised = store
+        .put(&key("l/b"), b"raised".to_vec(), FencingToken(4))
+        .await
+        .expect("a raise");
+    assert_eq!(raised.fence, FencingToken(4));
+    let stale = store
+        .put(&key("l/a"), b"stale".to_vec(), FencingToken(3))
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Stale {
+                token: FencingToken(3),
+                fence: FencingToken(4)
+            })
+        ),
+        "{stale:?}"
+    );
+    let after = store.get(&key("l/a")).await.expect("get").expect("there");
+    assert_eq!(after.value, b"held", "the stale write changed nothing");
+}
