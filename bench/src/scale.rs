@@ -3,7 +3,9 @@
 //!
 //! 1. Empty table: renew/s and p99 at `--concurrency`, the nodes' RSS.
 //! 2. `--leases` held leases (ttl 1 h) granted, then `--watchers` idle
-//!    watches (spread over the three nodes, re-issued as they return), and
+//!    watches (spread over the three nodes, re-issued as they return; one
+//!    refused over the node's waiting seats, a 429, waits its Retry-After
+//!    and is counted in `watches_refused_during_run`), and
 //!    the same renew load again: the ratio is what the table and the
 //!    watchers cost. RSS and disk with the table.
 //! 3. The held leases released, then `--names` distinct names each
@@ -207,11 +209,17 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
     );
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answered = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
     let watch_client = http_client(Duration::from_secs(90), args.watchers)?;
     let urls: Vec<String> = cluster.urls();
     let mut watchers = Vec::new();
     for w in 0..args.watchers {
-        let (c, stop, answered) = (watch_client.clone(), stop.clone(), answered.clone());
+        let (c, stop, answered, refused) = (
+            watch_client.clone(),
+            stop.clone(),
+            answered.clone(),
+            refused.clone(),
+        );
         let url = format!(
             "{}/v1/leases/big-{}/watch?index={}&wait_ms=60000",
             urls[w % urls.len()],
@@ -221,9 +229,21 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
         watchers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 match c.get(&url).send().await {
-                    Ok(answer) => {
+                    Ok(answer) if answer.status().is_success() => {
                         let _ = answer.bytes().await;
                         answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Over the node's waiting seats (429 with Retry-After):
+                    // back off as a client should, never spin.
+                    Ok(answer) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        let after = answer
+                            .headers()
+                            .get("retry-after")
+                            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                            .unwrap_or(1)
+                            .max(1);
+                        tokio::time::sleep(Duration::from_secs(after)).await;
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
@@ -253,6 +273,10 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
     report.insert(
         "watch_answers_during_run".into(),
         json!(answered.load(Ordering::Relaxed)),
+    );
+    report.insert(
+        "watches_refused_during_run".into(),
+        json!(refused.load(Ordering::Relaxed)),
     );
     stop.store(true, Ordering::Relaxed);
     for watcher in watchers {

@@ -66,13 +66,13 @@ export PYTHONDONTWRITEBYTECODE=1
 key="$( (cat "$here/pyproject.toml"; "$python" --version) | sha256sum | cut -c1-12)"
 venv="${PALISADE_PY_VENV:-${TMPDIR:-/tmp}/palisade-py-venv-$key}"
 pip=(-q --disable-pip-version-check --no-input)
-if ! "$venv/bin/python" -c 'import httpx, jwt, cryptography, pytest, mypy, setuptools, psycopg' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import httpx, jwt, cryptography, h2, pytest, mypy, setuptools, psycopg' >/dev/null 2>&1; then
   echo "--- venv $venv"
   rm -rf "$venv"
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install "${pip[@]}" --upgrade pip
   "$venv/bin/python" -m pip install "${pip[@]}" 'setuptools>=61' wheel \
-    'httpx>=0.24,<1' 'PyJWT[crypto]>=2.4,<3' 'pytest>=7' 'mypy>=1.5' 'psycopg[binary]>=3.1,<4'
+    'httpx>=0.24,<1' 'PyJWT[crypto]>=2.4,<3' 'h2>=4.1,<5' 'pytest>=7' 'mypy>=1.5' 'psycopg[binary]>=3.1,<4'
 fi
 
 echo "--- pip install client-sdk/python (from a copy)"

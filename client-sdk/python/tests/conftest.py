@@ -330,3 +330,19 @@ def pgdsn(pg: Any) -> str:
     with psycopg.connect(dsn) as conn:
         postgres.install(conn)
     return dsn
+
+
+def record_renew_requests(client: palisade.Client) -> List[str]:
+    """Wraps the client's election calls: the renew calls made by request
+    are listed (the stream's renewals never go through it)."""
+    transport = client._transport
+    calls: List[str] = []
+    inner = transport.election
+
+    def election(method: str, path: str, body: Optional[Any] = None, **kw: Any) -> Any:
+        if path.endswith("/renew"):
+            calls.append(path)
+        return inner(method, path, body, **kw)
+
+    transport.election = election  # type: ignore[method-assign]
+    return calls

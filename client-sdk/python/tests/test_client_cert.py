@@ -8,13 +8,14 @@ without it, nothing."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 import palisade
-from conftest import BIN, DevCluster
+from conftest import BIN, DevCluster, record_renew_requests
 
 
 def policy_with_certificate(data: Path) -> None:
@@ -77,3 +78,23 @@ def test_half_a_certificate_is_a_bad_request(tls_cluster: DevCluster) -> None:
             client_cert=str(c / "ca.pem"),
             client_key=str(c / "ca.pem"),
         )
+
+
+def test_leases_renew_over_a_tls_stream_as_the_certificate(tls_cluster: DevCluster) -> None:
+    """The renewal stream over TLS (ALPN h2), with the client certificate
+    as its principal: no renewal goes by request."""
+    c = certs(tls_cluster)
+    with palisade.Client(
+        tls_cluster.election,
+        tls_cluster.gateway,
+        ca=str(c / "ca.pem"),
+        client_cert=str(c / "client.pem"),
+        client_key=str(c / "client-key.pem"),
+    ) as client:
+        by_request = record_renew_requests(client)
+        with client.lease("pycert-stream", "py-holder", ttl=1.0) as lease:
+            time.sleep(1.6)
+            assert lease.is_held()
+        stream = client._transport._stream
+        assert stream is not None and stream.opened == 1
+        assert by_request == []

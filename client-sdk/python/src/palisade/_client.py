@@ -113,6 +113,7 @@ class Client:
         renew_ratio: float = 1.0 / 3.0,
         fence_on_acquire: bool = True,
         verify_jwt: bool = True,
+        renew_stream: bool = True,
     ) -> None:
         """A client of the election nodes ``election`` (base URLs, a list or
         one comma-separated string; any node will do) and the gateway
@@ -129,7 +130,10 @@ class Client:
         deadline is ``send time + ttl - ttl * drift_margin_ratio``; it is
         renewed every ``ttl * renew_ratio``; with ``fence_on_acquire`` (and a
         gateway) the fence is raised right after acquiring; with
-        ``verify_jwt`` every grant's JWT is checked against ``/v1/jwks``.
+        ``verify_jwt`` every grant's JWT is checked against ``/v1/jwks``. With
+        ``renew_stream`` the leases renew over one HTTP/2 stream to the
+        leader (``/v1/renew/stream``), by request whenever it cannot carry
+        a renewal; without it, one request per renewal.
 
         Raises :class:`BadRequest` for an unusable key, key file, CA file or
         client certificate.
@@ -167,6 +171,7 @@ class Client:
                 renew_ratio=renew_ratio,
                 fence_on_acquire=fence_on_acquire,
                 verify_jwt=verify_jwt,
+                renew_stream=renew_stream,
             )
         )
 

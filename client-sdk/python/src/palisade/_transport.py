@@ -37,6 +37,7 @@ from ._errors import (
     Unavailable,
 )
 from ._model import Grant, GrantId, JsonObject, Object, encode_key
+from ._stream import StreamRenewer
 
 log = logging.getLogger("palisade")
 
@@ -74,6 +75,9 @@ class ClientConfig:
     fence_on_acquire: bool = True
     #: Verify every grant's JWT against the cluster's ``/v1/jwks``.
     verify_jwt: bool = True
+    #: Renew over one HTTP/2 stream to the leader (``/v1/renew/stream``),
+    #: falling back to one request per renewal when it cannot carry one.
+    renew_stream: bool = True
 
     def __repr__(self) -> str:
         key = "<redacted>" if self.api_key else None
@@ -83,7 +87,7 @@ class ClientConfig:
             f"request_timeout={self.request_timeout!r}, "
             f"retry_budget={self.retry_budget!r}, drift_margin_ratio={self.drift_margin_ratio!r}, "
             f"renew_ratio={self.renew_ratio!r}, fence_on_acquire={self.fence_on_acquire!r}, "
-            f"verify_jwt={self.verify_jwt!r})"
+            f"verify_jwt={self.verify_jwt!r}, renew_stream={self.renew_stream!r})"
         )
 
 
@@ -163,15 +167,7 @@ class Transport:
         self.config = config
         verify: Union[ssl.SSLContext, bool] = True
         if config.ca is not None or config.client_cert is not None:
-            try:
-                verify = ssl.create_default_context(cafile=config.ca)
-            except (OSError, ssl.SSLError) as err:
-                raise BadRequest(f"{config.ca}: {err}") from err
-        if config.client_cert is not None and isinstance(verify, ssl.SSLContext):
-            try:
-                verify.load_cert_chain(config.client_cert, config.client_key)
-            except (OSError, ssl.SSLError) as err:
-                raise BadRequest(f"{config.client_cert}: {err}") from err
+            verify = self.tls_context()
         headers: Dict[str, str] = {}
         if config.api_key is not None:
             headers[API_KEY_HEADER] = config.api_key
@@ -184,6 +180,31 @@ class Transport:
         # The endpoint that answered last; tried first next time.
         self._preferred = 0
         self._verifier = JwtVerifier(self)
+        self._stream: Optional[StreamRenewer] = None
+        if config.renew_stream:
+            self._stream = StreamRenewer(
+                config.election, self._stream_tls, list(headers.items()), config.request_timeout
+            )
+
+    def tls_context(self) -> ssl.SSLContext:
+        """A TLS context trusting ``ca`` (else the system's store) and
+        presenting the client certificate, if any."""
+        config = self.config
+        try:
+            context = ssl.create_default_context(cafile=config.ca)
+        except (OSError, ssl.SSLError) as err:
+            raise BadRequest(f"{config.ca}: {err}") from err
+        if config.client_cert is not None:
+            try:
+                context.load_cert_chain(config.client_cert, config.client_key)
+            except (OSError, ssl.SSLError) as err:
+                raise BadRequest(f"{config.client_cert}: {err}") from err
+        return context
+
+    def _stream_tls(self) -> ssl.SSLContext:
+        context = self.tls_context()
+        context.set_alpn_protocols(["h2"])
+        return context
 
     @staticmethod
     def _timeout(seconds: float) -> httpx.Timeout:
@@ -191,7 +212,9 @@ class Transport:
         return httpx.Timeout(seconds, connect=min(seconds, 0.5))
 
     def close(self) -> None:
-        """Closes the connection pool."""
+        """Closes the renewal stream and the connection pool."""
+        if self._stream is not None:
+            self._stream.close()
         self._http.close()
 
     def election(
@@ -276,12 +299,36 @@ class Transport:
             self._verifier.verify(grant)
 
     def renew_grant(self, grant_id: GrantId, until: Optional[float] = None) -> Grant:
-        """One renew call (retried as any election call, up to ``until``)."""
+        """One renewal: over the renewal stream when it can carry it, else
+        one renew call (retried as any election call, up to ``until``)."""
         body = grant_body(grant_id, with_index=False)
-        answer = self.election("POST", f"/v1/leases/{grant_id.lease}/renew", body, until=until)
-        grant = Grant.from_json(answer.ok_object())
+        answer = self._renew_on_stream(grant_id, body, until)
+        if answer is None:
+            path = f"/v1/leases/{grant_id.lease}/renew"
+            answer = self.election("POST", path, body, until=until)
+            grant = Grant.from_json(answer.ok_object())
+        else:
+            doc = answer.ok_object().get("grant")
+            if not isinstance(doc, dict):
+                raise ProtocolError(200, "a renewal result without its grant")
+            grant = Grant.from_json(doc)
         self.verify_grant(grant)
         return grant
+
+    def _renew_on_stream(
+        self, grant_id: GrantId, body: Mapping[str, Any], until: Optional[float]
+    ) -> Optional[Answer]:
+        """The renewal's result over the stream (an answer as the renew call
+        would give), or ``None``: renew by request."""
+        if self._stream is None:
+            return None
+        timeout = self.config.request_timeout
+        if until is not None:
+            timeout = min(timeout, until - time.monotonic())
+        if timeout <= 0:
+            return None
+        result = self._stream.renew({"lease": grant_id.lease, **body}, timeout)
+        return None if result is None else Answer(result[0], result[1])
 
     def release_grant(self, grant_id: GrantId) -> None:
         """One release call, naming the grant's index when known."""

@@ -1,0 +1,387 @@
+"""Renewals over one long-lived HTTP/2 stream to the leader
+(``POST /v1/renew/stream``: etcd's LeaseKeepAlive pattern), as the Rust SDK
+does.
+
+httpx sends a request's whole body before it reads the answer, so it cannot
+hold a stream that carries renewals one way and answers the other. This
+module keeps its own HTTP/2 connection (the ``h2`` package, sans-IO) driven
+by one I/O thread: the lease threads hand it renewals, it packs those that
+arrive together into one frame (a line ``{"id", "renewals": [...]}``), and
+each answer line wakes the renewals of its frame.
+
+The stream is a fast path, never the only one. Whenever it cannot carry a
+renewal — no stream can be opened (every node refused or is not the leader:
+a follower answers 503), the stream ended (the leader stepped down, the
+connection broke, its hour is up), the frame failed whole (503 no quorum,
+429 over the share), or no answer came within the request timeout — the
+renewal is given back to the caller, which renews through
+``POST /v1/leases/{name}/renew`` as before, within the same safe deadline.
+After a failed open, streams are not tried again for a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+log = logging.getLogger("palisade")
+
+PATH = "/v1/renew/stream"
+NDJSON = "application/x-ndjson"
+#: Entries per frame (the server's limit, as for ``POST /v1/renew``).
+MAX_ENTRIES = 256
+#: Bytes per frame, under the server's 64 KiB.
+MAX_FRAME_BYTES = 60 * 1024
+#: After a failed open, renew by requests this long before trying again.
+RETRY_OPEN_AFTER = 5.0
+
+#: The answer of one renewal: its status and result document.
+Result = Tuple[int, Mapping[str, Any]]
+
+
+class StreamClosed(Exception):
+    """The stream cannot carry a renewal (the caller renews by request)."""
+
+
+class _Waiter:
+    """One renewal handed to the stream, until its answer comes."""
+
+    __slots__ = ("entry", "line", "done", "result")
+
+    def __init__(self, entry: Mapping[str, Any]) -> None:
+        self.entry = entry
+        self.line = json.dumps(entry, separators=(",", ":")).encode()
+        self.done = threading.Event()
+        #: Set with ``done``: the result, or ``None`` when the stream failed it.
+        self.result: Optional[Result] = None
+
+
+class _Stream:
+    """One HTTP/2 connection carrying one renewal stream. Only its I/O
+    thread touches the socket and the h2 state; callers hand it renewals
+    through ``pending`` (under ``lock``) and wake it through a socket pair."""
+
+    def __init__(
+        self, url: str, tls: Callable[[], ssl.SSLContext], headers: Sequence[Tuple[str, str]],
+        timeout: float,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StreamClosed(f"{url}: not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sock = socket.create_connection((parts.hostname, port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if parts.scheme == "https":
+                sock = tls().wrap_socket(sock, server_hostname=parts.hostname)
+                if sock.selected_alpn_protocol() != "h2":
+                    raise StreamClosed(f"{url}: the server did not agree to HTTP/2")
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        self.conn.initiate_connection()
+        self.id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(self.id, [
+            (":method", "POST"), (":scheme", parts.scheme), (":authority", parts.netloc),
+            (":path", PATH), ("content-type", NDJSON), ("accept", NDJSON), *headers,
+        ])
+        self.out = bytearray(self.conn.data_to_send())
+        self.lock = threading.Lock()
+        self.pending: List[_Waiter] = []
+        self.frames: Dict[int, List[_Waiter]] = {}
+        self.unsent: List[bytes] = []
+        self.next_frame = 0
+        self.received = b""
+        self.status: Optional[int] = None
+        self.opened = threading.Event()
+        self.closed: Optional[str] = None
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.thread = threading.Thread(target=self._run, name="palisade-renew-stream", daemon=True)
+        self.thread.start()
+
+    # -- what callers do --------------------------------------------------
+
+    def submit(self, waiter: _Waiter) -> None:
+        """Hands a renewal to the I/O thread; raises :class:`StreamClosed`
+        once the stream has ended."""
+        with self.lock:
+            if self.closed is not None:
+                raise StreamClosed(self.closed)
+            self.pending.append(waiter)
+        self._wake()
+
+    def close(self, reason: str) -> None:
+        """Ends the stream; every renewal still waiting is given back."""
+        with self.lock:
+            if self.closed is not None:
+                return
+            self.closed = reason
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self.wake_w.send(b"\0")
+        except OSError:  # full (already woken) or closed
+            pass
+
+    # -- the I/O thread ---------------------------------------------------
+
+    def _run(self) -> None:
+        reason = "the stream ended"
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock, selectors.EVENT_READ)
+        selector.register(self.wake_r, selectors.EVENT_READ)
+        try:
+            while True:
+                with self.lock:
+                    if self.closed is not None:
+                        reason = self.closed
+                        break
+                    waiters, self.pending = self.pending, []
+                self._pack(waiters)
+                self._feed()
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
+                selector.modify(self.sock, events)
+                for key, mask in selector.select(timeout=1.0):
+                    if key.fileobj is self.wake_r:
+                        self._drain_wake()
+                        continue
+                    if mask & selectors.EVENT_WRITE:
+                        self._write()
+                    if mask & selectors.EVENT_READ:
+                        self._read()
+        except StreamClosed as err:
+            reason = str(err)
+        except (OSError, ValueError, h2.exceptions.ProtocolError) as err:
+            reason = f"the stream broke: {type(err).__name__}: {err}"
+        finally:
+            self._finish(reason, selector)
+
+    def _finish(self, reason: str, selector: selectors.BaseSelector) -> None:
+        with self.lock:
+            if self.closed is None:
+                self.closed = reason
+            waiting = [w for frame in self.frames.values() for w in frame] + self.pending
+            self.frames.clear()
+            self.pending = []
+        log.debug("renewal stream closed: %s", reason)
+        for waiter in waiting:
+            waiter.done.set()
+        self.opened.set()
+        selector.close()
+        for sock in (self.sock, self.wake_r, self.wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _pack(self, waiters: List[_Waiter]) -> None:
+        """Packs renewals into frames (lines) of at most MAX_ENTRIES and
+        MAX_FRAME_BYTES."""
+        start = 0
+        while start < len(waiters):
+            end, size = start, 40
+            while end < len(waiters) and end - start < MAX_ENTRIES:
+                size += len(waiters[end].line) + 1
+                if end > start and size > MAX_FRAME_BYTES:
+                    break
+                end += 1
+            frame, start = waiters[start:end], end
+            self.next_frame += 1
+            with self.lock:
+                self.frames[self.next_frame] = frame
+            entries = b",".join(w.line for w in frame)
+            self.unsent.append(b'{"id":%d,"renewals":[%s]}\n' % (self.next_frame, entries))
+
+    def _feed(self) -> None:
+        """Moves unsent lines into h2 as far as its flow control allows."""
+        while self.unsent:
+            window = self.conn.local_flow_control_window(self.id)
+            size = min(window, self.conn.max_outbound_frame_size, len(self.unsent[0]))
+            if size <= 0:
+                break
+            line = self.unsent[0]
+            self.conn.send_data(self.id, line[:size])
+            if size == len(line):
+                self.unsent.pop(0)
+            else:
+                self.unsent[0] = line[size:]
+        self.out += self.conn.data_to_send()
+
+    def _write(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+            return
+        del self.out[:sent]
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                return
+            if not data:
+                raise StreamClosed("the server closed the connection")
+            for event in self.conn.receive_data(data):
+                self._on(event)
+            self.out += self.conn.data_to_send()
+            if not isinstance(self.sock, ssl.SSLSocket) or not self.sock.pending():
+                return
+
+    def _on(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.ResponseReceived):
+            status = dict(event.headers).get(b":status", b"0")
+            self.status = int(status) if status.isdigit() else 0
+            self.opened.set()
+            if self.status != 200:
+                raise StreamClosed(f"the stream was refused: {self.status}")
+        elif isinstance(event, h2.events.DataReceived):
+            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self.received += event.data
+            *lines, self.received = self.received.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    self._answer(line)
+        elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+            raise StreamClosed("the server ended the stream")
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            raise StreamClosed("the server closed the connection (GOAWAY)")
+
+    def _answer(self, line: bytes) -> None:
+        """Wakes the renewals of the frame an answer line names."""
+        try:
+            doc = json.loads(line)
+        except ValueError as err:
+            raise StreamClosed(f"an unreadable answer line: {err}") from err
+        if not isinstance(doc, dict) or not isinstance(doc.get("id"), int):
+            message = doc.get("message") if isinstance(doc, dict) else None
+            raise StreamClosed(f"the server ended the stream: {message or line[:200]!r}")
+        with self.lock:
+            frame = self.frames.pop(doc["id"], [])
+        results = doc.get("results")
+        if doc.get("status") == 200 and isinstance(results, list) and len(results) == len(frame):
+            for waiter, result in zip(frame, results):
+                if isinstance(result, dict) and isinstance(result.get("status"), int):
+                    waiter.result = (result["status"], result)
+        # A frame failed whole (503, 429, 400): its renewals go by request.
+        for waiter in frame:
+            waiter.done.set()
+
+
+class StreamRenewer:
+    """The renewal stream of one client: opened on first use on the node
+    that leads, reopened when it ends, bypassed for a while when it cannot
+    be opened."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        tls: Callable[[], ssl.SSLContext],
+        headers: Sequence[Tuple[str, str]],
+        request_timeout: float,
+    ) -> None:
+        self._endpoints = list(endpoints)
+        self._tls = tls
+        self._headers = list(headers)
+        self._timeout = request_timeout
+        self._lock = threading.Lock()
+        self._stream: Optional[_Stream] = None
+        self._next = 0
+        self._retry_at = 0.0
+        self._closed = False
+        #: Streams opened (for tests and logs).
+        self.opened = 0
+
+    def renew(self, entry: Mapping[str, Any], timeout: float) -> Optional[Result]:
+        """The answer of one renewal (``{"lease","holder","token","secret"}``)
+        over the stream, or ``None`` when the stream could not carry it within
+        ``timeout`` seconds: renew by request then."""
+        deadline = time.monotonic() + timeout
+        stream = self._current(deadline)
+        if stream is None:
+            return None
+        waiter = _Waiter(entry)
+        try:
+            stream.submit(waiter)
+        except StreamClosed:
+            return None
+        if not waiter.done.wait(max(0.0, deadline - time.monotonic())):
+            # No answer within the timeout: a frozen or cut-off leader. End
+            # the stream so that every renewal on it goes by request now.
+            stream.close(f"a renewal went unanswered for {timeout:.3f} s")
+            return None
+        return waiter.result
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close("the client closed")
+
+    def _current(self, deadline: float) -> Optional[_Stream]:
+        """The open stream, or a new one on the first node that serves it."""
+        # Another renewal may be opening a stream: wait for it, within the deadline.
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return None
+        try:
+            return self._current_locked(deadline)
+        finally:
+            self._lock.release()
+
+    def _current_locked(self, deadline: float) -> Optional[_Stream]:
+        stream = self._stream
+        if stream is not None and stream.closed is None:
+            return stream
+        self._stream = None
+        if self._closed or time.monotonic() < self._retry_at:
+            return None
+        for _ in range(len(self._endpoints)):
+            url = self._endpoints[self._next % len(self._endpoints)].rstrip("/")
+            budget = min(self._timeout, deadline - time.monotonic())
+            if budget <= 0:
+                return None
+            try:
+                stream = _Stream(url, self._tls, self._headers, budget)
+            except (OSError, ValueError, StreamClosed, h2.exceptions.ProtocolError) as err:
+                log.debug("renewal stream to %s: %s", url, err)
+                self._next += 1
+                continue
+            stream.opened.wait(budget)
+            if stream.status == 200:
+                self._stream = stream
+                self.opened += 1
+                return stream
+            # A follower (503), a refusal, or no answer in time: the next node.
+            stream.close("not opened")
+            log.debug("renewal stream to %s: not opened (%s)", url, stream.status)
+            self._next += 1
+        self._retry_at = time.monotonic() + RETRY_OPEN_AFTER
+        return None
