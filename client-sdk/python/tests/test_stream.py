@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import List
+from typing import Any, List
+
+import pytest
 
 import palisade
+import palisade._stream
 from conftest import DevCluster, record_renew_requests
 
 
@@ -97,3 +100,23 @@ def test_a_killed_leader_loses_no_lease(fresh_cluster: DevCluster, name: str) ->
         for lease in leases:
             assert client.get(lease.name).token == lease.token
             lease.release()
+
+
+def test_a_stream_that_cannot_open_falls_back_to_requests(
+    cluster: DevCluster, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any failure to open a stream (here: no thread can be started) leaves
+    the renewals to requests, and the lease held."""
+
+    def cannot_open(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(palisade._stream._Stream, "__init__", cannot_open)
+    with cluster.client() as client:
+        by_request = record_renew_requests(client)
+        with client.lease(name, "N", ttl=1.0) as lease:
+            time.sleep(1.5)
+            assert lease.is_held() and not lease.lost.is_set()
+        stream = client._transport._stream
+        assert stream is not None and stream.opened == 0
+        assert len(by_request) >= 3, by_request

@@ -120,7 +120,7 @@ class Client:
         ``gateway``.
 
         ``ca`` is a PEM file: the only CA trusted for ``https://`` URLs
-        (without it the system's trust store is used). ``client_cert`` and
+        (without it, certifi's CAs, as httpx uses). ``client_cert`` and
         ``client_key`` (PEM files, both or neither) are presented over client
         TLS: a certificate a policy names is that principal, no API key
         needed. ``api_key`` (or the

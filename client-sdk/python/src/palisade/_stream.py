@@ -46,6 +46,13 @@ MAX_ENTRIES = 256
 MAX_FRAME_BYTES = 60 * 1024
 #: After a failed open, renew by requests this long before trying again.
 RETRY_OPEN_AFTER = 5.0
+#: The longest a TCP connect to a node may take (httpx's connect timeout).
+CONNECT_TIMEOUT = 0.5
+#: An HTTP/2 PING this often keeps the connection out of the server's idle
+#: close between renewals that are far apart.
+PING_EVERY = 1.0
+#: The most answer bytes buffered without a line end.
+MAX_LINE_BYTES = 1 << 20
 
 #: The answer of one renewal: its status and result document.
 Result = Tuple[int, Mapping[str, Any]]
@@ -75,31 +82,46 @@ class _Stream:
 
     def __init__(
         self, url: str, tls: Callable[[], ssl.SSLContext], headers: Sequence[Tuple[str, str]],
-        timeout: float,
+        until: float,
     ) -> None:
+        """Connects (TCP, then TLS with ALPN h2 for https) and sends the
+        request's headers; raises when that cannot be done by ``until`` (a
+        :func:`time.monotonic` time). The answer's status comes later
+        (``opened``, ``status``)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StreamClosed(f"{url}: not an http(s) URL")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        sock = socket.create_connection((parts.hostname, port), timeout=timeout)
+        left = until - time.monotonic()
+        sock = socket.create_connection(
+            (parts.hostname, port), timeout=max(0.001, min(left, CONNECT_TIMEOUT))
+        )
+        self.sock = sock
+        self.wake_r, self.wake_w = socket.socketpair()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if parts.scheme == "https":
-                sock = tls().wrap_socket(sock, server_hostname=parts.hostname)
+                sock.settimeout(max(0.001, until - time.monotonic()))
+                self.sock = sock = tls().wrap_socket(sock, server_hostname=parts.hostname)
                 if sock.selected_alpn_protocol() != "h2":
                     raise StreamClosed(f"{url}: the server did not agree to HTTP/2")
+                if time.monotonic() >= until:
+                    raise StreamClosed(f"{url}: the TLS handshake took too long")
             sock.setblocking(False)
+            self._start(parts.scheme, parts.netloc, headers)
         except BaseException:
-            sock.close()
+            for s in (self.sock, self.wake_r, self.wake_w):
+                s.close()
             raise
-        self.sock = sock
+
+    def _start(self, scheme: str, authority: str, headers: Sequence[Tuple[str, str]]) -> None:
         self.conn = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding=None)
         )
         self.conn.initiate_connection()
         self.id = self.conn.get_next_available_stream_id()
         self.conn.send_headers(self.id, [
-            (":method", "POST"), (":scheme", parts.scheme), (":authority", parts.netloc),
+            (":method", "POST"), (":scheme", scheme), (":authority", authority),
             (":path", PATH), ("content-type", NDJSON), ("accept", NDJSON), *headers,
         ])
         self.out = bytearray(self.conn.data_to_send())
@@ -112,7 +134,8 @@ class _Stream:
         self.status: Optional[int] = None
         self.opened = threading.Event()
         self.closed: Optional[str] = None
-        self.wake_r, self.wake_w = socket.socketpair()
+        self.started = time.monotonic()
+        self.pinged = self.started
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.thread = threading.Thread(target=self._run, name="palisade-renew-stream", daemon=True)
@@ -159,6 +182,7 @@ class _Stream:
                     waiters, self.pending = self.pending, []
                 self._pack(waiters)
                 self._feed()
+                self._ping()
                 events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
                 selector.modify(self.sock, events)
                 for key, mask in selector.select(timeout=1.0):
@@ -234,6 +258,13 @@ class _Stream:
                 self.unsent[0] = line[size:]
         self.out += self.conn.data_to_send()
 
+    def _ping(self) -> None:
+        now = time.monotonic()
+        if now - self.pinged >= PING_EVERY:
+            self.pinged = now
+            self.conn.ping(b"palisade")
+            self.out += self.conn.data_to_send()
+
     def _write(self) -> None:
         try:
             sent = self.sock.send(self.out)
@@ -266,6 +297,8 @@ class _Stream:
             self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             self.received += event.data
             *lines, self.received = self.received.split(b"\n")
+            if len(self.received) > MAX_LINE_BYTES:
+                raise StreamClosed("an answer line without its end")
             for line in lines:
                 if line.strip():
                     self._answer(line)
@@ -280,15 +313,22 @@ class _Stream:
             doc = json.loads(line)
         except ValueError as err:
             raise StreamClosed(f"an unreadable answer line: {err}") from err
-        if not isinstance(doc, dict) or not isinstance(doc.get("id"), int):
+        frame_id = doc.get("id") if isinstance(doc, dict) else None
+        if not isinstance(frame_id, int) or isinstance(frame_id, bool):
             message = doc.get("message") if isinstance(doc, dict) else None
             raise StreamClosed(f"the server ended the stream: {message or line[:200]!r}")
         with self.lock:
-            frame = self.frames.pop(doc["id"], [])
+            frame = self.frames.pop(frame_id, [])
         results = doc.get("results")
         if doc.get("status") == 200 and isinstance(results, list) and len(results) == len(frame):
             for waiter, result in zip(frame, results):
-                if isinstance(result, dict) and isinstance(result.get("status"), int):
+                # A result is taken only for the lease it names (else the
+                # renewal goes by request).
+                if (
+                    isinstance(result, dict)
+                    and isinstance(result.get("status"), int)
+                    and result.get("lease") == waiter.entry.get("lease")
+                ):
                     waiter.result = (result["status"], result)
         # A frame failed whole (503, 429, 400): its renewals go by request.
         for waiter in frame:
@@ -333,9 +373,12 @@ class StreamRenewer:
         except StreamClosed:
             return None
         if not waiter.done.wait(max(0.0, deadline - time.monotonic())):
-            # No answer within the timeout: a frozen or cut-off leader. End
-            # the stream so that every renewal on it goes by request now.
-            stream.close(f"a renewal went unanswered for {timeout:.3f} s")
+            if timeout >= self._timeout:
+                # No answer within a whole request timeout: a frozen or
+                # cut-off leader. End the stream so that every renewal on it
+                # goes by request now. (A renewal whose own deadline cut its
+                # wait short proves nothing about the stream.)
+                stream.close(f"a renewal went unanswered for {timeout:.3f} s")
             return None
         return waiter.result
 
@@ -348,8 +391,8 @@ class StreamRenewer:
 
     def _current(self, deadline: float) -> Optional[_Stream]:
         """The open stream, or a new one on the first node that serves it."""
-        # Another renewal may be opening a stream: wait for it, within the deadline.
-        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        # While another renewal opens a stream, this one goes by request.
+        if not self._lock.acquire(blocking=False):
             return None
         try:
             return self._current_locked(deadline)
@@ -361,20 +404,23 @@ class StreamRenewer:
         if stream is not None and stream.closed is None:
             return stream
         self._stream = None
+        if stream is not None and time.monotonic() - stream.started < 1.0:
+            # It ended as soon as it opened: do not reopen on every renewal.
+            self._retry_at = stream.started + RETRY_OPEN_AFTER
         if self._closed or time.monotonic() < self._retry_at:
             return None
         for _ in range(len(self._endpoints)):
             url = self._endpoints[self._next % len(self._endpoints)].rstrip("/")
-            budget = min(self._timeout, deadline - time.monotonic())
-            if budget <= 0:
-                return None
+            until = min(time.monotonic() + self._timeout, deadline)
+            if until <= time.monotonic():
+                break
             try:
-                stream = _Stream(url, self._tls, self._headers, budget)
-            except (OSError, ValueError, StreamClosed, h2.exceptions.ProtocolError) as err:
+                stream = _Stream(url, self._tls, self._headers, until)
+            except Exception as err:  # any failure to open: renew by request
                 log.debug("renewal stream to %s: %s", url, err)
                 self._next += 1
                 continue
-            stream.opened.wait(budget)
+            stream.opened.wait(max(0.0, until - time.monotonic()))
             if stream.status == 200:
                 self._stream = stream
                 self.opened += 1

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+import certifi
 import httpx
 import jwt as pyjwt
 
@@ -187,11 +188,11 @@ class Transport:
             )
 
     def tls_context(self) -> ssl.SSLContext:
-        """A TLS context trusting ``ca`` (else the system's store) and
-        presenting the client certificate, if any."""
+        """A TLS context trusting ``ca`` (else certifi's CAs, as httpx
+        does) and presenting the client certificate, if any."""
         config = self.config
         try:
-            context = ssl.create_default_context(cafile=config.ca)
+            context = ssl.create_default_context(cafile=config.ca or certifi.where())
         except (OSError, ssl.SSLError) as err:
             raise BadRequest(f"{config.ca}: {err}") from err
         if config.client_cert is not None:
@@ -327,7 +328,11 @@ class Transport:
             timeout = min(timeout, until - time.monotonic())
         if timeout <= 0:
             return None
-        result = self._stream.renew({"lease": grant_id.lease, **body}, timeout)
+        try:
+            result = self._stream.renew({"lease": grant_id.lease, **body}, timeout)
+        except Exception:  # a bug of the stream must not cost the lease
+            log.exception("the renewal stream failed; renewing by request")
+            return None
         return None if result is None else Answer(result[0], result[1])
 
     def release_grant(self, grant_id: GrantId) -> None:
