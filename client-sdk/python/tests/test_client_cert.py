@@ -43,17 +43,22 @@ def certs(dev: DevCluster) -> Path:
     return dev.data / "certs"
 
 
-def test_the_certificate_is_its_principal_with_exactly_its_rights(
-    tls_cluster: DevCluster,
-) -> None:
-    c = certs(tls_cluster)
-    with palisade.Client(
-        tls_cluster.election,
-        tls_cluster.gateway,
+def cert_client(dev: DevCluster) -> palisade.Client:
+    """A client presenting the certificate the policy names as ``svc``."""
+    c = certs(dev)
+    return palisade.Client(
+        dev.election,
+        dev.gateway,
         ca=str(c / "ca.pem"),
         client_cert=str(c / "client.pem"),
         client_key=str(c / "client-key.pem"),
-    ) as client:
+    )
+
+
+def test_the_certificate_is_its_principal_with_exactly_its_rights(
+    tls_cluster: DevCluster,
+) -> None:
+    with cert_client(tls_cluster) as client:
         with client.lease("pycert-1", "py-holder", ttl=5.0) as lease:
             lease.put("pycert-1/k", "v")
             assert client.get("pycert-1").holder == "py-holder"
@@ -83,14 +88,7 @@ def test_half_a_certificate_is_a_bad_request(tls_cluster: DevCluster) -> None:
 def test_leases_renew_over_a_tls_stream_as_the_certificate(tls_cluster: DevCluster) -> None:
     """The renewal stream over TLS (ALPN h2), with the client certificate
     as its principal: no renewal goes by request."""
-    c = certs(tls_cluster)
-    with palisade.Client(
-        tls_cluster.election,
-        tls_cluster.gateway,
-        ca=str(c / "ca.pem"),
-        client_cert=str(c / "client.pem"),
-        client_key=str(c / "client-key.pem"),
-    ) as client:
+    with cert_client(tls_cluster) as client:
         by_request = record_renew_requests(client)
         with client.lease("pycert-stream", "py-holder", ttl=1.0) as lease:
             time.sleep(1.6)
