@@ -101,6 +101,25 @@ impl PeerClient {
     }
 }
 
+/// How long an append that carries entries may take at least. openraft
+/// gives every append the heartbeat interval (20 ms by default), which a
+/// heartbeat fits; but a follower that fell behind is sent up to 300
+/// entries at once, to decode, write and fsync, and a busy node can take
+/// longer than that every time: each try timed out, the same batch was sent
+/// again, and the follower never caught up (the fault suite's stalls, see
+/// TESTING.md). A slow append holds up only that follower's replication
+/// stream; heartbeats go on their own.
+const ENTRIES_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The deadline of an append of `entries` entries, given openraft's `ttl`.
+fn append_deadline(entries: usize, ttl: Duration) -> Duration {
+    if entries == 0 {
+        ttl
+    } else {
+        ttl.max(ENTRIES_DEADLINE)
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = Cursor<Vec<u8>>;
 
@@ -109,7 +128,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("append", &rpc, option.hard_ttl()).await
+        let deadline = append_deadline(rpc.entries.len(), option.hard_ttl());
+        self.call("append", &rpc, deadline).await
     }
 
     async fn vote(
@@ -160,5 +180,20 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call("transfer-leader", &request, option.hard_ttl())
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_keep_openraft_deadline_and_entries_get_longer() {
+        let ttl = Duration::from_millis(20);
+        assert_eq!(append_deadline(0, ttl), ttl);
+        assert_eq!(append_deadline(1, ttl), ENTRIES_DEADLINE);
+        assert_eq!(append_deadline(300, ttl), ENTRIES_DEADLINE);
+        let long = Duration::from_secs(5);
+        assert_eq!(append_deadline(300, long), long);
     }
 }
