@@ -16,7 +16,9 @@
 //! - Renewal streams: `intruder` opening silent streams on the leader (no
 //!   frame, no answer read) is cut to its share of the stream pool, while
 //!   `orders` still opens its own stream and renews over it, and its calls
-//!   all answer.
+//!   all answer. Streams whose answers `intruder` never takes (an HTTP/2
+//!   window of 0) are given up on within the body deadline, and its seats
+//!   come back.
 
 mod support;
 
@@ -72,20 +74,45 @@ async fn a_flood_of_blocking_acquires_through_a_follower_starves_no_one_else() {
     assert_eq!(status, 200, "{held}");
 
     let intruder = access.http_with_timeout("intruder", Duration::from_secs(20));
-    let flood: Vec<_> = (0..FLOOD)
+    let url = format!("{via}/v1/leases/orders.contended/acquire");
+    let flood = waiting_flood(&intruder, &url, "flood");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let failures = victim_calls(&access, &via).await;
+    let (outcomes, examples) = answers(flood).await;
+    eprintln!("the flood's answers: {outcomes:?}, e.g. {examples:?}");
+    assert!(
+        failures.is_empty(),
+        "the victim's calls through the flooded follower failed: {failures:?}"
+    );
+    assert!(
+        outcomes.get(&429).copied().unwrap_or(0) > 0,
+        "the flood was never cut to its share: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.get(&0),
+        None,
+        "flood calls left unanswered: {outcomes:?}"
+    );
+}
+
+/// [`FLOOD`] acquires of `url` (holders `<prefix>-<i>`) that wait up to
+/// 8 s, each asked again on a 503 for up to 3 s (a leader election on a
+/// loaded machine), as the SDKs do: their tasks, answering status and body.
+fn waiting_flood(
+    client: &reqwest::Client,
+    url: &str,
+    prefix: &str,
+) -> Vec<tokio::task::JoinHandle<(u16, String)>> {
+    (0..FLOOD)
         .map(|i| {
-            let (intruder, url) = (
-                intruder.clone(),
-                format!("{via}/v1/leases/orders.contended/acquire"),
-            );
+            let (client, url) = (client.clone(), url.to_owned());
+            let body =
+                json!({"holder": format!("{prefix}-{i}"), "ttl_ms": 3_000, "wait_ms": 8_000});
             tokio::spawn(async move {
-                let body =
-                    json!({"holder": format!("flood-{i}"), "ttl_ms": 3_000, "wait_ms": 8_000});
-                // A 503 (a leader election on a loaded machine) is asked
-                // again, as the SDKs do, for up to 3 s.
                 let mut outcome = (0, String::new());
                 for _ in 0..30 {
-                    outcome = match intruder.post(&url).json(&body).send().await {
+                    outcome = match client.post(&url).json(&body).send().await {
                         Ok(answer) => (
                             answer.status().as_u16(),
                             answer.text().await.unwrap_or_default(),
@@ -100,30 +127,82 @@ async fn a_flood_of_blocking_acquires_through_a_follower_starves_no_one_else() {
                 outcome
             })
         })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+        .collect()
+}
 
-    let failures = victim_calls(&access, &via).await;
-    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
-    let mut examples = std::collections::BTreeMap::<u16, String>::new();
-    for call in flood {
-        let (status, body) = call.await.expect("flood task");
-        *outcomes.entry(status).or_default() += 1;
-        examples.entry(status).or_insert(body);
-    }
-    eprintln!("the flood's answers: {outcomes:?}, e.g. {examples:?}");
-    assert!(
-        failures.is_empty(),
-        "the victim's calls through the flooded follower failed: {failures:?}"
+/// The holder of a lease that a flood of its own principal's waiting
+/// calls queues for, asking again for its grant (its answer lost, say)
+/// while those calls hold every waiting seat of its share, gets the grant
+/// back at once — through the flooded follower and at the leader — rather
+/// than a 429: refused, it would keep the lease while the flood waited on
+/// it, and nobody would be served until the waits ran out (seen in the
+/// fault suite). A call of the flood that would wait is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_asking_again_is_answered_while_its_waiters_fill_the_seats() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access) = start(dir.path(), &[]);
+    let admin = access.http("admin");
+    let leader = cluster.leader(&admin).await;
+    let follower = if leader == 1 { 2 } else { 1 };
+    let (lead, via) = (cluster.url(leader), cluster.url(follower));
+    let intruder = access.http_with_timeout("intruder", Duration::from_secs(20));
+    let acquire = |base: &str| format!("{base}/v1/leases/orders.queue/acquire");
+    let first = grant_body("first", json!({"ttl_ms": 30_000, "wait_ms": 5_000}));
+    let (status, grant) = post_json(&intruder, &acquire(&via), first.clone()).await;
+    assert_eq!(status, 200, "{grant}");
+
+    // A grant past its max-hold, asked again through the follower whose
+    // waiting seats the flood fills, waits for its expiry only as long as
+    // a call that does not wait (a quorum timeout): not its whole wait_ms,
+    // in a short seat.
+    let maxed = grant_body(
+        "maxed",
+        json!({"ttl_ms": 30_000, "max_hold_ms": 200, "wait_ms": 20_000}),
     );
+    let maxed_url = format!("{lead}/v1/leases/orders.maxed/acquire");
+    let (status, body) = post_json(&intruder, &maxed_url, maxed.clone()).await;
+    assert_eq!(status, 200, "{body}");
+
+    let flood = waiting_flood(&intruder, &acquire(&via), "queued");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let again = format!("{via}/v1/leases/orders.maxed/acquire");
+    let (status, body) = post_json(&intruder, &again, maxed).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a grant past its max-hold asked again without a waiting seat answered {status} \
+         after {:?}: {body}",
+        started.elapsed()
+    );
+    for (at, base) in [("the follower", &via), ("the leader", &lead)] {
+        let started = Instant::now();
+        let (status, again) = post_json(&intruder, &acquire(base), first.clone()).await;
+        assert_eq!(status, 200, "asked again through {at}: {again}");
+        assert_eq!(again["token"], grant["token"], "a new grant: {again}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "asked again through {at}, answered only after {:?}",
+            started.elapsed()
+        );
+    }
+    let release = json!({"holder": "first", "token": grant["token"], "secret": support::test_secret("first")});
+    let (status, body) = post_json(
+        &intruder,
+        &format!("{lead}/v1/leases/orders.queue/release"),
+        release,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (outcomes, _) = answers(flood).await;
+    eprintln!("the queue's answers: {outcomes:?}");
     assert!(
         outcomes.get(&429).copied().unwrap_or(0) > 0,
         "the flood was never cut to its share: {outcomes:?}"
     );
-    assert_eq!(
-        outcomes.get(&0),
-        None,
-        "flood calls left unanswered: {outcomes:?}"
+    assert!(
+        outcomes.get(&200).copied().unwrap_or(0) > 0,
+        "nobody in the queue was served once the holder let go: {outcomes:?}"
     );
 }
 
@@ -333,47 +412,56 @@ async fn a_flood_of_sign_ins_starves_no_one_else() {
     );
 }
 
-/// Silent renewal streams `intruder` tries to open on the leader: more
-/// than the stream pool holds (an eighth of half of `--max-requests`).
+/// Renewal streams `intruder` tries to open on the leader: more than the
+/// stream pool holds (an eighth of half of `--max-requests`).
 const STREAMS: usize = 100;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
-    let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (cluster, access) = start(dir.path(), &["--max-requests", "512"]);
+/// A renewal stream's frames (its request body) and its answer.
+type OpenStream = (tokio::sync::mpsc::Sender<Vec<u8>>, reqwest::Response);
+
+/// A cluster whose stream pool is small (`--max-requests 512`), its admin
+/// client, and the URL of its leader once it has kept leading (streams
+/// open only on the leader).
+async fn stream_pool_cluster(dir: &std::path::Path) -> (Cluster, Access, reqwest::Client, String) {
+    let (cluster, access) = start(dir, &["--max-requests", "512"]);
     let admin = access.http("admin");
-    // Leadership may move once just after the start: streams open only on
-    // the leader.
-    let mut leader = cluster.leader(&admin).await;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = cluster.leader(&admin).await;
-        if now == leader {
-            break;
-        }
-        leader = now;
-    }
-    let base = cluster.url(leader);
+    let base = cluster.url(cluster.settled_leader(&admin).await);
+    (cluster, access, admin, base)
+}
+
+/// An HTTP/2 client of the cluster's CA, as `configure` makes it.
+fn h2_client(
+    access: &Access,
+    configure: impl FnOnce(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> reqwest::Client {
     let pem = std::fs::read(&access.ca).expect("ca.pem");
-    let intruder = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .http2_prior_knowledge()
         .timeout(Duration::from_secs(60))
-        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
-        .build()
-        .expect("client");
-    // Each stream's body stays open and silent; its answer is never read.
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"));
+    configure(builder).build().expect("client")
+}
+
+/// Up to `count` renewal streams `who` opens on `base` through `client`:
+/// those opened (their bodies kept open), and how many were refused (429).
+async fn open_streams(
+    client: &reqwest::Client,
+    access: &Access,
+    who: &str,
+    base: &str,
+    count: usize,
+) -> (Vec<OpenStream>, usize) {
     let mut open = Vec::new();
     let mut refused = 0;
-    for _ in 0..STREAMS {
-        let (frames, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+    for _ in 0..count {
+        let (frames, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
         let body = futures::stream::unfold(rx, |mut rx| async move {
             let frame = rx.recv().await?;
             Some((Ok::<_, std::io::Error>(frame), rx))
         });
-        let answer = intruder
+        let answer = client
             .post(format!("{base}/v1/renew/stream"))
-            .header(palisade_client::API_KEY_HEADER, access.key("intruder"))
+            .header(palisade_client::API_KEY_HEADER, access.key(who))
             .header("content-type", "application/x-ndjson")
             .body(reqwest::Body::wrap_stream(body))
             .send()
@@ -388,6 +476,17 @@ async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
             ),
         }
     }
+    (open, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, access, admin, base) = stream_pool_cluster(dir.path()).await;
+    // Each stream's body stays open and silent; its answer is never read.
+    let intruder = h2_client(&access, |builder| builder);
+    let (open, refused) = open_streams(&intruder, &access, "intruder", &base, STREAMS).await;
     eprintln!("intruder: {} streams open, {refused} refused", open.len());
     assert!(
         refused > 0,
@@ -417,6 +516,67 @@ async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
     drop(open);
 }
 
+/// `intruder` fills its share of the stream pool with streams it sends
+/// frames on but whose answers it never takes (an HTTP/2 window of 0, so
+/// not a byte of an answer can be sent). The leader gives up on each
+/// within the body deadline (5 s) and frees its seat, so a new stream of
+/// `intruder` opens. Were the seats held by the answers, they would stay
+/// taken for as long as the intruder kept its connection up (hyper never
+/// polls an answer it cannot send again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_streams_whose_answers_are_never_taken_are_closed() {
+    let frame = |id: u64| {
+        let renewal = json!({"lease": "orders.nothing", "holder": "svc", "token": 1,
+                             "secret": support::test_secret("svc")});
+        format!("{}\n", json!({"id": id, "renewals": [renewal]})).into_bytes()
+    };
+    // Four answers per stream: more than the two an answer holds unsent (one
+    // queued, one taken by hyper), so one waits and is given up on.
+    deaf_streams_give_their_seats_back((0..4).map(frame).collect()).await;
+}
+
+/// The same with one unreadable line per stream: the stream ends at once
+/// with its last (400) line, which hyper takes and cannot send, so no
+/// answer ever waits. The seat is freed once the ended stream's answer has
+/// not been taken within the body deadline (found by an attacker's review:
+/// before, such a stream kept its seat for as long as its connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_renewal_streams_whose_last_line_is_never_taken_are_closed() {
+    deaf_streams_give_their_seats_back(vec![b"x\n".to_vec()]).await;
+}
+
+/// `intruder` fills its share of the stream pool with streams whose
+/// answers it never takes (an HTTP/2 window of 0) and sends `lines` on
+/// each; a new stream of `intruder` must open within 15 s.
+async fn deaf_streams_give_their_seats_back(lines: Vec<Vec<u8>>) {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_cluster, access, _admin, base) = stream_pool_cluster(dir.path()).await;
+    let deaf = h2_client(&access, |builder| {
+        builder.http2_initial_stream_window_size(0)
+    });
+    let (open, refused) = open_streams(&deaf, &access, "intruder", &base, STREAMS).await;
+    assert!(refused > 0, "the intruder was never cut to its share");
+    for (frames, _) in &open {
+        for line in &lines {
+            frames.send(line.clone()).await.expect("send a line");
+        }
+    }
+    let sent = Instant::now();
+    let fresh = h2_client(&access, |builder| builder);
+    let mut reopened = None;
+    while reopened.is_none() && sent.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (mut again, _) = open_streams(&fresh, &access, "intruder", &base, 1).await;
+        reopened = again.pop().map(|_| sent.elapsed());
+    }
+    let Some(after) = reopened else {
+        panic!("the intruder's share stayed full 15 s after its streams stopped taking answers");
+    };
+    eprintln!("the intruder's share came back after {after:?}");
+    drop(open);
+}
+
 /// `FLOOD` tasks sending `request()` back to back for 5 s; each counts its
 /// answers by status (0: the transport failed).
 fn flood(
@@ -442,6 +602,24 @@ fn flood(
 }
 
 /// The answers of a [`flood`], summed over its tasks.
+/// How many of `flood`'s calls (see [`waiting_flood`]) answered each
+/// status, and one body for each.
+async fn answers(
+    flood: Vec<tokio::task::JoinHandle<(u16, String)>>,
+) -> (
+    std::collections::BTreeMap<u16, usize>,
+    std::collections::BTreeMap<u16, String>,
+) {
+    let mut outcomes = std::collections::BTreeMap::<u16, usize>::new();
+    let mut examples = std::collections::BTreeMap::<u16, String>::new();
+    for call in flood {
+        let (status, body) = call.await.expect("flood task");
+        *outcomes.entry(status).or_default() += 1;
+        examples.entry(status).or_insert(body);
+    }
+    (outcomes, examples)
+}
+
 async fn tally(
     flood: Vec<tokio::task::JoinHandle<std::collections::BTreeMap<u16, usize>>>,
 ) -> std::collections::BTreeMap<u16, usize> {

@@ -20,6 +20,11 @@ use crate::peer::gate::PeerId;
 /// request (trusted only from an authenticated peer).
 pub const CLIENT_ADDR_HEADER: &str = "x-palisade-client-addr";
 
+/// The header a follower sets on a waiting call it had no waiting seat for
+/// (any value): the leader answers it at once, or with 429
+/// `over_share` if it would have to wait (trusted only from a peer).
+pub const OVER_SHARE_HEADER: &str = "x-palisade-over-share";
+
 /// Whose request this is, for admission: `principal:NAME` under a policy,
 /// `addr:IP` without a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +58,7 @@ impl Flow {
 
     /// The metric label: the principal's name, or `anonymous` (addresses
     /// would make the label set unbounded).
-    fn label(&self) -> &str {
+    pub(super) fn label(&self) -> &str {
         self.0.strip_prefix("principal:").unwrap_or("anonymous")
     }
 }

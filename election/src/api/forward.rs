@@ -11,13 +11,17 @@ use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue};
 use serde_json::Value;
 
-use palisade_serve::admission::Kind;
+use palisade_serve::admission::{Kind, Seat};
 use palisade_serve::policy::Principal;
 
-use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER};
+use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER, OVER_SHARE_HEADER};
 use super::extract::read_body;
+use super::leases::acquire::answerable_at_once;
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::lease_table::command::SecretHash;
+use crate::peer::gate::PeerId;
+use palisade_names::{GrantSecret, LeaseName};
 
 /// Most forwards a request may take before a node answers 503.
 pub const MAX_HOPS: u32 = 2;
@@ -77,6 +81,72 @@ fn wait_of(body: &[u8]) -> Duration {
         .map_or(Duration::ZERO, Duration::from_millis)
 }
 
+/// A seat on the forwarding connection, whose streams every caller of this
+/// node shares: each flow takes at most its share of them. A waiting call
+/// over its flow's share of the waiting seats goes on in a short seat if
+/// it may be answered at once (a holder asking again for a grant whose
+/// answer it lost must get it), to be answered so or refused by the
+/// leader, and so does one that an earlier hop found over its share: then
+/// `true`, for [`OVER_SHARE_HEADER`].
+fn forwarding_seat(
+    state: &ApiState,
+    parts: &http::request::Parts,
+    body: &[u8],
+    wait: Duration,
+) -> Result<(Seat, bool), ApiError> {
+    let flow = parts
+        .extensions
+        .get::<Flow>()
+        .cloned()
+        .unwrap_or_else(|| Flow("unknown".into()));
+    let short = || seat(state, &state.forwarding, &flow, Kind::Short);
+    let upstream =
+        parts.extensions.get::<PeerId>().is_some() && parts.headers.contains_key(OVER_SHARE_HEADER);
+    if upstream {
+        return Ok((short()?, true));
+    }
+    let kind = match parts.extensions.get::<Admitted>() {
+        _ if !wait.is_zero() => Kind::Long,
+        Some(Admitted(kind)) => *kind,
+        None => Kind::Short,
+    };
+    match seat(state, &state.forwarding, &flow, kind) {
+        Err(ApiError::OverShare(_))
+            if kind == Kind::Long && acquire_at_once(state, parts, body) =>
+        {
+            Ok((short()?, true))
+        }
+        taken => Ok((taken?, false)),
+    }
+}
+
+/// Whether `parts` and `body` are an acquire that this node's table says
+/// may be answered at once (the lease free, or the caller's own grant):
+/// only those go on without a waiting seat, so a flood of waiting calls
+/// over their share is refused here, at no cost to the leader or to the
+/// flow's short seats.
+fn acquire_at_once(state: &ApiState, parts: &http::request::Parts, body: &[u8]) -> bool {
+    let name = parts
+        .uri
+        .path()
+        .strip_prefix("/v1/leases/")
+        .and_then(|rest| rest.strip_suffix("/acquire"));
+    let Some(Ok(lease)) = name.map(LeaseName::new) else {
+        return false;
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    let Some(holder) = body["holder"].as_str() else {
+        return false;
+    };
+    let hash = body["secret"]
+        .as_str()
+        .and_then(|secret| GrantSecret::new(secret).ok())
+        .map(|secret| SecretHash::of(&secret));
+    answerable_at_once(state, &lease, holder, hash.as_ref())
+}
+
 /// Sends `request` to the leader's peer listener (`/forward/...`).
 async fn forward(
     state: &ApiState,
@@ -89,19 +159,7 @@ async fn forward(
     let body = read_body(body, state.config.body_deadline).await?;
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let wait = wait_of(&body).min(state.config.max_wait);
-    // The forwarding connection's streams are shared by every caller of
-    // this node: each flow takes at most its share of them.
-    let kind = match parts.extensions.get::<Admitted>() {
-        _ if !wait.is_zero() => Kind::Long,
-        Some(Admitted(kind)) => *kind,
-        None => Kind::Short,
-    };
-    let flow = parts
-        .extensions
-        .get::<Flow>()
-        .cloned()
-        .unwrap_or_else(|| Flow("unknown".into()));
-    let _seat = seat(state, &state.forwarding, &flow, kind)?;
+    let (_seat, over_share) = forwarding_seat(state, &parts, &body, wait)?;
     let mut outgoing = state
         .forwarder
         .forward(
@@ -117,6 +175,9 @@ async fn forward(
     // The leader checks the caller's rights again (its own policy): by the
     // key, or by the principal this node identified from a client
     // certificate the leader cannot see.
+    if over_share {
+        outgoing = outgoing.header(OVER_SHARE_HEADER, "1");
+    }
     for name in [
         header::CONTENT_TYPE.as_str(),
         palisade_serve::policy::KEY_HEADER,

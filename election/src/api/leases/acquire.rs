@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use palisade_serve::admission::Kind;
+use http::HeaderMap;
+use palisade_serve::admission::{Kind, Seat};
 use palisade_serve::policy::Principal;
 
-use super::super::admit::{seat, Flow};
+use super::super::admit::{seat, Flow, OVER_SHARE_HEADER};
 use super::super::extract::LeaseCall;
 use super::super::schema::{LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
@@ -19,6 +20,7 @@ use super::queue::*;
 use crate::error::ApiError;
 use crate::leader::lessor::RenewRefused;
 use crate::lease_table::command::{Command, CommandResult, SecretHash, Terms};
+use crate::peer::gate::PeerId;
 use crate::waiters::Bell;
 use palisade_names::{FencingToken, GrantSecret, LeaseName};
 
@@ -31,21 +33,27 @@ pub(in crate::api) async fn acquire(
     State(state): State<ApiState>,
     principal: Option<Extension<Principal>>,
     flow: Option<Extension<Flow>>,
+    peer: Option<Extension<PeerId>>,
+    headers: HeaderMap,
     LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
 ) -> Result<Json<Grant>, ApiError> {
-    // Refuse before proposing anything when the cluster cannot sign yet, or
-    // when a waiting call would go over this node's cap or its flow's share
-    // of the seats of calls that wait.
+    // Refuse before proposing anything when the cluster cannot sign yet.
     state.signer()?;
-    let _waiting = match body.wait_ms {
-        Some(wait) if wait > 0 => {
-            let permit = state.waiter()?;
-            let seat = flow
-                .map(|Extension(flow)| seat(&state, &state.admission, &flow, Kind::Long))
-                .transpose()?;
-            Some((permit, seat))
-        }
-        _ => None,
+    // A waiting call takes a seat of calls that wait (this node's cap and
+    // its flow's share). Without one — refused here, or by the follower
+    // that forwarded it — it is still answered if it can be at once: a
+    // holder asking again for a grant whose answer it lost gets it back,
+    // else it would hold the lease while those queued behind it hold every
+    // seat, and nobody would be served until the waits ran out.
+    let (_waiting, refused) = match body.wait_ms {
+        Some(wait) if wait > 0 => match over_share_upstream(peer.is_some(), &headers) {
+            Some(refused) => (None, Some(refused)),
+            None => match waiting_seat(&state, flow.as_ref().map(|f| &f.0)) {
+                Ok(seats) => (Some(seats), None),
+                Err(refused) => (None, Some(refused)),
+            },
+        },
+        _ => (None, None),
     };
     check_room(&state, &lease)?;
     if let Some(Extension(principal)) = &principal {
@@ -55,22 +63,98 @@ pub(in crate::api) async fn acquire(
         Some(secret) => secret,
         None => generate_secret()?,
     };
+    let hash = SecretHash::of(&secret);
+    // Refused a waiting seat, a call for a lease that is not the caller's
+    // grant (another holder, or another secret) is answered 429 at once,
+    // without an entry in the log.
+    let refused = match refused {
+        Some(refused) if held_by_another(&state, &lease, &body, &hash) => return Err(refused),
+        refused => refused,
+    };
+    // A call refused its seat waits no more than one that does not wait.
+    let waits = body.wait_ms.is_some_and(|w| w > 0) && refused.is_none();
+    let wait = match waits {
+        true => Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_wait),
+        false => Duration::ZERO,
+    };
     // Subscribed before the first look at the table, so no change is missed.
     let bell = state.shared.bells.subscribe(&lease);
     let call = Acquisition {
-        hash: SecretHash::of(&secret),
+        hash,
         secret,
         terms: body.terms(),
-        waits: body.wait_ms.is_some_and(|w| w > 0),
-        deadline: tokio::time::Instant::now()
-            + Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_wait),
+        waits,
+        deadline: tokio::time::Instant::now() + wait,
         state,
         lease,
         body,
         bell,
         principal: principal.map(|Extension(Principal(name))| name),
     };
-    call.run().await
+    match (call.run().await, refused) {
+        // It would have had to wait: the refusal of its seat is the answer.
+        (Err(ApiError::Held { .. } | ApiError::LockDelay { .. }), Some(refused)) => Err(refused),
+        (answer, _) => answer,
+    }
+}
+
+/// Whether this node's table says `lease` is held, but not by the caller
+/// under the secret whose hash is `hash`.
+fn held_by_another(
+    state: &ApiState,
+    lease: &LeaseName,
+    body: &AcquireRequest,
+    hash: &SecretHash,
+) -> bool {
+    !answerable_at_once(state, lease, body.holder.as_str(), Some(hash))
+}
+
+/// Whether this node's table says an acquire of `lease` by `holder` under
+/// the secret whose hash is `hash` may be answered at once: the lease is
+/// free, or it is the caller's own grant.
+pub(in crate::api) fn answerable_at_once(
+    state: &ApiState,
+    lease: &LeaseName,
+    holder: &str,
+    hash: Option<&SecretHash>,
+) -> bool {
+    state.shared.read(|s| {
+        let Some(record) = s.table.leases.get(lease) else {
+            return true;
+        };
+        match &record.holder {
+            None => true,
+            Some(held_by) => {
+                *held_by == *holder && hash.is_some() && record.secret.as_ref() == hash
+            }
+        }
+    })
+}
+
+/// The seats a waiting call holds while it waits: one of this node's
+/// waiters, and one of its flow's share of the seats of calls that wait.
+fn waiting_seat(
+    state: &ApiState,
+    flow: Option<&Flow>,
+) -> Result<(tokio::sync::OwnedSemaphorePermit, Option<Seat>), ApiError> {
+    let permit = state.waiter()?;
+    let seat = flow
+        .map(|flow| seat(state, &state.admission, flow, Kind::Long))
+        .transpose()?;
+    Ok((permit, seat))
+}
+
+/// The refusal of a call that a forwarding follower had no waiting seat
+/// for (it forwarded it to be answered at once), if this is one; only a
+/// peer's word counts.
+fn over_share_upstream(from_peer: bool, headers: &HeaderMap) -> Option<ApiError> {
+    (from_peer && headers.contains_key(OVER_SHARE_HEADER)).then(|| {
+        ApiError::OverShare(
+            "over its share of the forwarding node's seats for calls that wait; \
+             retry shortly"
+                .into(),
+        )
+    })
 }
 
 /// A new name must fit under the cap on the table's size.
