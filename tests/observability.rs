@@ -61,7 +61,9 @@ async fn counters_move_by_what_happened_and_the_audit_names_the_stale_writer() {
     let mut gateway = gateway_for(&cluster, &dir.path().join("gateway"));
     gateway.args = vec!["--exp-leeway-secs".into(), "30".into()];
     let gateway = spawn_node(gateway);
-    let leader = cluster.leader(&client).await;
+    // Settled: leadership may move once just after the start, and the
+    // counters below are the leader's.
+    let leader = cluster.settled_leader(&client).await;
     let base = cluster.url(leader);
     let before = scrape(&client, &base).await;
     assert_eq!(value(&before, "palisade_election_is_leader"), 1.0);

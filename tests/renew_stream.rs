@@ -86,26 +86,11 @@ fn entry(lease: &str, holder: &str, token: u64) -> Value {
     json!({"lease": lease, "holder": holder, "token": token, "secret": test_secret(holder)})
 }
 
-/// The leader, once it has kept leading for a while (leadership may move
-/// once just after the start).
-async fn settled_leader(cluster: &Cluster, http: &reqwest::Client) -> u64 {
-    let mut leader = cluster.leader(http).await;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = cluster.leader(http).await;
-        if now == leader {
-            break;
-        }
-        leader = now;
-    }
-    leader
-}
-
 /// The leader and a stream open on it (leadership may move just after the
 /// start, between finding the leader and opening).
 async fn open_on_leader(cluster: &Cluster, http: &reqwest::Client) -> (u64, Stream) {
     for _ in 0..10 {
-        let leader = settled_leader(cluster, http).await;
+        let leader = cluster.settled_leader(http).await;
         if let Ok(stream) = Stream::open(&cluster.url(leader)).await {
             return (leader, stream);
         }
@@ -258,7 +243,7 @@ async fn the_sdk_renews_over_a_stream_through_a_killed_and_a_frozen_leader() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = Cluster::start(dir.path());
     let http = http_client();
-    let leader = settled_leader(&cluster, &http).await;
+    let leader = cluster.settled_leader(&http).await;
     let client = sdk(&cluster, None);
     let ttl = Duration::from_millis(6000);
     let names: Vec<String> = (0..20).map(|i| format!("streamed-{i}")).collect();

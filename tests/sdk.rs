@@ -585,8 +585,11 @@ async fn an_elector_that_never_led_reports_no_stop() {
     let cluster = Cluster::start(dir.path());
     let client = sdk(&cluster, None);
     cluster.leader(&http_client()).await;
+    // A long ttl: a loaded machine must not let the holder's lease lapse
+    // (the replica would then lead, and rightly report a stop).
+    let ttl = Duration::from_secs(10);
     let held = client
-        .acquire("contested", "replica-0", Duration::from_secs(3), None)
+        .acquire("contested", "replica-0", ttl, None)
         .await
         .expect("acquire");
     let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
@@ -594,29 +597,38 @@ async fn an_elector_that_never_led_reports_no_stop() {
     let elector = tokio::spawn({
         let (client, shutdown) = (client.clone(), shutdown.clone());
         async move {
-            Elector::new(client, "contested", "replica-1", Duration::from_secs(3))
+            Elector::new(client, "contested", "replica-1", ttl)
                 .run(Some(events), shutdown, |_lease, cancelled| async move {
                     cancelled.cancelled().await;
                 })
                 .await;
         }
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Campaigning: it hears who leads (however slowly the machine runs).
+    let holder = ElectorEvent::LeaderChanged {
+        holder: Some("replica-0".into()),
+    };
+    let mut seen = Vec::new();
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = received.recv().await {
+            let done = event == holder;
+            seen.push(event);
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the replica never heard who leads: {seen:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(15), elector)
         .await
         .expect("elector stops")
         .expect("join");
-    let mut seen = Vec::new();
     while let Ok(event) = received.try_recv() {
         seen.push(event);
     }
-    assert!(
-        seen.contains(&ElectorEvent::LeaderChanged {
-            holder: Some("replica-0".into())
-        }),
-        "{seen:?}"
-    );
     assert!(
         seen.iter()
             .all(|e| matches!(e, ElectorEvent::LeaderChanged { .. })),

@@ -314,6 +314,21 @@ impl Cluster {
             .await
             .expect("no leader within 10 s")
     }
+
+    /// The leader, once it has kept leading for a while (leadership may move
+    /// once just after the start): at most about 10 s more.
+    pub async fn settled_leader(&self, client: &reqwest::Client) -> u64 {
+        let mut leader = self.leader(client).await;
+        for _ in 0..20 {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let now = self.leader(client).await;
+            if now == leader {
+                break;
+            }
+            leader = now;
+        }
+        leader
+    }
 }
 
 impl Deref for Cluster {
@@ -472,7 +487,9 @@ pub async fn grant_many(
                 let url = format!("{base}/v1/leases/{prefix}-{i}/acquire");
                 let body = serde_json::json!({"holder": format!("h{i}"), "ttl_ms": ttl_ms});
                 let granted = post_until(&client, &url, &body, &[200]).await;
-                grants.push(granted.unwrap_or_else(|| panic!("acquire {prefix}-{i} failed")));
+                grants.push(granted.unwrap_or_else(|(status, last)| {
+                    panic!("acquire {prefix}-{i} failed: last answer {status} {last}")
+                }));
             }
             grants
         }));
@@ -504,8 +521,9 @@ pub async fn release_many(
                 let body = serde_json::json!({
                     "holder": grant["holder"], "token": grant["token"], "secret": grant["secret"]
                 });
-                let done = post_until(&client, &url, &body, &[200, 409]).await;
-                assert!(done.is_some(), "release of {lease} failed");
+                if let Err((status, last)) = post_until(&client, &url, &body, &[200, 409]).await {
+                    panic!("release of {lease} failed: last answer {status} {last}");
+                }
             }
         }));
     }
@@ -515,21 +533,23 @@ pub async fn release_many(
 }
 
 /// Posts `body` to `url` until it answers one of `accept` (every 50 ms, for
-/// up to 10 s); answers that body, or `None` if it never did.
+/// up to 10 s); answers that body, or the last status and body if it never did.
 async fn post_until(
     client: &reqwest::Client,
     url: &str,
     body: &serde_json::Value,
     accept: &[u16],
-) -> Option<serde_json::Value> {
+) -> Result<serde_json::Value, (u16, serde_json::Value)> {
+    let mut last = (0, serde_json::Value::Null);
     for _ in 0..200 {
         let (status, answer) = post_json_once(client, url, body.clone()).await;
         if accept.contains(&status) {
-            return Some(answer);
+            return Ok(answer);
         }
+        last = (status, answer);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    None
+    Err(last)
 }
 
 /// Waits (at most `limit`) until node `url` has applied `index`; returns

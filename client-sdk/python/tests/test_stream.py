@@ -19,11 +19,20 @@ from conftest import DevCluster, record_renew_requests
 def test_leases_renew_over_the_stream(cluster: DevCluster, name: str) -> None:
     with cluster.client() as client:
         by_request = record_renew_requests(client)
-        leases = [client.acquire(f"{name}-{i}", "S", ttl=1.0) for i in range(20)]
+        stream = client._transport._stream
+        assert stream is not None
+        # The first renewal opens the stream. A renewal due while another
+        # opens it goes by request (it never waits behind an open), so the
+        # other leases are taken once the stream is open.
+        leases = [client.acquire(f"{name}-0", "S", ttl=1.0)]
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and stream.opened == 0:
+            time.sleep(0.05)
+        assert stream.opened == 1, "the stream did not open"
+        leases += [client.acquire(f"{name}-{i}", "S", ttl=1.0) for i in range(1, 20)]
         time.sleep(3.0)  # some 8 renewals each, every ttl/3
         assert all(lease.is_held() for lease in leases)
-        stream = client._transport._stream
-        assert stream is not None and stream.opened == 1
+        assert stream.opened == 1
         assert by_request == [], "renewals went by request"
         tokens = [client.get(lease.name).token for lease in leases]
         assert tokens == [lease.token for lease in leases]

@@ -69,12 +69,27 @@ struct State {
     freed_order: VecDeque<(Instant, LeaseName, u64)>,
     /// Incremental reconciles since the last full scan of the table.
     since_full_scan: u32,
+    /// The next reconcile scans the whole table, whatever its size: set on
+    /// promotion, when nothing is tracked yet.
+    scan_now: bool,
 }
 
 /// A full scan of the table at least every this many incremental
 /// reconciles (1 s at the 10 ms tick): a safety net, the change feed is
 /// complete by construction.
 const FULL_SCAN_EVERY: u32 = 100;
+
+/// Incremental reconciles between full scans of a table of `leases`:
+/// [`FULL_SCAN_EVERY`] up to 10 000 leases, then one more per 100 leases
+/// (10 s at 100 000), so a scan costs the ticks it spaces the same at any
+/// size. A full scan holds the lessor, which every renewal needs, for its
+/// whole length: at 100 000 leases once a second, it stalled renewals for
+/// about 100 ms each time (p99.9 80-106 ms against 5 ms empty).
+fn full_scan_every(leases: usize) -> u32 {
+    u32::try_from(leases / 100)
+        .unwrap_or(u32::MAX)
+        .max(FULL_SCAN_EVERY)
+}
 
 /// The most grants one reconcile marks expiring (the duties reconcile every
 /// 10 ms: at most 10 000 `Expire` proposals a second). A new leader gives
@@ -173,8 +188,9 @@ impl Lessor {
             state.checks.clear();
             state.freed.clear();
             state.freed_order.clear();
-            // The next reconcile scans the whole table.
-            state.since_full_scan = FULL_SCAN_EVERY;
+            // The next reconcile scans the whole table: until it does,
+            // no lease of this term can expire.
+            state.scan_now = true;
         }
         drop(state);
         self.leadership
@@ -299,8 +315,10 @@ impl Lessor {
             if state.leading.is_none() {
                 return Vec::new();
             }
-            state.since_full_scan += 1;
-            touched.all || state.since_full_scan >= FULL_SCAN_EVERY
+            state.since_full_scan = state.since_full_scan.saturating_add(1);
+            touched.all
+                || state.scan_now
+                || state.since_full_scan >= full_scan_every(table.leases.len())
         };
         if full {
             return self.reconcile(table);
@@ -345,6 +363,7 @@ impl Lessor {
             return Vec::new();
         }
         state.since_full_scan = 0;
+        state.scan_now = false;
         let now = Instant::now();
         state.deadlines.retain(|lease, tracked| {
             table.leases.get(lease).is_some_and(|r| {

@@ -21,11 +21,14 @@
 //! at most [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once
 //! (the next is read only then), so at most that many answers wait for a
 //! client that does not read them, and one that takes no answer within the
-//! body deadline has its stream ended; a frame is at most 64 KiB and must
-//! arrive whole within the body deadline; a stream ends after [`IDLE`]
-//! without a frame (blank lines do not count), after [`LIFETIME`] in any
-//! case, and when its node stops leading. An unreadable frame ends the
-//! stream with a last line naming the error (no `id`).
+//! body deadline has its stream ended and its seat freed at once (hyper
+//! never polls an answer it cannot send again, so a seat held by the answer
+//! would stay taken for as long as the client kept its connection up; the
+//! connection itself is left alone: other requests share it); a frame is
+//! at most 64 KiB and must arrive whole within the body deadline; a stream
+//! ends after [`IDLE`] without a frame (blank lines do not count), after
+//! [`LIFETIME`] in any case, and when its node stops leading. An unreadable
+//! frame ends the stream with a last line naming the error (no `id`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,7 +44,7 @@ use http::{header, HeaderMap};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
-use palisade_serve::admission::Kind;
+use palisade_serve::admission::{Kind, Seat};
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
@@ -127,8 +130,14 @@ pub(in crate::api) async fn renew_stream(
             "a stream admitted without a flow".into(),
         ));
     };
-    // Held by the answer: a stream counts until its client has it all.
-    let seat = seat(&state, &state.admission, &flow, Kind::Stream)?;
+    // A stream counts until its client has its whole answer, or until it is
+    // given up on (see `Renewer::give_up`).
+    let seat = Arc::new(std::sync::Mutex::new(Some(seat(
+        &state,
+        &state.admission,
+        &flow,
+        Kind::Stream,
+    )?)));
     state.shared.metrics.renew_streams.inc();
     let (lines, answers) = mpsc::channel::<Bytes>(1);
     let renewer = Arc::new(Renewer {
@@ -136,6 +145,7 @@ pub(in crate::api) async fn renew_stream(
         principal: principal.map(|Extension(p)| p),
         flow,
         stop: Notify::new(),
+        seat: seat.clone(),
     });
     tokio::spawn(renewer.read(body.into_data_stream(), lines));
     let answers = futures::stream::unfold((answers, seat), |(mut answers, seat)| async move {
@@ -143,6 +153,15 @@ pub(in crate::api) async fn renew_stream(
         Some((Ok::<_, Infallible>(line), (answers, seat)))
     });
     Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(answers)).into_response())
+}
+
+/// Frees a renewal stream's seat now, whatever its answer still holds
+/// (dropped after the lock is released).
+fn free_seat(seat: &std::sync::Mutex<Option<Seat>>, flow: &str, why: &str) {
+    let taken = seat.lock().map(|mut seat| seat.take());
+    if matches!(taken, Ok(Some(_))) {
+        tracing::debug!(flow, why, "a renewal stream's seat is freed");
+    }
 }
 
 /// 503: this node does not lead (or stopped leading).
@@ -161,14 +180,46 @@ struct Renewer {
     flow: Flow,
     /// Told when the client took no answer within the body deadline.
     stop: Notify,
+    /// The stream's seat, shared with its answer.
+    seat: Arc<std::sync::Mutex<Option<Seat>>>,
 }
 
 impl Renewer {
+    /// Reads and answers frames (see [`Renewer::read_frames`]); then, however
+    /// the stream ended, gives its client the body deadline to take the rest
+    /// of its answer, and frees the seat if it has not. An answer hyper
+    /// cannot send (an HTTP/2 window the client never opens) is never polled
+    /// again, so it would hold its seat for as long as the connection lives:
+    /// the answers' own timeout sees only a client that leaves more than the
+    /// answer can hold unsent, not one that sends a single line.
+    async fn read(self: Arc<Self>, data: BodyDataStream, lines: mpsc::Sender<Bytes>) {
+        let frames = Arc::new(Semaphore::new(MAX_FRAMES_IN_FLIGHT));
+        self.read_frames(&frames, data, lines).await;
+        let all = u32::try_from(MAX_FRAMES_IN_FLIGHT).unwrap_or(u32::MAX);
+        let _answered = frames.acquire_many(all).await;
+        let deadline = self.state.config.body_deadline;
+        // Only the answer may keep the seat alive meanwhile.
+        let seat = Arc::downgrade(&self.seat);
+        let flow = self.flow.label().to_owned();
+        drop(self);
+        if seat.strong_count() == 0 {
+            return; // the answer has ended: its seat went with it
+        }
+        tokio::time::sleep(deadline).await;
+        if let Some(seat) = seat.upgrade() {
+            free_seat(&seat, &flow, "its last lines were not taken");
+        }
+    }
+
     /// Reads frames until the body ends, idles, breaks, outlives
     /// [`LIFETIME`], is told to stop, or the node stops leading, answering
     /// each on its own task into `lines`.
-    async fn read(self: Arc<Self>, mut data: BodyDataStream, lines: mpsc::Sender<Bytes>) {
-        let frames = Arc::new(Semaphore::new(MAX_FRAMES_IN_FLIGHT));
+    async fn read_frames(
+        self: &Arc<Self>,
+        frames: &Arc<Semaphore>,
+        mut data: BodyDataStream,
+        lines: mpsc::Sender<Bytes>,
+    ) {
         let mut buffer = BytesMut::new();
         let deadline = self.state.config.body_deadline;
         let ends = Instant::now() + LIFETIME;
@@ -182,28 +233,46 @@ impl Renewer {
             let (permit, bytes) = tokio::select! {
                 next = next => match next {
                     Some((permit, Ok(Some(bytes)))) => (permit, bytes),
-                    Some((_, Err(err))) => return last_line(&lines, &err, deadline).await,
+                    Some((_, Err(err))) => return self.last_line(&lines, &err, deadline).await,
                     _ => return,
                 },
                 () = self.stop.notified() => return,
             };
             if !self.state.is_leader() {
-                return last_line(&lines, &not_leading(), deadline).await;
+                return self.last_line(&lines, &not_leading(), deadline).await;
             }
             let frame: RenewFrame = match parse_json(&bytes) {
                 Ok(frame) => frame,
-                Err(err) => return last_line(&lines, &err, deadline).await,
+                Err(err) => return self.last_line(&lines, &err, deadline).await,
             };
             let (renewer, lines) = (self.clone(), lines.clone());
             tokio::spawn(async move {
                 let answer = renewer.answer(frame).await;
                 let sent = tokio::time::timeout(deadline, lines.send(answer.line())).await;
                 if sent.is_err() {
-                    // A client that takes no answers: its stream ends.
-                    renewer.stop.notify_one();
+                    renewer.give_up();
                 }
                 drop(permit);
             });
+        }
+    }
+
+    /// A client that takes no answers: its stream ends and its seat is
+    /// freed now. What its answer still holds (at most two lines) goes when
+    /// the client reads it or its connection closes.
+    fn give_up(&self) {
+        self.stop.notify_one();
+        free_seat(&self.seat, self.flow.label(), "its answers were not taken");
+    }
+
+    /// Sends the line that ends a stream early; gives up after `deadline`.
+    async fn last_line(&self, lines: &mpsc::Sender<Bytes>, err: &ApiError, deadline: Duration) {
+        let line = FrameAnswer::failed(None, err).line();
+        if tokio::time::timeout(deadline, lines.send(line))
+            .await
+            .is_err()
+        {
+            self.give_up();
         }
     }
 
@@ -232,12 +301,6 @@ impl Renewer {
             message: None,
         }
     }
-}
-
-/// Sends the line that ends a stream early (given up after `deadline`).
-async fn last_line(lines: &mpsc::Sender<Bytes>, err: &ApiError, deadline: Duration) {
-    let line = FrameAnswer::failed(None, err).line();
-    let _ = tokio::time::timeout(deadline, lines.send(line)).await;
 }
 
 /// The next frame of `data` (a line, without its newline; blank lines
