@@ -8,6 +8,9 @@ use crate::ports::free_ports;
 use crate::ready;
 use crate::spec::{Logs, NodeSpec, PeerAuth, Role};
 
+/// How long one look at a node may take in a leader lookup.
+const PROBE: Duration = Duration::from_secs(1);
+
 /// How one election node of a [`Cluster`] runs.
 #[derive(Debug, Clone)]
 pub struct NodeSetup {
@@ -256,8 +259,8 @@ impl Cluster {
         self.ids().map(|id| self.url(id)).collect()
     }
 
-    /// A running node among `ids` that says it leads, polled up to `polls`
-    /// times 50 ms apart.
+    /// A running node among `ids` that says it leads (of several, the one of
+    /// the newest term), polled up to `polls` times 50 ms apart.
     pub async fn leader_among(
         &self,
         client: &reqwest::Client,
@@ -282,13 +285,26 @@ impl Cluster {
         needs_key: bool,
     ) -> Option<u64> {
         for _ in 0..polls {
+            // Every node at once, each for at most PROBE: a stopped node
+            // costs one PROBE a round, not a client timeout.
+            let mut probes = tokio::task::JoinSet::new();
             for id in ids.iter().copied().filter(|id| self.is_running(*id)) {
-                let url = self.url(id);
-                if ready::leads(client, &url).await
-                    && (!needs_key || ready::signing_key_installed(client, &url).await)
-                {
-                    return Some(id);
-                }
+                let (client, url) = (client.clone(), self.url(id));
+                probes.spawn(async move {
+                    let probe = async {
+                        let term = ready::leading_term(&client, &url).await?;
+                        let usable =
+                            !needs_key || ready::signing_key_installed(&client, &url).await;
+                        usable.then_some((term, id))
+                    };
+                    tokio::time::timeout(PROBE, probe).await.ok().flatten()
+                });
+            }
+            // Of the nodes that say they lead, the one of the newest term: a
+            // leader cut off from its peers says so until it hears of it.
+            let newest = probes.join_all().await.into_iter().flatten().max();
+            if let Some((_, id)) = newest {
+                return Some(id);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -41,7 +41,12 @@ impl Node {
         let stderr = match &spec.logs {
             Logs::Discard => Stdio::null(),
             Logs::Inherit => Stdio::inherit(),
-            Logs::File(path) => std::fs::File::create(path).map_err(spawn_error)?.into(),
+            Logs::File(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(spawn_error)?
+                .into(),
         };
         let mut child = Command::new(binary)
             .args(spec.command_line())

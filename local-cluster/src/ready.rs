@@ -2,12 +2,16 @@
 
 use serde_json::Value;
 
-/// Whether the election node at `base` says it is the Raft leader
-/// (`/v1/cluster`).
-pub async fn leads(client: &reqwest::Client, base: &str) -> bool {
+/// The term the election node at `base` leads, if it says it is the Raft
+/// leader (`/v1/cluster`). Two
+/// nodes may say so at once: one cut off from its peers while it led keeps
+/// saying it until it hears of the newer term, and the newer term's leader
+/// is the one that can commit.
+pub async fn leading_term(client: &reqwest::Client, base: &str) -> Option<u64> {
     get_json(client, &format!("{base}/v1/cluster"))
         .await
-        .is_some_and(|cluster| cluster["state"] == "Leader")
+        .filter(|cluster| cluster["state"] == "Leader")
+        .map(|cluster| cluster["term"].as_u64().unwrap_or(0))
 }
 
 /// Whether the election node at `base` serves a signing key (`/v1/jwks`):

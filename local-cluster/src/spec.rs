@@ -55,7 +55,8 @@ pub enum Logs {
     Discard,
     /// The parent's stderr.
     Inherit,
-    /// This file, created (truncated) at every start.
+    /// This file, appended to (a restarted node's log follows its earlier
+    /// life's).
     File(PathBuf),
 }
 

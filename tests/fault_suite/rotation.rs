@@ -12,6 +12,9 @@ use serde_json::json;
 use super::netns;
 use super::support::{self, Cluster};
 
+/// How long node 1 may take to apply the majority's entries once healed.
+const REJOIN: Duration = Duration::from_secs(10);
+
 /// Cuts node 1 from nodes 2 and 3, rotates the key through their leader,
 /// writes a fresh grant's token through `gateway`, and keeps the cut
 /// `hold` longer before healing it. Returns the new key id.
@@ -76,6 +79,15 @@ pub async fn rotate_while_first_endpoint_lags(
     }
     tokio::time::sleep(hold).await;
     netns::heal();
+    // Node 1 rejoins: it applies what the majority committed while it was
+    // cut off, which it can only do once it follows their term (a node 1
+    // that led when it was cut off says it leads until then). The next
+    // fault starts from the whole cluster.
+    let view: serde_json::Value =
+        support::get_json(http, &format!("{base}/v1/cluster"), "cluster").await;
+    let committed = view["commit_index"].as_u64().unwrap_or(0);
+    let rejoined = support::caught_up(http, &cluster.url(1), committed, REJOIN).await;
+    eprintln!("fault suite: node 1 rejoined {rejoined:?} after the heal");
     // Released so the table does not keep it for a ttl (bounded; a lost
     // release only leaves the lease to expire).
     let _ = support::post_json(
