@@ -13,6 +13,8 @@
 #       trip more than the unfenced transaction: the worst case);
 #    b. BEGIN and the fence pipelined (sent together, as a pipelining driver
 #       can): the same number of round trips as the unfenced transaction.
+#    c. the floor: `SELECT 1` in place of the fence, what any added
+#       statement costs whatever it does.
 # 2. At 64 clients: all on one lease against each on its own (64 leases).
 # Runs alternate (unfenced, fenced, ...) ROUNDS times, DURATION seconds each,
 # so both sides see the same machine; the table gives the median tps of the
@@ -151,6 +153,7 @@ compare() {  # label clients mode base_script fenced_script
 detail="$dir/rounds.txt"
 
 for c in $CLIENTS; do
+  compare "floor: SELECT 1 for the fence, own trip" "$c" prepared unfenced.sql floor_select1.sql
   compare "fenced/unfenced, prepared, fence own trip" "$c" prepared unfenced.sql fenced_many.sql
   compare "fenced/unfenced, BEGIN+fence pipelined" "$c" prepared unfenced.sql fenced_many_pipelined.sql
 done

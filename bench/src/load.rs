@@ -239,10 +239,22 @@ pub fn transport_error(error: &reqwest::Error) -> String {
 /// An HTTP/1.1 client for load: `timeout` per request, up to `idle` pooled
 /// connections per host.
 pub fn http_client(timeout: Duration, idle: usize) -> anyhow::Result<reqwest::Client> {
+    http_client_from(timeout, idle, None)
+}
+
+/// [`http_client`] with its connections from `local` (a loopback address
+/// other than 127.0.0.1 makes the client another address, as the servers'
+/// fairness sees it).
+pub fn http_client_from(
+    timeout: Duration,
+    idle: usize,
+    local: Option<std::net::IpAddr>,
+) -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(timeout)
         .pool_max_idle_per_host(idle)
         .http1_only()
+        .local_address(local)
         .build()?)
 }
 

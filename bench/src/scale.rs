@@ -5,7 +5,10 @@
 //! 2. `--leases` held leases (ttl 1 h) granted, then `--watchers` idle
 //!    watches (spread over the three nodes, re-issued as they return; one
 //!    refused over the node's waiting seats, a 429, waits its Retry-After
-//!    and is counted in `watches_refused_during_run`), and
+//!    and is counted in `watches_refused_during_run`; with
+//!    `--watchers-per-address N` they come from loopback addresses
+//!    127.0.0.2 and up, N from each, as many clients' watches would,
+//!    instead of all from the renewals' own address), and
 //!    the same renew load again: the ratio is what the table and the
 //!    watchers cost. RSS and disk with the table.
 //! 3. The held leases released, then `--names` distinct names each
@@ -25,7 +28,7 @@ use palisade_names::sync::lock;
 use serde_json::{json, Value};
 
 use crate::election::{disk_bytes, holder_token, post, renew, rss_kib};
-use crate::load::{http_client, load, print_table, Failover};
+use crate::load::{http_client, http_client_from, load, print_table, Failover};
 
 #[derive(Debug, Args)]
 pub struct ScaleBench {
@@ -35,6 +38,13 @@ pub struct ScaleBench {
     /// Idle watchers in step 2.
     #[arg(long, default_value_t = 5_000)]
     watchers: usize,
+    /// Passed to the nodes as `--snapshot-every` (0: the node's default).
+    #[arg(long, default_value_t = 0)]
+    snapshot_every: u64,
+    /// Watchers per client address in step 2, from 127.0.0.2 up (0: all
+    /// from the bench's own address, which the renewals share).
+    #[arg(long, default_value_t = 0)]
+    watchers_per_address: usize,
     /// Distinct names acquired and released once in step 3 (0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     names: usize,
@@ -161,6 +171,10 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
             "--reclaim-after-ms".into(),
             args.reclaim_after_ms.to_string(),
         ];
+        if args.snapshot_every > 0 {
+            node.args.push("--snapshot-every".into());
+            node.args.push(args.snapshot_every.to_string());
+        }
     }
     let client = http_client(Duration::from_secs(10), 256)?;
     let cluster = Cluster::start(palisade, config)?;
@@ -210,12 +224,13 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answered = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
-    let watch_client = http_client(Duration::from_secs(90), args.watchers)?;
+    let watch_clients = watch_clients(args.watchers, args.watchers_per_address)?;
     let urls: Vec<String> = cluster.urls();
     let mut watchers = Vec::new();
     for w in 0..args.watchers {
+        let per = args.watchers_per_address.max(1);
         let (c, stop, answered, refused) = (
-            watch_client.clone(),
+            watch_clients[(w / per).min(watch_clients.len() - 1)].clone(),
             stop.clone(),
             answered.clone(),
             refused.clone(),
@@ -282,7 +297,7 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
     for watcher in watchers {
         watcher.abort();
     }
-    drop(watch_client);
+    drop(watch_clients);
 
     // 3. Release everything; a million names used once; reclaimed.
     let held: Vec<Value> = std::mem::take(&mut *lock(&grants));
@@ -349,4 +364,22 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The watchers' clients: one from the bench's own address, or one per
+/// `per_address` watchers, each from its own loopback address.
+fn watch_clients(watchers: usize, per_address: usize) -> anyhow::Result<Vec<reqwest::Client>> {
+    let timeout = Duration::from_secs(90);
+    if per_address == 0 {
+        return Ok(vec![http_client(timeout, watchers)?]);
+    }
+    (0..watchers.div_ceil(per_address).max(1))
+        .map(|k| {
+            let n =
+                u16::try_from(k + 2).map_err(|_| anyhow::anyhow!("too many watcher addresses"))?;
+            let [hi, lo] = n.to_be_bytes();
+            let local = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, hi, lo));
+            http_client_from(timeout, per_address, Some(local))
+        })
+        .collect()
 }
