@@ -81,14 +81,7 @@ async fn a_flood_of_blocking_acquires_through_a_follower_starves_no_one_else() {
     let failures = victim_calls(&access, &via).await;
     let (outcomes, examples) = answers(flood).await;
     eprintln!("the flood's answers: {outcomes:?}, e.g. {examples:?}");
-    assert!(
-        failures.is_empty(),
-        "the victim's calls through the flooded follower failed: {failures:?}"
-    );
-    assert!(
-        outcomes.get(&429).copied().unwrap_or(0) > 0,
-        "the flood was never cut to its share: {outcomes:?}"
-    );
+    assert_served_and_cut(&failures, &outcomes, "follower", "the flood");
     assert_eq!(
         outcomes.get(&0),
         None,
@@ -203,6 +196,24 @@ async fn a_holder_asking_again_is_answered_while_its_waiters_fill_the_seats() {
     assert!(
         outcomes.get(&200).copied().unwrap_or(0) > 0,
         "nobody in the queue was served once the holder let go: {outcomes:?}"
+    );
+}
+
+/// The end of every flood test: the victim's calls through the flooded
+/// `node` all answered, and the flood (`what`) got some 429s.
+fn assert_served_and_cut(
+    failures: &[String],
+    outcomes: &std::collections::BTreeMap<u16, usize>,
+    node: &str,
+    what: &str,
+) {
+    assert!(
+        failures.is_empty(),
+        "the victim's calls through the flooded {node} failed: {failures:?}"
+    );
+    assert!(
+        outcomes.get(&429).copied().unwrap_or(0) > 0,
+        "{what} was never cut to its share: {outcomes:?}"
     );
 }
 
@@ -354,14 +365,7 @@ async fn a_flood_of_lease_pages_starves_no_one_else() {
     let outcomes = tally(flood).await;
     hold.abort();
     eprintln!("the page flood's answers: {outcomes:?}");
-    assert!(
-        failures.is_empty(),
-        "the victim's calls through the flooded node failed: {failures:?}"
-    );
-    assert!(
-        outcomes.get(&429).copied().unwrap_or(0) > 0,
-        "the page flood was never cut to its share: {outcomes:?}"
-    );
+    assert_served_and_cut(&failures, &outcomes, "node", "the page flood");
     assert!(
         outcomes.get(&200).copied().unwrap_or(0) > 0,
         "no page was served: {outcomes:?}"
@@ -398,14 +402,7 @@ async fn a_flood_of_sign_ins_starves_no_one_else() {
     let failures = victim_calls(&access, &via).await;
     let outcomes = tally(flood).await;
     eprintln!("the sign-in flood's answers: {outcomes:?}");
-    assert!(
-        failures.is_empty(),
-        "the victim's calls through the flooded node failed: {failures:?}"
-    );
-    assert!(
-        outcomes.get(&429).copied().unwrap_or(0) > 0,
-        "the sign-in flood was never cut to its share: {outcomes:?}"
-    );
+    assert_served_and_cut(&failures, &outcomes, "node", "the sign-in flood");
     assert!(
         outcomes.get(&401).copied().unwrap_or(0) > 0,
         "no sign-in was answered: {outcomes:?}"

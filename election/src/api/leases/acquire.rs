@@ -68,7 +68,9 @@ pub(in crate::api) async fn acquire(
     // grant (another holder, or another secret) is answered 429 at once,
     // without an entry in the log.
     let refused = match refused {
-        Some(refused) if held_by_another(&state, &lease, &body, &hash) => return Err(refused),
+        Some(refused) if !answerable_at_once(&state, &lease, body.holder.as_str(), Some(&hash)) => {
+            return Err(refused)
+        }
         refused => refused,
     };
     // A call refused its seat waits no more than one that does not wait.
@@ -96,17 +98,6 @@ pub(in crate::api) async fn acquire(
         (Err(ApiError::Held { .. } | ApiError::LockDelay { .. }), Some(refused)) => Err(refused),
         (answer, _) => answer,
     }
-}
-
-/// Whether this node's table says `lease` is held, but not by the caller
-/// under the secret whose hash is `hash`.
-fn held_by_another(
-    state: &ApiState,
-    lease: &LeaseName,
-    body: &AcquireRequest,
-    hash: &SecretHash,
-) -> bool {
-    !answerable_at_once(state, lease, body.holder.as_str(), Some(hash))
 }
 
 /// Whether this node's table says an acquire of `lease` by `holder` under
