@@ -222,7 +222,8 @@ class FakeServer:
     """An HTTP server on a free loopback port whose answers come from
     ``route(method, path, json_body) -> (status, json)``; it records every
     request. A ``(status, json)`` with status ``-1`` closes the connection
-    without answering; ``("sleep", seconds)`` bodies delay the answer."""
+    without answering; ``("sleep", seconds)`` bodies delay the answer;
+    ``("headers", {name: value}, json)`` bodies add headers."""
 
     def __init__(self, route: Route) -> None:
         self.route = route
@@ -244,6 +245,9 @@ class FakeServer:
                     body = raw
                 fake.requests.append((self.command, self.path, body, dict(self.headers)))
                 status, answer = fake.route(self.command, self.path, body)
+                headers: Dict[str, str] = {}
+                if isinstance(answer, tuple) and answer and answer[0] == "headers":
+                    headers, answer = answer[1], answer[2]
                 if isinstance(answer, tuple) and answer and answer[0] == "sleep":
                     time.sleep(answer[1])
                     answer = answer[2] if len(answer) > 2 else {}
@@ -255,6 +259,8 @@ class FakeServer:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
+                for header, value in headers.items():
+                    self.send_header(header, value)
                 self.end_headers()
                 self.wfile.write(data)
 

@@ -125,8 +125,11 @@ class Client:
         TLS: a certificate a policy names is that principal, no API key
         needed. ``api_key`` (or the
         first line of ``api_key_file``) is sent as ``x-palisade-key`` on every
-        request. ``request_timeout`` bounds one HTTP request and
-        ``retry_budget`` one election call's retries (seconds). A lease's safe
+        request. ``request_timeout`` bounds one HTTP request (a renewal
+        attempt gets less when its lease cannot afford it: a third of the
+        time left to the safe deadline, at least 0.1 s, then the renewal
+        goes to the next node too) and ``retry_budget`` one election
+        call's retries (seconds). A lease's safe
         deadline is ``send time + ttl - ttl * drift_margin_ratio``; it is
         renewed every ``ttl * renew_ratio``; with ``fence_on_acquire`` (and a
         gateway) the fence is raised right after acquiring; with

@@ -13,10 +13,15 @@ The stream is a fast path, never the only one. Whenever it cannot carry a
 renewal — no stream can be opened (every node refused or is not the leader:
 a follower answers 503), the stream ended (the leader stepped down, the
 connection broke, its hour is up), the frame failed whole (503 no quorum,
-429 over the share), or no answer came within the request timeout — the
-renewal is given back to the caller, which renews through
-``POST /v1/leases/{name}/renew`` as before, within the same safe deadline.
-After a failed open, streams are not tried again for a few seconds.
+429 over the share), or no answer came within the renewal's slice of the
+time left to its deadline — the renewal is given back to the caller, which
+renews through ``POST /v1/leases/{name}/renew`` (hedged across the nodes),
+within the same safe deadline. A renewal unanswered for its whole slice,
+with nothing heard from the server meanwhile (a PING goes with every
+frame), ends the stream (a frozen or cut-off leader), and that node is
+tried last for a while; the next renewal opens a stream on the node that
+leads now (the client's preferred endpoint first). After a failed open,
+streams are not tried again for a few seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+
+from ._endpoints import SLICE_FLOOR, Endpoints, attempt_slice
 
 log = logging.getLogger("palisade")
 
@@ -136,6 +143,11 @@ class _Stream:
         self.closed: Optional[str] = None
         self.started = time.monotonic()
         self.pinged = self.started
+        self.ping_out = False
+        #: When the server last sent anything (a PING's answer included).
+        self.heard = self.started
+        #: The endpoint index it was opened on (set by the renewer).
+        self.index = 0
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.thread = threading.Thread(target=self._run, name="palisade-renew-stream", daemon=True)
@@ -182,7 +194,7 @@ class _Stream:
                     waiters, self.pending = self.pending, []
                 self._pack(waiters)
                 self._feed()
-                self._ping()
+                self._ping(force=bool(waiters))
                 events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
                 selector.modify(self.sock, events)
                 for key, mask in selector.select(timeout=1.0):
@@ -258,10 +270,14 @@ class _Stream:
                 self.unsent[0] = line[size:]
         self.out += self.conn.data_to_send()
 
-    def _ping(self) -> None:
+    def _ping(self, force: bool) -> None:
+        """A PING every PING_EVERY, and one with renewals sent (unless one
+        is out): a live server answers it at once, however slow its
+        renewals, so a renewal unanswered with nothing heard is a stall."""
         now = time.monotonic()
-        if now - self.pinged >= PING_EVERY:
+        if now - self.pinged >= PING_EVERY or (force and not self.ping_out):
             self.pinged = now
+            self.ping_out = True
             self.conn.ping(b"palisade")
             self.out += self.conn.data_to_send()
 
@@ -280,6 +296,7 @@ class _Stream:
                 return
             if not data:
                 raise StreamClosed("the server closed the connection")
+            self.heard = time.monotonic()
             for event in self.conn.receive_data(data):
                 self._on(event)
             self.out += self.conn.data_to_send()
@@ -302,6 +319,8 @@ class _Stream:
             for line in lines:
                 if line.strip():
                     self._answer(line)
+        elif isinstance(event, h2.events.PingAckReceived):
+            self.ping_out = False
         elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
             raise StreamClosed("the server ended the stream")
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -342,43 +361,64 @@ class StreamRenewer:
 
     def __init__(
         self,
-        endpoints: Sequence[str],
+        endpoints: Endpoints,
         tls: Callable[[], ssl.SSLContext],
         headers: Sequence[Tuple[str, str]],
         request_timeout: float,
+        identify: Optional[Callable[[], None]] = None,
     ) -> None:
-        self._endpoints = list(endpoints)
+        """``identify`` asks the nodes which of them leads (in the
+        background), after a follower refused a stream."""
+        self._endpoints = endpoints
+        self._identify = identify
         self._tls = tls
         self._headers = list(headers)
         self._timeout = request_timeout
         self._lock = threading.Lock()
         self._stream: Optional[_Stream] = None
-        self._next = 0
         self._retry_at = 0.0
         self._closed = False
         #: Streams opened (for tests and logs).
         self.opened = 0
 
-    def renew(self, entry: Mapping[str, Any], timeout: float) -> Optional[Result]:
+    def renew(self, entry: Mapping[str, Any], until: float) -> Optional[Result]:
         """The answer of one renewal (``{"lease","holder","token","secret"}``)
-        over the stream, or ``None`` when the stream could not carry it within
-        ``timeout`` seconds: renew by request then."""
-        deadline = time.monotonic() + timeout
-        stream = self._current(deadline)
+        over the stream, or ``None`` when the stream could not carry it in
+        time: renew by request then (with the time left before ``until``, a
+        :func:`time.monotonic` time, the renewal's deadline). Opening a
+        stream may take two thirds of the time left (at most a request
+        timeout); the answer, its :func:`attempt_slice` of what is left
+        then."""
+        left = until - time.monotonic()
+        if left <= 0:
+            return None
+        opening = min(self._timeout, max(attempt_slice(left, self._timeout), left * 2 / 3))
+        stream = self._current(time.monotonic() + opening)
         if stream is None:
             return None
         waiter = _Waiter(entry)
+        submitted = time.monotonic()
         try:
             stream.submit(waiter)
         except StreamClosed:
             return None
-        if not waiter.done.wait(max(0.0, deadline - time.monotonic())):
-            if timeout >= self._timeout:
-                # No answer within a whole request timeout: a frozen or
-                # cut-off leader. End the stream so that every renewal on it
-                # goes by request now. (A renewal whose own deadline cut its
-                # wait short proves nothing about the stream.)
-                stream.close(f"a renewal went unanswered for {timeout:.3f} s")
+        waited = attempt_slice(until - submitted, self._timeout)
+        if not waiter.done.wait(waited):
+            if (
+                waited >= min(SLICE_FLOOR, self._timeout)
+                and stream.heard < submitted
+                and stream.closed is None
+            ):
+                # No answer within the renewal's whole slice, and not a
+                # byte since it was sent (not even the answer to the PING
+                # sent with it): a frozen or cut-off leader. End the stream
+                # so that the renewals on it go by request now, and try that
+                # node last for a while. (A slow leader that answers PINGs
+                # keeps its stream: this renewal goes by request; and a
+                # renewal whose own deadline cut its wait below the floor
+                # proves nothing.)
+                stream.close(f"nothing heard for {waited:.3f} s")
+                self._endpoints.avoid(stream.index, self._timeout)
             return None
         return waiter.result
 
@@ -391,6 +431,9 @@ class StreamRenewer:
 
     def _current(self, deadline: float) -> Optional[_Stream]:
         """The open stream, or a new one on the first node that serves it."""
+        stream = self._stream
+        if stream is not None and stream.closed is None:
+            return stream
         # While another renewal opens a stream, this one goes by request.
         if not self._lock.acquire(blocking=False):
             return None
@@ -409,25 +452,34 @@ class StreamRenewer:
             self._retry_at = stream.started + RETRY_OPEN_AFTER
         if self._closed or time.monotonic() < self._retry_at:
             return None
-        for _ in range(len(self._endpoints)):
-            url = self._endpoints[self._next % len(self._endpoints)].rstrip("/")
-            until = min(time.monotonic() + self._timeout, deadline)
-            if until <= time.monotonic():
+        # The preferred node (the leader, when known) first; never one that
+        # stalled lately.
+        for index in self._endpoints.order():
+            if self._endpoints.avoided(index):
+                continue
+            url = self._endpoints.urls[index]
+            started = time.monotonic()
+            until = min(started + self._timeout, deadline)
+            if until <= started:
                 break
             try:
                 stream = _Stream(url, self._tls, self._headers, until)
             except Exception as err:  # any failure to open: renew by request
                 log.debug("renewal stream to %s: %s", url, err)
-                self._next += 1
                 continue
             stream.opened.wait(max(0.0, until - time.monotonic()))
             if stream.status == 200:
+                stream.index = index
                 self._stream = stream
+                self._endpoints.answered(index, None)  # it leads
                 self.opened += 1
                 return stream
             # A follower (503), a refusal, or no answer in time: the next node.
             stream.close("not opened")
             log.debug("renewal stream to %s: not opened (%s)", url, stream.status)
-            self._next += 1
+            if stream.status == 503 and self._identify is not None:
+                self._identify()  # which node leads, for the next open
+            if stream.status is None and until - started >= min(SLICE_FLOOR, self._timeout):
+                self._endpoints.avoid(index, self._timeout)  # it did not answer
         self._retry_at = time.monotonic() + RETRY_OPEN_AFTER
         return None

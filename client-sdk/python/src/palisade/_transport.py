@@ -7,6 +7,10 @@ endpoint, with exponential backoff and jitter, on transport failures
 at most the retry budget. Every other answer (409 included, and every other
 4xx) is returned to the caller as is, after exactly one request. Gateway
 calls are sent once.
+
+A renewal is hedged instead (``_hedge.py``): each attempt may go unanswered
+for a share of the time left to the lease's safe deadline, then the same
+renewal goes to the next node as well, and the first definitive answer wins.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import certifi
 import httpx
-import jwt as pyjwt
 
+from ._endpoints import LEADER_HEADER, Endpoints, leader_hint
 from ._errors import (
     BadRequest,
     Fenced,
@@ -37,6 +41,8 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
+from ._hedge import GaveUp, Outcome, Workers, hedged, retry_after
+from ._jwks import JwtVerifier
 from ._model import Grant, GrantId, JsonObject, Object, encode_key
 from ._stream import StreamRenewer
 
@@ -44,9 +50,6 @@ log = logging.getLogger("palisade")
 
 #: The request header that carries a client's API key.
 API_KEY_HEADER = "x-palisade-key"
-
-#: Statuses an election call retries on the next endpoint.
-RETRY_STATUSES = frozenset({503, 429})
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ class ClientConfig:
     client_key: Optional[str] = None
     #: The API key sent as ``x-palisade-key`` (``repr`` hides it).
     api_key: Optional[str] = None
-    #: Timeout of one HTTP request, in seconds.
+    #: Timeout of one HTTP request, in seconds (a renewal attempt's is cut
+    #: to its slice of the time left to the lease's deadline: ``_hedge.py``).
     request_timeout: float = 2.0
     #: How long one election call keeps retrying transient failures, seconds.
     retry_budget: float = 5.0
@@ -178,14 +182,24 @@ class Transport:
             headers=headers,
             follow_redirects=False,
         )
-        # The endpoint that answered last; tried first next time.
-        self._preferred = 0
+        # Which node to ask first (the leader, when known), which to avoid.
+        self._endpoints = Endpoints(config.election)
+        self._workers = Workers()
         self._verifier = JwtVerifier(self)
         self._stream: Optional[StreamRenewer] = None
         if config.renew_stream:
             self._stream = StreamRenewer(
-                config.election, self._stream_tls, list(headers.items()), config.request_timeout
+                self._endpoints,
+                self._stream_tls,
+                list(headers.items()),
+                config.request_timeout,
+                lambda: self._endpoints.identify(self._node_id_of),
             )
+
+    @property
+    def _preferred(self) -> int:
+        """The endpoint tried first (modulo their number)."""
+        return self._endpoints.preferred
 
     def tls_context(self) -> ssl.SSLContext:
         """A TLS context trusting ``ca`` (else certifi's CAs, as httpx
@@ -225,20 +239,26 @@ class Transport:
         body: Optional[Mapping[str, Any]] = None,
         extra: float = 0.0,
         until: Optional[float] = None,
+        hedge: bool = False,
     ) -> Answer:
         """Sends one election request, retrying transport failures, 503s and
         429s on the next endpoint with backoff and jitter within the retry
         budget (lengthened by ``extra`` for calls that wait on purpose, as is
         each attempt's timeout). ``until`` (a :func:`time.monotonic` time)
         ends the retries earlier and cuts each attempt's timeout to it.
-        Every other answer is returned as is."""
-        endpoints = self.config.election
+        Every other answer is returned as is. ``hedge`` (an idempotent call:
+        a renewal) sends the call to the next node too whenever an attempt
+        has gone unanswered for its slice of the time left (``_hedge.py``)."""
+        endpoints = self._endpoints.urls
         if not endpoints:
             raise BadRequest("no election endpoints configured")
+        if hedge:
+            return self._hedged(method, path, body, until)
         started = time.monotonic()
         attempts = 0
         backoff = 0.02
         last = "no attempt made: the deadline had passed"
+        order = self._endpoints.order()
         while True:
             now = time.monotonic()
             timeout = self.config.request_timeout + extra
@@ -246,24 +266,14 @@ class Transport:
                 if now >= until:
                     raise Unavailable(attempts, now - started, last)
                 timeout = min(timeout, until - now)
-            index = self._preferred % len(endpoints)
-            url = endpoints[index].rstrip("/") + path
+            index = order[attempts % len(order)]
             attempts += 1
-            try:
-                response = self._http.request(
-                    method, url, json=body, timeout=self._timeout(timeout)
-                )
-            except httpx.UnsupportedProtocol as err:
-                raise BadRequest(f"{url}: {err}") from err
-            except httpx.TransportError as err:
-                last = f"{url}: {type(err).__name__}: {err}"
-            else:
-                answer = Answer(response.status_code, _json(response))
-                if answer.status not in RETRY_STATUSES:
-                    self._preferred = index
-                    return answer
-                last = f"{url}: {answer.status} {answer.message()}"
-            self._preferred = index + 1
+            outcome = self._send(method, path, body, index, timeout)
+            if not outcome.transient:
+                self._answered(path, outcome, identify=False)
+                return Answer(outcome.status, outcome.body)
+            last = outcome.describe(endpoints[index] + path)
+            self._endpoints.failed(index)
             elapsed = time.monotonic() - started
             if elapsed + backoff > self.config.retry_budget + extra or (
                 until is not None and time.monotonic() + backoff / 2 >= until
@@ -272,6 +282,78 @@ class Transport:
             log.debug("retrying %s %s after %s", method, path, last)
             time.sleep(backoff / 2 + random.uniform(0, backoff) / 2)
             backoff = min(backoff * 2, 0.5)
+
+    def _hedged(
+        self, method: str, path: str, body: Optional[Mapping[str, Any]], until: Optional[float]
+    ) -> Answer:
+        """``election`` for an idempotent call: hedged attempts until
+        ``until`` (default: the retry budget from now)."""
+        started = time.monotonic()
+        if until is None:
+            until = started + self.config.retry_budget
+
+        def send(index: int, timeout: float) -> Outcome:
+            try:
+                return self._send(method, path, body, index, timeout)
+            except BadRequest as err:  # not an http(s) URL
+                return Outcome(index, failure=str(err))
+
+        try:
+            outcome = hedged(
+                self._endpoints, self._workers, send, until, self.config.request_timeout
+            )
+        except GaveUp as err:
+            raise Unavailable(err.attempts, time.monotonic() - started, err.last) from None
+        self._answered(path, outcome, identify=True)
+        return Answer(outcome.status, outcome.body)
+
+    def _send(
+        self, method: str, path: str, body: Optional[Mapping[str, Any]], index: int, timeout: float
+    ) -> Outcome:
+        """One attempt at endpoint ``index``; never raises but for a URL
+        that is not http(s) (:class:`BadRequest`)."""
+        url = self._endpoints.urls[index] + path
+        try:
+            response = self._http.request(method, url, json=body, timeout=self._timeout(timeout))
+        except httpx.UnsupportedProtocol as err:
+            raise BadRequest(f"{url}: {err}") from err
+        except httpx.TransportError as err:
+            return Outcome(index, failure=f"{url}: {type(err).__name__}: {err}")
+        except Exception as err:  # never lose a renewal to a surprise here
+            return Outcome(index, failure=f"{url}: {type(err).__name__}: {err}")
+        return Outcome(
+            index,
+            status=response.status_code,
+            body=_json(response),
+            leader=leader_hint(response.headers.get(LEADER_HEADER)),
+            retry_after=retry_after(response.headers.get("retry-after")),
+        )
+
+    def _answered(self, path: str, outcome: Outcome, identify: bool) -> None:
+        """Learns from a definitive answer: which node leads (an answer a
+        follower forwarded names it; ``identify``, for a hedged call, asks
+        the nodes their ids when that node cannot be placed yet), which
+        node answered ``/v1/cluster``."""
+        if self._endpoints.answered(outcome.index, outcome.leader) and identify:
+            self._endpoints.identify(self._node_id_of)
+        if path == "/v1/cluster" and isinstance(outcome.body, dict):
+            node_id = _int_field(outcome.body, "node_id")
+            if node_id is not None:
+                self._endpoints.learn(outcome.index, node_id)
+
+    def _node_id_of(self, index: int) -> Tuple[Optional[int], Optional[int]]:
+        """The node id endpoint ``index`` gives in ``/v1/cluster`` (one
+        short request), and the leader it names (``None`` for either it
+        did not give)."""
+        url = self._endpoints.urls[index] + "/v1/cluster"
+        timeout = self._timeout(min(self.config.request_timeout, 1.0))
+        try:
+            response = self._http.get(url, timeout=timeout)
+        except httpx.HTTPError:
+            return None, None
+        body = _json(response)
+        doc: Mapping[str, Any] = body if isinstance(body, dict) else {}
+        return _int_field(doc, "node_id"), _int_field(doc, "leader")
 
     def published_keys(self) -> List[JsonObject]:
         """Every election endpoint's ``/v1/jwks`` answer that came (one
@@ -300,13 +382,14 @@ class Transport:
             self._verifier.verify(grant)
 
     def renew_grant(self, grant_id: GrantId, until: Optional[float] = None) -> Grant:
-        """One renewal: over the renewal stream when it can carry it, else
-        one renew call (retried as any election call, up to ``until``)."""
+        """One renewal: over the renewal stream when it can carry it within
+        its slice of the time left, else by renew calls (hedged across the
+        nodes, up to ``until``)."""
         body = grant_body(grant_id, with_index=False)
         answer = self._renew_on_stream(grant_id, body, until)
         if answer is None:
             path = f"/v1/leases/{grant_id.lease}/renew"
-            answer = self.election("POST", path, body, until=until)
+            answer = self.election("POST", path, body, until=until, hedge=True)
             grant = Grant.from_json(answer.ok_object())
         else:
             doc = answer.ok_object().get("grant")
@@ -323,13 +406,10 @@ class Transport:
         would give), or ``None``: renew by request."""
         if self._stream is None:
             return None
-        timeout = self.config.request_timeout
-        if until is not None:
-            timeout = min(timeout, until - time.monotonic())
-        if timeout <= 0:
-            return None
+        if until is None:
+            until = time.monotonic() + self.config.request_timeout
         try:
-            result = self._stream.renew({"lease": grant_id.lease, **body}, timeout)
+            result = self._stream.renew({"lease": grant_id.lease, **body}, until)
         except Exception:  # a bug of the stream must not cost the lease
             log.exception("the renewal stream failed; renewing by request")
             return None
@@ -395,6 +475,11 @@ class Transport:
         return Answer(response.status_code, _json(response)).ok_object()
 
 
+def _int_field(doc: Mapping[str, Any], name: str) -> Optional[int]:
+    value = doc.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def grant_body(grant_id: GrantId, with_index: bool) -> Dict[str, Any]:
     """The body of a renew (``with_index`` false) or release naming the grant."""
     body: Dict[str, Any] = {"holder": grant_id.holder, "token": grant_id.token}
@@ -403,92 +488,3 @@ def grant_body(grant_id: GrantId, with_index: bool) -> Dict[str, Any]:
     if with_index and grant_id.grant_index is not None:
         body["grant_index"] = grant_id.grant_index
     return body
-
-
-class JwtVerifier:
-    """Verifies lease JWTs (EdDSA) against the cluster's ``/v1/jwks``,
-    fetched on first use and again when a token names an unknown ``kid``
-    (after a key rotation), at most every 100 ms.
-
-    A fetch asks every endpoint and keeps the newest key set
-    (``applied_index``, the log index a node's set is as of), and never
-    replaces the cached set with an older one: a lagging node can neither
-    hide a key the cluster committed nor bring back one it retired."""
-
-    REFETCH_EVERY = 0.1
-
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
-        self._lock = threading.Lock()
-        self._keys: Dict[str, pyjwt.PyJWK] = {}
-        self._applied_index = -1
-        self._fetched_at: Optional[float] = None
-
-    def _fetch(self) -> None:
-        self._fetched_at = time.monotonic()
-        answers = self._transport.published_keys()
-        if not answers:
-            raise Unavailable(len(self._transport.config.election), 0.0, "no node answered /v1/jwks")
-        newest = max(answers, key=_applied_index)
-        if _applied_index(newest) < self._applied_index:
-            return
-        keys: Dict[str, pyjwt.PyJWK] = {}
-        raw = newest.get("keys")
-        for entry in raw if isinstance(raw, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("kid"), str):
-                try:
-                    keys[entry["kid"]] = pyjwt.PyJWK(entry)
-                except pyjwt.PyJWTError as err:
-                    log.warning("ignoring JWKS key %s: %s", entry["kid"], err)
-        if keys:
-            self._keys = keys
-            self._applied_index = _applied_index(newest)
-
-    def _key(self, kid: str) -> pyjwt.PyJWK:
-        with self._lock:
-            if kid not in self._keys and (
-                self._fetched_at is None
-                or time.monotonic() - self._fetched_at >= self.REFETCH_EVERY
-            ):
-                self._fetch()
-            key = self._keys.get(kid)
-        if key is None:
-            raise ProtocolError(0, f"the lease JWT is signed by unknown key {kid!r}")
-        return key
-
-    def verify(self, grant: Grant) -> Dict[str, Any]:
-        """Verifies ``grant.jwt``: EdDSA signature by a JWKS key, ``iss``,
-        and ``lease``/``sub``/``token`` equal to the grant's. ``exp`` is not
-        checked here (it is on the wall clock; the lease's safe deadline is
-        kept on the monotonic clock instead). Raises :class:`ProtocolError`."""
-        try:
-            header = pyjwt.get_unverified_header(grant.jwt)
-        except pyjwt.PyJWTError as err:
-            raise ProtocolError(0, f"the lease JWT does not parse: {err}") from err
-        kid = header.get("kid")
-        if header.get("alg") != "EdDSA" or not isinstance(kid, str):
-            raise ProtocolError(0, "the lease JWT is not EdDSA with a kid")
-        key = self._key(kid)
-        try:
-            claims: Dict[str, Any] = pyjwt.decode(
-                grant.jwt,
-                key.key,
-                algorithms=["EdDSA"],
-                issuer="palisade",
-                options={"verify_exp": False, "require": ["iss", "sub", "exp"]},
-            )
-        except pyjwt.PyJWTError as err:
-            raise ProtocolError(0, f"the lease JWT does not verify: {err}") from err
-        expected = {"lease": grant.lease, "sub": grant.holder, "token": grant.token}
-        for name, value in expected.items():
-            if claims.get(name) != value:
-                raise ProtocolError(
-                    0, f"the lease JWT's {name} is {claims.get(name)!r}, not {value!r}"
-                )
-        return claims
-
-
-def _applied_index(document: JsonObject) -> int:
-    """How current a ``/v1/jwks`` answer is (0 from a node that does not say)."""
-    index = document.get("applied_index")
-    return index if isinstance(index, int) else 0
