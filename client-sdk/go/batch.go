@@ -201,7 +201,12 @@ func (t *transport) sendBatch(batch []*pendingRenewal) {
 	for i, p := range batch {
 		entries[i] = p.entry
 	}
-	ans, err := t.election(ctx, "POST", "/v1/renew", map[string]any{"renewals": entries}, 0)
+	payload, err := json.Marshal(map[string]any{"renewals": entries})
+	if err != nil {
+		answerAll(badRequest("the request body does not encode: %v", err))
+		return
+	}
+	ans, err := t.hedged(ctx, "POST", "/v1/renew", payload)
 	if err != nil {
 		answerAll(err)
 		return

@@ -41,7 +41,10 @@ type Config struct {
 	// APIKey is sent as x-palisade-key on every request (String never shows
 	// it).
 	APIKey string
-	// RequestTimeout bounds one HTTP request. Default 2 s.
+	// RequestTimeout bounds one HTTP request. Default 2 s. A renewal
+	// attempt gets less when its lease cannot afford it: a third of the
+	// time left to the safe deadline (at least 100 ms), then the renewal
+	// is sent to the next node too (hedge.go).
 	RequestTimeout time.Duration
 	// RetryBudget bounds how long one election call retries transient
 	// failures. Default 5 s.

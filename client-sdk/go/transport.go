@@ -41,12 +41,17 @@ const (
 // still tried). Every other answer (409, 401, 403, every other 4xx) is
 // returned to the caller after exactly one request. Gateway calls are sent
 // once.
+//
+// A renewal is hedged instead (hedge.go): each attempt may go unanswered
+// for a share of the time left to the lease's safe deadline, then the same
+// renewal goes to the next node as well, and the first definitive answer
+// wins.
 type transport struct {
 	cfg  Config
 	http *http.Client
 
-	// The endpoint that answered last; tried first next time.
-	preferred atomic.Uint64
+	// Which node to ask first (the leader, when known), which to avoid.
+	endpoints
 
 	mu        sync.Mutex
 	notBefore map[int]time.Time // per endpoint, from Retry-After
@@ -131,6 +136,7 @@ func newTransport(cfg Config) (*transport, error) {
 		leases:    map[*Lease]struct{}{},
 		rng:       rand.New(rand.NewSource(time.Now().UnixNano())),
 	}
+	t.endpoints.init(cfg.Election)
 	t.verifier = &jwtVerifier{t: t}
 	t.batcher = newRenewBatcher(t)
 	return t, nil
@@ -266,7 +272,6 @@ func (t *transport) election(ctx context.Context, method, path string, body any,
 // electionWithin is election with a retry budget of its own (a waiting
 // acquire keeps retrying until its wait ends, not only the budget).
 func (t *transport) electionWithin(ctx context.Context, method, path string, body any, extra, budget time.Duration) (*answer, error) {
-	endpoints := t.cfg.Election
 	var payload []byte
 	if body != nil {
 		var err error
@@ -281,6 +286,7 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 	unavailable := func(err error) error {
 		return &UnavailableError{Attempts: attempts, Elapsed: time.Since(started), Last: last, Err: err}
 	}
+	order := t.order()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, unavailable(err)
@@ -296,19 +302,13 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 				timeout = left
 			}
 		}
-		preferred := t.preferred.Load()
-		index := int(preferred % uint64(len(endpoints)))
-		url := endpoints[index] + path
+		index := order[attempts%len(order)]
+		url := t.urls[index] + path
 		attempts++
 		ans, err := t.do(ctx, method, url, payload, "application/json", nil, timeout)
 		switch {
 		case err == nil && ans.status != 503 && ans.status != 429:
-			if ans.header.Get(forwardedByFollower) != "" {
-				// A follower forwarded it: try the next node next time,
-				// until the leader itself answers (no hop, and no follower
-				// relaying every renewal).
-				t.preferred.CompareAndSwap(preferred, uint64(index+1))
-			}
+			t.learnFrom(index, path, ans, false)
 			return ans, nil
 		case err != nil:
 			if ctx.Err() != nil {
@@ -326,19 +326,9 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 				t.mu.Unlock()
 			}
 		}
-		t.preferred.Store(uint64(index + 1))
-		next := (index + 1) % len(endpoints)
-		wait := backoff/2 + t.jitter(backoff)/2
-		t.mu.Lock()
-		if until := time.Until(t.notBefore[next]); until > wait {
-			wait = until
-		}
-		t.mu.Unlock()
-		elapsed := time.Since(started)
-		if elapsed+wait > budget+extra {
-			return nil, unavailable(nil)
-		}
-		if hasDeadline && time.Now().Add(wait).After(deadline) {
+		t.moveOff(index)
+		wait := t.retryWait(order[attempts%len(order)], backoff)
+		if time.Since(started)+wait > budget+extra || (hasDeadline && time.Now().Add(wait).After(deadline)) {
 			return nil, unavailable(nil)
 		}
 		t.logf("palisade: retrying %s %s in %v after %s", method, path, wait.Round(time.Millisecond), last)
@@ -354,6 +344,18 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 			backoff = maxBackoff
 		}
 	}
+}
+
+// retryWait is how long to wait before retrying on endpoint next: the
+// backoff with jitter, or longer to honour next's Retry-After.
+func (t *transport) retryWait(next int, backoff time.Duration) time.Duration {
+	wait := backoff/2 + t.jitter(backoff)/2
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if until := time.Until(t.notBefore[next]); until > wait {
+		wait = until
+	}
+	return wait
 }
 
 // grantBody is the body of a renew (withIndex false) or release naming id.
@@ -378,9 +380,14 @@ func (t *transport) verifyGrant(ctx context.Context, g *Grant) error {
 	return err
 }
 
-// renewGrant is one renew call (retried as any election call).
+// renewGrant is one renewal (hedged across the nodes until ctx's deadline,
+// else the retry budget).
 func (t *transport) renewGrant(ctx context.Context, id GrantID) (*Grant, error) {
-	ans, err := t.election(ctx, "POST", "/v1/leases/"+id.Lease+"/renew", grantBody(id, false), 0)
+	payload, err := json.Marshal(grantBody(id, false))
+	if err != nil {
+		return nil, badRequest("the request body does not encode: %v", err)
+	}
+	ans, err := t.hedged(ctx, "POST", "/v1/leases/"+id.Lease+"/renew", payload)
 	if err != nil {
 		return nil, err
 	}
@@ -456,64 +463,4 @@ func (t *transport) handover(ctx context.Context, id GrantID, successor string) 
 		return 0, &ProtocolError{Status: 200, Message: "a handover answered no token"}
 	}
 	return *handed.Token, nil
-}
-
-func (t *transport) gateway() (string, error) {
-	if t.cfg.Gateway == "" {
-		return "", badRequest("no gateway configured")
-	}
-	return t.cfg.Gateway, nil
-}
-
-// getObject reads key through the gateway (one request); ErrNotFound if
-// there is no object.
-func (t *transport) getObject(ctx context.Context, key string) (*Object, error) {
-	gw, err := t.gateway()
-	if err != nil {
-		return nil, err
-	}
-	url := gw + "/v1/objects/" + EncodeKey(key)
-	started := time.Now()
-	ans, err := t.do(ctx, "GET", url, nil, "", nil, t.cfg.RequestTimeout)
-	if err != nil {
-		return nil, &UnavailableError{Attempts: 1, Elapsed: time.Since(started), Last: fmt.Sprintf("%s: %v", url, err), Err: ctx.Err()}
-	}
-	if ans.status != 200 {
-		return nil, gatewayError(url, ans, started)
-	}
-	version, _ := strconv.ParseUint(strings.Trim(ans.header.Get("etag"), `"W/`), 10, 64)
-	token, _ := strconv.ParseUint(ans.header.Get("fencing-token"), 10, 64)
-	return &Object{Value: ans.body, Version: version, Token: token}, nil
-}
-
-// gatewayWrite is one fenced gateway request stamped with jwt; the answer
-// on 200, the mapped error otherwise.
-func (t *transport) gatewayWrite(ctx context.Context, jwt, method, path string, content []byte) (*answer, error) {
-	gw, err := t.gateway()
-	if err != nil {
-		return nil, err
-	}
-	url := gw + path
-	started := time.Now()
-	header := http.Header{}
-	header.Set("authorization", "Bearer "+jwt)
-	ans, err := t.do(ctx, method, url, content, "application/octet-stream", header, t.cfg.RequestTimeout)
-	if err != nil {
-		return nil, &UnavailableError{Attempts: 1, Elapsed: time.Since(started), Last: fmt.Sprintf("%s: %v", url, err), Err: ctx.Err()}
-	}
-	if ans.status != 200 {
-		return nil, gatewayError(url, ans, started)
-	}
-	return ans, nil
-}
-
-// gatewayError maps a gateway's error answer: 503 and 429 (no election node
-// answered its key fetch, overload) are ErrUnavailable, the rest as any
-// answer.
-func gatewayError(url string, ans *answer, started time.Time) error {
-	if ans.status == 503 || ans.status == 429 {
-		return &UnavailableError{Attempts: 1, Elapsed: time.Since(started),
-			Last: fmt.Sprintf("%s: %d %s", url, ans.status, ans.message())}
-	}
-	return ans.err()
 }
