@@ -7,6 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +65,20 @@ func (d *devCluster) settledLeader(t *testing.T, limit time.Duration) int {
 	return 0
 }
 
+// logTails is the last lines of each election node's log (for a failure).
+func (d *devCluster) logTails(lines int) string {
+	var b strings.Builder
+	for n := 1; n <= 3; n++ {
+		text, err := os.ReadFile(filepath.Join(d.data, fmt.Sprintf("election-%d.log", n)))
+		all := strings.Split(strings.TrimRight(string(text), "\n"), "\n")
+		if len(all) > lines {
+			all = all[len(all)-lines:]
+		}
+		fmt.Fprintf(&b, "--- node %d %v\n%s\n", n, err, strings.Join(all, "\n"))
+	}
+	return b.String()
+}
+
 // sleepToPhase sleeps until phase after the send time of l's last renewal
 // (renewals go every ttl/3), at least 50 ms from now.
 func sleepToPhase(l *Lease, phase time.Duration) {
@@ -103,8 +121,18 @@ func TestALeaseRidesOutAFrozenLeaderFiveTimes(t *testing.T) {
 	ctx := context.Background()
 	name := leaseName("freeze")
 	// The default request timeout (2 s), batched renewals and one by one.
-	batched := dev.client(t)
-	single := dev.client(t, func(c *Config) { c.NoBatchRenewals = true })
+	// The clients' log lines show on failure; none after the test ends.
+	var ended atomic.Bool
+	t.Cleanup(func() { ended.Store(true) }) // runs after the clients' Close
+	logf := func(c *Config) {
+		c.Logf = func(format string, args ...any) {
+			if !ended.Load() {
+				t.Logf(format, args...)
+			}
+		}
+	}
+	batched := dev.client(t, logf)
+	single := dev.client(t, logf, func(c *Config) { c.NoBatchRenewals = true })
 	var leases []*Lease
 	for i, c := range []*Client{batched, batched, single} {
 		l, err := c.Acquire(ctx, fmt.Sprintf("%s-%d", name, i), "rider", failoverTTL)
@@ -117,7 +145,7 @@ func TestALeaseRidesOutAFrozenLeaderFiveTimes(t *testing.T) {
 		leader := dev.settledLeader(t, 30*time.Second)
 		sleepToPhase(leases[round%len(leases)], 100*time.Millisecond+time.Duration(round)*200*time.Millisecond)
 		if held, why := freezeLeader(t, dev, leader, leases); !held {
-			t.Fatalf("round %d (node %d frozen %v): lost:%s", round+1, leader, failoverFreeze, why)
+			t.Fatalf("round %d (node %d frozen %v): lost:%s\n%s", round+1, leader, failoverFreeze, why, dev.logTails(15))
 		}
 	}
 	dev.settledLeader(t, 30*time.Second)
