@@ -1,6 +1,6 @@
 //! The binary's command line: bad flags, `palisade dev` start and stop.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

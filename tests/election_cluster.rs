@@ -2,7 +2,7 @@
 //! loopback, faults injected with SIGKILL and SIGSTOP. Each test names the
 //! property it checks (S2 tokens, S3 exclusivity, S4 durability, L1 liveness).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

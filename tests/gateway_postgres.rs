@@ -14,7 +14,7 @@
 //!
 //! The failover to a synchronous standby is in `gateway_postgres_failover.rs`.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! Skipped only when PostgreSQL's binaries are missing and
 //! `PALISADE_PG_STRICT` is unset.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -7,7 +7,7 @@
 //! asking for TLS without a CA is a one-line error — each stops the
 //! gateway at start, never a gateway that writes in the clear.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

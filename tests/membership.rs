@@ -4,7 +4,7 @@
 //! learner, promotion) brings it back with the leases, tokens and key; and
 //! no two leaders ever share a term.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

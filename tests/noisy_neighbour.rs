@@ -7,7 +7,7 @@
 //! (an election's 503 is allowed: see below), its lease
 //! must be held at the end, and each node's memory must stay bounded.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,7 @@ fn rss_bytes(pid: u32) -> u64 {
 /// and most renewals get 503 `overloaded`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = Cluster::start_secure(dir.path(), setups(dir.path()));
     let admin = access.http("admin");

@@ -21,7 +21,7 @@
 
 #[path = "fault_suite/netns.rs"]
 mod netns;
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
