@@ -31,7 +31,6 @@ use support::{counter, node_setup, post_json, Access, Cluster};
 /// follower's forwarding seats for calls that wait.
 const FLOOD: usize = 300;
 
-
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Cluster, Access) {
     let setups = (1..=3)
         .map(|id| {
