@@ -13,6 +13,8 @@ mod cert_principals;
 mod cli;
 #[path = "../client_trust.rs"]
 mod client_trust;
+#[path = "../cut_leader.rs"]
+mod cut_leader;
 #[path = "../election_cluster.rs"]
 mod election_cluster;
 #[path = "../end_to_end.rs"]
