@@ -637,3 +637,53 @@ async fn an_elector_that_never_led_reports_no_stop() {
     assert!(held.is_held());
     held.release().await.expect("release");
 }
+
+/// L2: a holder of a 3 s lease keeps it through a 4 s freeze (SIGSTOP) of
+/// the Raft leader, five times in a row. The SDK bounds each renewal
+/// attempt by a slice of the time the lease has left, then asks another
+/// node too (a follower forwards to the new leader), and ends its renewal
+/// stream on the frozen node: the freeze costs a slice, not the lease.
+#[tokio::test]
+async fn a_lease_rides_through_five_freezes_of_the_leader() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let http = http_client();
+    let client = sdk(&cluster, None);
+    let mut leader = cluster.settled_leader(&http).await;
+    let ttl = Duration::from_secs(3);
+    let lease = client
+        .acquire("frozen-leader", "rider", ttl, Some(Duration::from_secs(10)))
+        .await
+        .expect("acquire");
+    for round in 1..=5 {
+        // A few renewals on this leader first (the stream opens on it).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(lease.is_held(), "round {round}: lost before the freeze");
+        cluster.pause(leader).expect("SIGSTOP");
+        let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+        // The freeze lasts 4 s (longer than the ttl) whatever happens.
+        let (lost, successor) = tokio::join!(
+            tokio::time::timeout(Duration::from_secs(4), lease.lost()),
+            cluster.leader_among(&http, &others, 60),
+        );
+        cluster.resume(leader).expect("SIGCONT");
+        assert!(
+            successor.is_some(),
+            "round {round}: no node took over from frozen leader {leader}"
+        );
+        assert!(
+            lost.is_err() && lease.is_held(),
+            "round {round}: the lease was lost while leader {leader} was frozen"
+        );
+        leader = cluster.settled_leader(&http).await;
+        assert!(lease.is_held(), "round {round}: lost after the thaw");
+    }
+    let info = client.get("frozen-leader").await.expect("get");
+    assert_eq!(
+        (info.holder.as_deref(), info.token),
+        (Some("rider"), lease.token()),
+        "the same grant all along"
+    );
+    lease.release().await.expect("release");
+}

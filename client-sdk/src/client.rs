@@ -139,7 +139,9 @@ impl Client {
     /// [`Error::LeaseLost`] if the grant is gone, revoked, or `id` does not
     /// carry its secret.
     pub async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
-        self.renewals.renew(id).await
+        // No safe deadline is known here: the retry budget bounds it.
+        let deadline = tokio::time::Instant::now() + self.config().retry_budget;
+        self.renewals.renew(id, deadline).await
     }
 
     /// Hands a grant to `successor` (see [`Lease::handover_to`], the way

@@ -404,11 +404,12 @@ async fn renew_loop(shared: Arc<Shared>) {
             shared.mark_lost("the safe deadline passed without a successful renewal".into());
             return;
         }
-        // The renewal may hang on a frozen or partitioned node: the deadline
-        // wins the race, so loss is reported on time.
+        // Each attempt gets a slice of the time left, then another node is
+        // asked too (`hedge.rs`); should every node stay silent, the
+        // deadline wins the race, so loss is reported on time.
         let deadline = shared.state().deadline;
         let renewed = tokio::select! {
-            renewed = shared.renewals.renew(&shared.id) => renewed,
+            renewed = shared.renewals.renew(&shared.id, deadline) => renewed,
             () = tokio::time::sleep_until(deadline) => {
                 shared.mark_lost("the safe deadline passed without a successful renewal".into());
                 return;

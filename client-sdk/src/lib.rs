@@ -14,10 +14,15 @@
 //!
 //! Inside, each file uses only the ones below it (by type, not only by
 //! path): `elector` → `client` → `acquire`, `lease` → `postgres`, `lease` → `renew_queue` →
-//! `transport` (with `transport/config`, `transport/answer`,
-//! `transport/release_gates` beneath it) → `model`; `error` is used by all.
+//! `renew_stream` → `renew_batch` → `hedge` → `transport` (with
+//! `transport/config`, `transport/answer`, `transport/release_gates`,
+//! `transport/nodes` beneath it) → `model`; `error` is used by all.
 //! - `transport.rs`: the HTTP client, the one retry loop, the calls on one
-//!   grant, gateway calls; built from a [`ClientConfig`] (`transport/config.rs`).
+//!   grant, gateway calls, the endpoint tried first (the leader a
+//!   follower's answer names, `transport/nodes.rs`); built from a
+//!   [`ClientConfig`] (`transport/config.rs`).
+//! - `hedge.rs`: every renewal attempt bounded by a slice of the time its
+//!   lease has left, then another node asked too; the first answer wins.
 //! - `renew_queue.rs`: the queue that gathers a client's renewals into batch
 //!   requests; a [`Lease`] renews through it.
 //! - `lease.rs`: [`Lease`], background renewal and the safe deadline.
@@ -32,6 +37,7 @@ mod acquire;
 mod client;
 mod elector;
 mod error;
+mod hedge;
 mod lease;
 mod model;
 #[cfg(feature = "postgres")]

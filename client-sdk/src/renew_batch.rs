@@ -1,18 +1,20 @@
 //! A batch of renewals sent as one request (`POST /v1/renew`), each
 //! answered on its own: the request form of the renewal queue's batches
 //! (`renew_queue.rs`), and where the renewal stream (`renew_stream.rs`)
-//! sends a frame's renewals again when the stream fails them.
-
-use std::time::Duration;
+//! sends a frame's renewals again when the stream fails them. Every
+//! renewal request is hedged (`hedge.rs`), bounded by the earliest safe
+//! deadline among its renewals.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::hedge;
 use crate::model::{Grant, GrantId};
 use crate::transport::answer::Answer;
-use crate::transport::Transport;
+use crate::transport::{grant_body, Transport};
 
 /// The most renewals in one request (the server's cap).
 pub(crate) const MAX_BATCH: usize = 256;
@@ -20,9 +22,43 @@ pub(crate) const MAX_BATCH: usize = 256;
 pub(crate) const MAX_BATCH_BYTES: usize = 60 * 1024;
 
 /// Where a renewal's answer goes.
-type Reply = oneshot::Sender<Result<Grant, Error>>;
+pub(crate) type Reply = oneshot::Sender<Result<Grant, Error>>;
+
 /// A renewal waiting to be sent, and where its answer goes.
-pub(crate) type Pending = (GrantId, Reply);
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) id: GrantId,
+    /// The lease's safe deadline: what each attempt's slice is cut from.
+    pub(crate) deadline: Instant,
+    pub(crate) reply: Reply,
+}
+
+/// The earliest safe deadline among `batch`'s renewals (the one the
+/// batch must beat).
+pub(crate) fn earliest(batch: &[Pending]) -> Instant {
+    batch
+        .iter()
+        .map(|pending| pending.deadline)
+        .min()
+        .unwrap_or_else(Instant::now)
+}
+
+/// One renewal as its own request (`/v1/leases/{name}/renew`), hedged,
+/// until `deadline`.
+pub(crate) async fn renew_one(
+    transport: &Transport,
+    id: &GrantId,
+    deadline: Instant,
+) -> Result<Grant, Error> {
+    let body = grant_body(id, false);
+    let path = format!("/v1/leases/{}/renew", id.lease);
+    let (status, bytes) = hedge::renewal(transport, &path, &body, deadline).await?;
+    Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+    .parse()
+}
 
 /// One renewal in a batch request's body.
 #[derive(Serialize)]
@@ -80,22 +116,16 @@ impl BatchResult {
 
 /// Sends one batch and answers each of its renewals.
 pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
-    if let [(id, _)] = batch.as_slice() {
-        let answer = transport.renew_grant(id).await;
-        if let Some((_, reply)) = batch.into_iter().next() {
-            let _ = reply.send(answer);
+    if let [one] = batch.as_slice() {
+        let answer = renew_one(transport, &one.id, one.deadline).await;
+        if let Some(one) = batch.into_iter().next() {
+            let _ = one.reply.send(answer);
         }
         return;
     }
-    let renewals: Vec<BatchEntry<'_>> = batch.iter().map(|(id, _)| id.into()).collect();
-    let answer = transport
-        .election_bytes(
-            reqwest::Method::POST,
-            "/v1/renew",
-            Some(&BatchBody { renewals }),
-            Duration::ZERO,
-        )
-        .await;
+    let renewals: Vec<BatchEntry<'_>> = batch.iter().map(|p| (&p.id).into()).collect();
+    let body = BatchBody { renewals };
+    let answer = hedge::renewal(transport, "/v1/renew", &body, earliest(&batch)).await;
     let results = match answer {
         Ok((200, bytes)) => match serde_json::from_slice::<BatchAnswer>(&bytes) {
             Ok(answer) if answer.results.len() == batch.len() => answer.results,
@@ -114,8 +144,9 @@ pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
             };
             if status == 404 && answer.body["error"] == "not_found" {
                 // An older node without the batch route: one by one.
-                for (id, reply) in batch {
-                    let _ = reply.send(transport.renew_grant(&id).await);
+                for pending in batch {
+                    let answer = renew_one(transport, &pending.id, pending.deadline).await;
+                    let _ = pending.reply.send(answer);
                 }
                 return;
             }
@@ -123,8 +154,8 @@ pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
         }
         Err(err) => return answer_all(batch, &Err(err)),
     };
-    for ((_, reply), result) in batch.into_iter().zip(results) {
-        let _ = reply.send(result.answer());
+    for (pending, result) in batch.into_iter().zip(results) {
+        let _ = pending.reply.send(result.answer());
     }
 }
 
@@ -135,8 +166,8 @@ struct BatchBody<'a> {
 }
 
 pub(crate) fn answer_all(batch: Vec<Pending>, answer: &Result<Grant, Error>) {
-    for (_, reply) in batch {
-        let _ = reply.send(answer.clone());
+    for pending in batch {
+        let _ = pending.reply.send(answer.clone());
     }
 }
 

@@ -20,10 +20,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::model::{Grant, GrantId};
-use crate::renew_batch::{entry_size, send_batch, Pending, MAX_BATCH, MAX_BATCH_BYTES};
+use crate::renew_batch::{entry_size, renew_one, send_batch, Pending, MAX_BATCH, MAX_BATCH_BYTES};
 use crate::renew_stream::{RenewStream, Streams};
 use crate::transport::Transport;
 
@@ -50,18 +51,25 @@ impl RenewQueue {
         }
     }
 
-    /// Renews `id`: in the next batch of this client's renewals, or on its
-    /// own when the client does not batch.
-    pub(crate) async fn renew(&self, id: &GrantId) -> Result<Grant, Error> {
+    /// Renews `id`, whose lease is safe until `deadline` (each attempt
+    /// gets a slice of the time left, `hedge.rs`): in the next batch of
+    /// this client's renewals, or on its own when the client does not
+    /// batch.
+    pub(crate) async fn renew(&self, id: &GrantId, deadline: Instant) -> Result<Grant, Error> {
         if !self.transport.config.batch_renewals {
-            return self.transport.renew_grant(id).await;
+            return renew_one(&self.transport, id, deadline).await;
         }
         let queue = self
             .queue
             .get_or_init(|| start_sender(Arc::downgrade(&self.transport)));
-        let (answer, answered) = oneshot::channel();
-        if queue.send((id.clone(), answer)).is_err() {
-            return self.transport.renew_grant(id).await;
+        let (reply, answered) = oneshot::channel();
+        let pending = Pending {
+            id: id.clone(),
+            deadline,
+            reply,
+        };
+        if queue.send(pending).is_err() {
+            return renew_one(&self.transport, id, deadline).await;
         }
         answered.await.unwrap_or_else(|_| {
             Err(Error::Unavailable {
@@ -141,18 +149,18 @@ fn gather(
     first: Pending,
     queued: &mut mpsc::UnboundedReceiver<Pending>,
 ) -> (Vec<Pending>, Option<Pending>) {
-    let mut bytes = entry_size(&first.0);
+    let mut bytes = entry_size(&first.id);
     let mut batch = vec![first];
     while batch.len() < MAX_BATCH {
-        let Ok((id, reply)) = queued.try_recv() else {
+        let Ok(pending) = queued.try_recv() else {
             break;
         };
-        let size = entry_size(&id);
+        let size = entry_size(&pending.id);
         if bytes + size > MAX_BATCH_BYTES {
-            return (batch, Some((id, reply)));
+            return (batch, Some(pending));
         }
         bytes += size;
-        batch.push((id, reply));
+        batch.push(pending);
     }
     (batch, None)
 }

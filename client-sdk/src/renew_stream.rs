@@ -10,7 +10,11 @@
 //! renewal from the frame's answer line. A frame that fails whole (503:
 //! leadership not confirmed, 429) and every frame still out when the stream
 //! ends go again as requests, which retry across nodes: a renewal may be
-//! repeated, never lost to a broken stream.
+//! repeated, never lost to a broken stream. A frame unanswered for its
+//! slice of the time its leases have left (`hedge::slice`) ends the stream
+//! (a frozen or cut-off leader): its renewals go again as requests, to
+//! another node, and the next batch opens a stream on whichever node is
+//! preferred then (the leader, once an answer named it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -20,9 +24,11 @@ use bytes::{Bytes, BytesMut};
 use palisade_names::sync::lock;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
-use crate::renew_batch::{answer_all, send_batch, BatchEntry, BatchResult, Pending};
+use crate::hedge::slice;
+use crate::renew_batch::{answer_all, earliest, send_batch, BatchEntry, BatchResult, Pending};
 use crate::transport::answer::Answer;
 use crate::transport::Transport;
 
@@ -38,6 +44,9 @@ const REOPEN_AFTER: Duration = Duration::from_secs(1);
 const REOPEN_REFUSED_AFTER: Duration = Duration::from_secs(300);
 /// The stream's media type, both ways.
 const NDJSON: &str = "application/x-ndjson";
+/// How often the watchdog looks whether its stream is still there, when
+/// no frame is out.
+const WATCH_IDLE: Duration = Duration::from_secs(1);
 
 /// One client's renewal stream, if open, and when to try opening one.
 #[derive(Debug)]
@@ -114,8 +123,8 @@ struct Frames {
 }
 
 /// A frame out: its renewals, its place among the frames out, and when it
-/// was sent.
-type Out = (Vec<Pending>, OwnedSemaphorePermit, Instant);
+/// is late (sent, plus its slice of the time its leases have left).
+type Out = (Vec<Pending>, OwnedSemaphorePermit, tokio::time::Instant);
 
 /// One open renewal stream.
 #[derive(Debug)]
@@ -129,6 +138,13 @@ pub(crate) struct RenewStream {
     /// Which endpoint was preferred when it opened (passed over when the
     /// stream fails: the requests that take over its renewals go elsewhere).
     preferred: usize,
+    /// The client's request timeout, the longest slice a frame gets.
+    request_timeout: Duration,
+    /// Cancelled when the stream ends: the reader drops the answer (the
+    /// request is reset), whatever the server does, and the watchdog stops.
+    ended: CancellationToken,
+    /// Wakes the watchdog when a frame goes out (it may fall late first).
+    frame_sent: Arc<Notify>,
 }
 
 /// One frame of the request.
@@ -199,11 +215,15 @@ impl RenewStream {
             permits: Arc::new(Semaphore::new(MAX_FRAMES)),
             transport: Arc::downgrade(transport),
             preferred,
+            request_timeout: transport.config.request_timeout,
+            ended: CancellationToken::new(),
+            frame_sent: Arc::new(Notify::new()),
         });
         tokio::spawn(stream.clone().read(response));
         tokio::spawn(watch(
             Arc::downgrade(&stream),
-            transport.config.request_timeout,
+            stream.ended.clone(),
+            stream.frame_sent.clone(),
         ));
         Ok(stream)
     }
@@ -233,13 +253,17 @@ impl RenewStream {
             frames.next_id += 1;
             frames.next_id
         };
-        let renewals = batch.iter().map(|(id, _)| id.into()).collect();
+        let renewals = batch.iter().map(|p| (&p.id).into()).collect();
         let mut line = serde_json::to_vec(&Frame { id, renewals }).unwrap_or_default();
         line.push(b'\n');
+        let now = tokio::time::Instant::now();
+        let left = earliest(&batch).saturating_duration_since(now);
+        let late = now + slice(self.request_timeout, left);
         match lock(&self.frames).out.as_mut() {
-            Some(out) => out.insert(id, (batch, permit, Instant::now())),
+            Some(out) => out.insert(id, (batch, permit, late)),
             None => return Err(batch),
         };
+        self.frame_sent.notify_one();
         if body.send(line.into()).await.is_ok() {
             return Ok(());
         }
@@ -261,7 +285,12 @@ impl RenewStream {
                     break 'read;
                 }
             }
-            match response.chunk().await {
+            let chunk = tokio::select! {
+                chunk = response.chunk() => chunk,
+                // Ended here (a late frame): stop reading a silent node.
+                () = self.ended.cancelled() => break,
+            };
+            match chunk {
                 Ok(Some(chunk)) => buffer.extend_from_slice(&chunk),
                 Ok(None) => break,
                 Err(_) => {
@@ -292,8 +321,8 @@ impl RenewStream {
         };
         match (answer.status, answer.results) {
             (200, Some(results)) if results.len() == batch.len() => {
-                for ((_, reply), result) in batch.into_iter().zip(results) {
-                    let _ = reply.send(result.answer());
+                for (pending, result) in batch.into_iter().zip(results) {
+                    let _ = pending.reply.send(result.answer());
                 }
                 true
             }
@@ -339,6 +368,7 @@ impl RenewStream {
     /// Ends the stream: no more frames (the request's body ends), and every
     /// frame still out goes again as a request.
     fn end(&self) {
+        self.ended.cancel();
         self.permits.close();
         lock(&self.body).take();
         let out = lock(&self.frames).out.take();
@@ -348,22 +378,30 @@ impl RenewStream {
     }
 }
 
-/// Ends `stream` when a frame goes unanswered for `timeout` (a frozen or
-/// cut-off leader): its renewals go again as requests, which time out and
-/// move on just the same.
-async fn watch(stream: Weak<RenewStream>, timeout: Duration) {
+/// Ends `stream` when a frame goes unanswered past its slice (a frozen or
+/// cut-off leader): its renewals go again as requests, hedged, and the
+/// silent node is passed over. Sleeps until the first frame out falls
+/// late, or another goes out, or the stream ends.
+async fn watch(stream: Weak<RenewStream>, ended: CancellationToken, frame_sent: Arc<Notify>) {
     loop {
-        tokio::time::sleep(timeout / 8).await;
-        let Some(stream) = stream.upgrade() else {
+        let Some(strong) = stream.upgrade() else {
             return;
         };
-        let late = match lock(&stream.frames).out.as_ref() {
-            Some(out) => out.values().any(|(_, _, sent)| sent.elapsed() > timeout),
+        let first_late = match lock(&strong.frames).out.as_ref() {
+            Some(out) => out.values().map(|(_, _, late)| *late).min(),
             None => return,
         };
-        if late {
-            stream.pass_over();
-            return stream.end();
+        let now = tokio::time::Instant::now();
+        if first_late.is_some_and(|late| late <= now) {
+            strong.pass_over();
+            return strong.end();
+        }
+        drop(strong);
+        let wake = first_late.unwrap_or(now + WATCH_IDLE);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = frame_sent.notified() => {}
+            () = ended.cancelled() => return,
         }
     }
 }

@@ -8,22 +8,28 @@
 
 pub(crate) mod answer;
 pub(crate) mod config;
+mod nodes;
 pub(crate) mod release_gates;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::error::Error;
-use crate::model::{encode_key, Grant, GrantId, Object};
+use crate::model::{encode_key, GrantId, Object};
 use answer::Answer;
 use config::{ClientConfig, API_KEY_HEADER};
+use nodes::NodeIds;
 use release_gates::{ReleaseGate, ReleaseGates};
 
-/// The header a follower adds to the answer it forwarded from the leader.
+/// The header a follower adds to the answer it forwarded from the leader:
+/// the leader's node id.
 const FORWARDED_BY_FOLLOWER: &str = "x-palisade-leader";
+/// The longest a node is given to tell its id ([`NodeIds`]).
+const ASK_ID_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The HTTP side of one client, shared by the client and its leases.
 #[derive(Debug)]
@@ -33,8 +39,12 @@ pub(crate) struct Transport {
     /// One connection pool for the nodes and the gateway (HTTP/2: one
     /// connection per server).
     http: reqwest::Client,
-    /// The endpoint that answered last; tried first next time.
+    /// The endpoint that answered last, or the leader a follower named;
+    /// tried first next time (an index into the endpoints, modulo their
+    /// number).
     preferred: AtomicUsize,
+    /// Which node each endpoint is, to follow a follower's leader hint.
+    nodes: Arc<NodeIds>,
     /// Background releases in progress, which acquires of the same lease
     /// and holder wait for.
     release_gates: ReleaseGates,
@@ -83,6 +93,7 @@ impl Transport {
         }
         let http = builder.build().unwrap_or_default();
         Self {
+            nodes: NodeIds::new(config.endpoints.len()),
             config,
             http,
             preferred: AtomicUsize::new(0),
@@ -127,9 +138,8 @@ impl Transport {
         let mut attempts = 0u32;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let preferred = self.preferred.load(Ordering::Relaxed);
-            let index = preferred % endpoints.len();
-            let url = format!("{}{path}", endpoints[index].trim_end_matches('/'));
+            let index = self.preferred();
+            let url = self.url(index, path);
             attempts += 1;
             let mut request = self
                 .http
@@ -141,15 +151,10 @@ impl Transport {
             let failure = match request.send().await {
                 Ok(response) if !matches!(response.status().as_u16(), 503 | 429) => {
                     if response.headers().contains_key(FORWARDED_BY_FOLLOWER) {
-                        // A follower forwarded it: try the next node next
-                        // time, until the leader itself answers (no hop, and
-                        // no follower CPU spent relaying every renewal).
-                        let _ = self.preferred.compare_exchange(
-                            preferred,
-                            index + 1,
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        );
+                        // A follower forwarded it: ask the leader it named
+                        // next time (no hop, and no follower CPU spent
+                        // relaying every call).
+                        self.note_leader_answer(index, response.headers());
                     }
                     let status = response.status().as_u16();
                     // An answer cut mid-body is a transport failure (asked
@@ -166,7 +171,7 @@ impl Transport {
                 }
                 Err(err) => format!("{url}: {err}"),
             };
-            self.preferred.store(index + 1, Ordering::Relaxed);
+            self.pass_over(index);
             let elapsed = started.elapsed();
             if elapsed + backoff > self.config.retry_budget + extra {
                 return Err(Error::Unavailable {
@@ -187,39 +192,71 @@ impl Transport {
         &self.http
     }
 
+    /// How many election endpoints there are.
+    pub(crate) fn endpoint_count(&self) -> usize {
+        self.config.endpoints.len()
+    }
+
+    /// The URL of `path` on endpoint `index` (modulo their number).
+    pub(crate) fn url(&self, index: usize, path: &str) -> String {
+        let endpoints = &self.config.endpoints;
+        let endpoint = endpoints.get(index % endpoints.len().max(1));
+        format!("{}{path}", endpoint.map_or("", |e| e.trim_end_matches('/')))
+    }
+
+    /// The endpoint tried first now.
+    pub(crate) fn preferred(&self) -> usize {
+        self.preferred.load(Ordering::Relaxed) % self.endpoint_count().max(1)
+    }
+
     /// Which endpoint is preferred now (for [`Transport::pass_over`]) and
     /// the URL of `path` on it.
     pub(crate) fn preferred_url(&self, path: &str) -> Option<(usize, String)> {
-        let endpoints = &self.config.endpoints;
-        if endpoints.is_empty() {
+        if self.config.endpoints.is_empty() {
             return None;
         }
-        let preferred = self.preferred.load(Ordering::Relaxed);
-        let endpoint = &endpoints[preferred % endpoints.len()];
-        Some((
-            preferred,
-            format!("{}{path}", endpoint.trim_end_matches('/')),
-        ))
+        let preferred = self.preferred();
+        Some((preferred, self.url(preferred, path)))
     }
 
-    /// Prefers the endpoint after `preferred` (which refused or failed),
-    /// unless another call moved on already.
-    pub(crate) fn pass_over(&self, preferred: usize) {
-        let _ = self.preferred.compare_exchange(
-            preferred,
-            preferred + 1,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+    /// Prefers the endpoint after `index` (which refused, failed or is
+    /// silent), unless the preferred one is another already.
+    pub(crate) fn pass_over(&self, index: usize) {
+        let count = self.endpoint_count().max(1);
+        let current = self.preferred.load(Ordering::Relaxed);
+        if current % count == index % count {
+            let _ = self.preferred.compare_exchange(
+                current,
+                index % count + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
-    /// One renew request.
-    pub(crate) async fn renew_grant(&self, id: &GrantId) -> Result<Grant, Error> {
-        let body = grant_body(id, false);
-        let path = format!("/v1/leases/{}/renew", id.lease);
-        self.election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
-            .await?
-            .parse()
+    /// Notes that endpoint `index` answered a call only the leader serves
+    /// (`headers` are its answer's): prefers it if it answered itself, the
+    /// leader a forwarding follower named if that endpoint is known, else
+    /// the next endpoint while the nodes are asked their ids.
+    pub(crate) fn note_leader_answer(&self, index: usize, headers: &reqwest::header::HeaderMap) {
+        let Some(hint) = headers.get(FORWARDED_BY_FOLLOWER) else {
+            self.preferred.store(index, Ordering::Relaxed);
+            return;
+        };
+        let leader = hint.to_str().ok().and_then(|v| v.trim().parse().ok());
+        match leader.and_then(|id| self.nodes.endpoint_of(id)) {
+            Some(at) if at != index => self.preferred.store(at, Ordering::Relaxed),
+            known => {
+                if known.is_some() {
+                    // It said it was the leader, and forwarded: not so now.
+                    self.nodes.forget(index);
+                }
+                self.pass_over(index);
+                let timeout = self.config.request_timeout.min(ASK_ID_TIMEOUT);
+                self.nodes
+                    .learn(&self.http, &self.config.endpoints, timeout);
+            }
+        }
     }
 
     /// One release request, naming the grant's index when known.
