@@ -99,7 +99,10 @@ async fn run() {
 
     let sent = sent.lock().expect("sent").clone();
     let before = sent.iter().filter(|(at, s)| *at < cut && *s == 200).count();
-    assert!(before > 5, "the renewals were answered before the cut: {sent:?}");
+    assert!(
+        before > 5,
+        "the renewals were answered before the cut: {sent:?}"
+    );
     let late: Vec<Duration> = sent
         .iter()
         .filter(|(at, status)| *status == 200 && *at > cut + LEASE)

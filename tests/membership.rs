@@ -231,7 +231,10 @@ async fn adding_an_unreachable_node_fails_and_leaves_the_voters_alone() {
     let message = answer["message"].as_str().unwrap_or_default();
     assert!(message.contains("never acknowledged"), "{message}");
     assert!(message.contains("removed again"), "{message}");
-    assert!(took >= Duration::from_secs(2), "answered before its wait: {took:?}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "answered before its wait: {took:?}"
+    );
     let view: Value = get_json(&client, &format!("{base}/v1/cluster"), "cluster").await;
     let members: Vec<u64> = view["members"]
         .as_array()

@@ -269,16 +269,35 @@ impl Client {
     /// until it has caught up, then as a voter. Waits up to a minute.
     ///
     /// # Errors
-    /// [`Error::Protocol`] with 409 if `id` is already a voter or a change
-    /// is in progress; [`Error::Unavailable`].
+    /// As [`Client::add_member_within`].
     pub async fn add_member(&self, id: u64, addr: &str) -> Result<Value, Error> {
-        let body = json!({ "id": id, "addr": addr });
+        self.add_member_within(id, addr, Duration::from_secs(60))
+            .await
+    }
+
+    /// Adds node `id` (peer address `addr`): as a learner that must catch
+    /// up within `wait`, then as a voter. A learner that does not (nothing
+    /// answers at `addr`, say) is removed again and the voters stay as
+    /// they were.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] with 409: `not_caught_up` (why, in the
+    /// message), `id` already a voter, or a change in progress;
+    /// [`Error::Unavailable`].
+    pub async fn add_member_within(
+        &self,
+        id: u64,
+        addr: &str,
+        wait: Duration,
+    ) -> Result<Value, Error> {
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        let body = json!({ "id": id, "addr": addr, "wait_ms": wait_ms });
         self.transport
             .election(
                 reqwest::Method::POST,
                 "/v1/cluster/members",
                 Some(&body),
-                Duration::from_secs(60),
+                wait,
             )
             .await?
             .parse()

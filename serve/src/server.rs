@@ -54,11 +54,9 @@ pub async fn serve(
             continue;
         };
         let liveness = Liveness::new();
-        let Some(address_permit) = per_address.take(
-            remote.ip(),
-            config.max_connections_per_address,
-            &liveness,
-        ) else {
+        let Some(address_permit) =
+            per_address.take(remote.ip(), config.max_connections_per_address, &liveness)
+        else {
             if connections.refused.first_time(remote.ip()) {
                 tracing::warn!(server = config.name, %remote, limit = config.max_connections_per_address, "connection limit per address reached; closing its new connections");
             }

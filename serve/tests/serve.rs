@@ -297,15 +297,24 @@ async fn an_addresss_silent_connections_give_way_to_its_new_ones() {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = std::time::Instant::now();
-    let answer = reqwest::get(format!("http://{addr}/")).await.expect("served");
+    let answer = reqwest::get(format!("http://{addr}/"))
+        .await
+        .expect("served");
     assert_eq!(answer.status(), 200);
     // Refused (reset) until the idle timeout closed the silent ones, before.
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     // The oldest silent ones were closed; the one that had sent a request
     // was not, and still serves.
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(2), silent[0].read(&mut buf)).await;
-    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the oldest silent one: {read:?}");
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "the oldest silent one: {read:?}"
+    );
     let mut served = served;
     served
         .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")

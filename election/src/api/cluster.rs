@@ -10,6 +10,7 @@ use axum::Json;
 use http::StatusCode;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::Instant as _;
 use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -25,7 +26,7 @@ use crate::signing::{generate_key, Signer};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
-    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members, last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
+    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members (id, addr, voter; on the leader matched_index and last_ack_ms), last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     let metrics = state.raft.metrics().borrow_watched().clone();
@@ -42,12 +43,7 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         ),
         _ => (metrics.current_leader, None),
     };
-    let members: Vec<Value> = metrics
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, node)| json!({ "id": id, "addr": node.addr }))
-        .collect();
+    let members = members(&metrics);
     Json(json!({
         "node_id": state.config.id,
         "priority": state.config.placement.priority,
@@ -65,6 +61,34 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         "snapshot_index": metrics.snapshot.as_ref().map(|id| id.index),
         "purged_index": metrics.purged.as_ref().map(|id| id.index),
     }))
+}
+
+/// The membership: each node's id, peer address and whether it votes; on
+/// the leader also how far it has acknowledged the log (`matched_index`,
+/// null before its first acknowledgement) and how long ago it last
+/// acknowledged a heartbeat's send (`last_ack_ms`: an unreachable node's
+/// grows).
+fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Value> {
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| {
+            let mut member = json!({ "id": id, "addr": node.addr, "voter": voters.contains(id) });
+            if let Some(replication) = &metrics.replication {
+                member["matched_index"] = json!(replication
+                    .get(id)
+                    .cloned()
+                    .flatten()
+                    .map(|log_id| log_id.index));
+            }
+            if let Some(heartbeat) = &metrics.heartbeat {
+                let acked = heartbeat.get(id).cloned().flatten();
+                member["last_ack_ms"] = json!(acked.map(|sent| sent.elapsed().as_millis() as u64));
+            }
+            member
+        })
+        .collect()
 }
 
 /// `GET /v1/jwks`: the public keys — the signing one first, then rotated-out
