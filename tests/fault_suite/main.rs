@@ -84,7 +84,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use checker::{check, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
+use checker::{
+    check, check_l2, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, RideThrough,
+    Write,
+};
 use palisade_local_cluster::Logs;
 use storage::{Engine, Gateways};
 use support::{node_setup, Access, Cluster};
@@ -95,6 +98,15 @@ const TTL_MS: u64 = 1500;
 /// an election (at most 120 ms of timeout plus a round) and the waiting
 /// worker's retry.
 const RECOVERY_MS: u64 = TTL_MS + 1000;
+/// L2 (issue 42): the workers' holders keep their leases through a freeze
+/// or a cut of the Raft leader shorter than the ttl less an election and a
+/// round trip (300 ms), once the cluster had settled for 2 s.
+const RIDE_THROUGH: RideThrough = RideThrough {
+    kinds: &[STOP_LEADER, ISOLATE_LEADER],
+    budget_ns: (TTL_MS - 300) * 1_000_000,
+    settled_ns: 2_000_000_000,
+    after_ns: TTL_MS * 1_000_000,
+};
 /// How long a boss (a debug binary, on a machine the suite keeps busy) may
 /// take from its spawn to its first campaign.
 const BOSS_START_MS: u64 = 10_000;
@@ -416,6 +428,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     };
     let mut violations = check(&history, bounds);
     violations.extend(preemption_gaps(&history));
+    violations.extend(check_l2(&history, RIDE_THROUGH));
     report(seed, &history, &kinds, bounds);
     if !violations.is_empty() {
         let kept = keep(seed, &harness.histories, &history.faults);
@@ -1730,4 +1743,55 @@ fn a_gap_across_chained_faults_is_bounded_by_the_last_heal() {
             .any(|v| v.starts_with("L1: l had no holder for")),
         "{violations:?}"
     );
+}
+
+#[test]
+fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
+    const RIDE: RideThrough = RideThrough {
+        kinds: &["freeze"],
+        budget_ns: 100,
+        settled_ns: 50,
+        after_ns: 30,
+    };
+    let fault = |kind: &'static str, from: u64, healed: u64| Fault { kind, from, healed };
+    let history = |held: Vec<Held>, faults: Vec<Fault>| History {
+        held,
+        faults,
+        ..History::default()
+    };
+    // Held from 0, a freeze 200..280: kept through it.
+    let kept = history(
+        vec![held("l", "a", 3, 0, 1_000)],
+        vec![fault("freeze", 200, 280)],
+    );
+    assert!(check_l2(&kept, RIDE).is_empty());
+    // Lost during it, or just after it healed: L2.
+    for lost_at in [250, 300] {
+        let lost = history(
+            vec![held("l", "a", 3, 0, lost_at), held("l", "b", 9, 700, 1_000)],
+            vec![fault("freeze", 200, 280)],
+        );
+        let violations = check_l2(&lost, RIDE);
+        assert!(
+            violations.len() == 1 && violations[0].starts_with("L2: a lost l (token 3)"),
+            "{violations:?}"
+        );
+    }
+    // Not held to it: another kind, a freeze over the budget, one too soon
+    // after the last fault or the grant, a loss long after it healed.
+    let loose = [
+        (vec![fault("kill", 200, 280)], 0, 250),
+        (vec![fault("freeze", 200, 400)], 0, 250),
+        (
+            vec![fault("other", 100, 180), fault("freeze", 200, 280)],
+            0,
+            250,
+        ),
+        (vec![fault("freeze", 200, 280)], 180, 250),
+        (vec![fault("freeze", 200, 280)], 0, 400),
+    ];
+    for (faults, from, to) in loose {
+        let h = history(vec![held("l", "a", 3, from, to)], faults);
+        assert!(check_l2(&h, RIDE).is_empty(), "{:?}", h.faults);
+    }
 }
