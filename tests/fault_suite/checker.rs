@@ -441,10 +441,12 @@ pub struct RideThrough {
 /// freeze or a cut of the leader shorter than the budget: no held interval
 /// that began `settled_ns` before such a fault ends between the fault's
 /// start and `after_ns` after it healed (or the next fault, if sooner).
-pub fn check_l2(history: &History, ride: RideThrough) -> Vec<String> {
+/// The violations, and how many holders it checked (one per held interval
+/// and qualifying fault).
+pub fn check_l2(history: &History, ride: RideThrough) -> (Vec<String>, usize) {
     let mut faults: Vec<&Fault> = history.faults.iter().collect();
     faults.sort_by_key(|f| f.from);
-    let mut violations = Vec::new();
+    let (mut violations, mut checked) = (Vec::new(), 0);
     for (i, fault) in faults.iter().enumerate() {
         let lasted = fault.healed.saturating_sub(fault.from);
         let previous_healed = i.checked_sub(1).map_or(0, |j| faults[j].healed);
@@ -459,6 +461,9 @@ pub fn check_l2(history: &History, ride: RideThrough) -> Vec<String> {
             .map_or(u64::MAX, |next| next.from)
             .min(fault.healed + ride.after_ns);
         for h in &history.held {
+            if h.from + ride.settled_ns <= fault.from && h.to > fault.from {
+                checked += 1;
+            }
             if h.from + ride.settled_ns <= fault.from && h.to > fault.from && h.to < until {
                 violations.push(format!(
                     "L2: {} lost {} (token {}) {} ms into a {} of {} ms",
@@ -472,5 +477,5 @@ pub fn check_l2(history: &History, ride: RideThrough) -> Vec<String> {
             }
         }
     }
-    violations
+    (violations, checked)
 }

@@ -428,7 +428,9 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     };
     let mut violations = check(&history, bounds);
     violations.extend(preemption_gaps(&history));
-    violations.extend(check_l2(&history, RIDE_THROUGH));
+    let (l2, rode) = check_l2(&history, RIDE_THROUGH);
+    eprintln!("fault suite: L2: {rode} holder(s) held to riding through a short freeze or cut of the leader");
+    violations.extend(l2);
     report(seed, &history, &kinds, bounds);
     if !violations.is_empty() {
         let kept = keep(seed, &harness.histories, &history.faults);
@@ -1319,8 +1321,16 @@ async fn why_not_preempted(
     lease: &str,
     boss_output: &Path,
 ) -> String {
-    let paths = [format!("/v1/leases/{lease}"), "/v1/cluster".to_owned()];
-    let mut why = node_answers(http, cluster, &paths).await;
+    // The history says how the preempted grant ended: `release` (its holder
+    // was told, and let go), or `expire` (it was never told: the fault this
+    // kind found in issue 42, read rounds failing under load).
+    let paths = [
+        format!("/v1/leases/{lease}"),
+        format!("/v1/leases/{lease}/history"),
+        "/v1/cluster".to_owned(),
+    ];
+    let mut why = format!("at {} ns (monotonic):", monotonic_ns());
+    why.push_str(&node_answers(http, cluster, &paths).await);
     let output = std::fs::read_to_string(boss_output).unwrap_or_default();
     let tail: Vec<&str> = output.lines().rev().take(20).collect();
     why.push_str(&format!(
@@ -1764,14 +1774,14 @@ fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
         vec![held("l", "a", 3, 0, 1_000)],
         vec![fault("freeze", 200, 280)],
     );
-    assert!(check_l2(&kept, RIDE).is_empty());
+    assert_eq!(check_l2(&kept, RIDE), (Vec::new(), 1));
     // Lost during it, or just after it healed: L2.
     for lost_at in [250, 300] {
         let lost = history(
             vec![held("l", "a", 3, 0, lost_at), held("l", "b", 9, 700, 1_000)],
             vec![fault("freeze", 200, 280)],
         );
-        let violations = check_l2(&lost, RIDE);
+        let (violations, _) = check_l2(&lost, RIDE);
         assert!(
             violations.len() == 1 && violations[0].starts_with("L2: a lost l (token 3)"),
             "{violations:?}"
@@ -1792,6 +1802,6 @@ fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
     ];
     for (faults, from, to) in loose {
         let h = history(vec![held("l", "a", 3, from, to)], faults);
-        assert!(check_l2(&h, RIDE).is_empty(), "{:?}", h.faults);
+        assert!(check_l2(&h, RIDE).0.is_empty(), "{:?}", h.faults);
     }
 }
