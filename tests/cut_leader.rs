@@ -92,7 +92,9 @@ async fn run() {
         .leader_among(&http, &others, 100)
         .await
         .expect("the followers elect a leader of their own");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Past the cut-off leader's patience (a second of silence), so the
+    // renewals it got after the cut are refused, not just waiting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     renewer.await.expect("renewer");
     netns::heal();

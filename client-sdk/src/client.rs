@@ -326,7 +326,9 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn cluster(&self) -> Result<Value, Error> {
-        Ok(self.get_json("/v1/cluster", Duration::ZERO).await?.body)
+        // An error answer (a missing or wrong API key: 401) is an error,
+        // never a view (the CLI printed a table of zeros).
+        self.get_json("/v1/cluster", Duration::ZERO).await?.parse()
     }
 
     /// Reads `key` through the gateway. Reads are not fenced and need no

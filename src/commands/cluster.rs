@@ -198,7 +198,7 @@ fn print_members(view: &serde_json::Value) {
         };
         println!(
             "{:<5} {:<8} {:<12} {:>8}  {}",
-            member["id"],
+            member["id"].as_u64().unwrap_or(0),
             kind,
             reachable,
             lag,

@@ -15,10 +15,17 @@ use crate::raft::read_batcher::ReadBatcher;
 use crate::raft::{Acting, NodeId, Raft};
 use crate::signing::{Signer, TokenCache};
 
-/// How many leader leases of silence (no quorum acknowledgement) a leader
-/// waits out before it refuses calls (`ApiState::acting_now`): by then its
-/// followers' election timers (at most one lease each) have fired.
-const SILENCE_LIMIT: u32 = 3;
+/// How long a leader whose lease lapsed waits for a quorum's
+/// acknowledgement before it refuses calls (`ApiState::acting_now`),
+/// counted from the last one: three leases (by then its followers' election
+/// timers, at most one lease each, have fired), but at least a second. A
+/// loaded machine's fsyncs stall acknowledgements for hundreds of
+/// milliseconds, longer than a 60-120 ms lease; refusing at three leases
+/// turned such stalls into 503s that cost the fault suite's preemptions
+/// their bound, where the proposer alone waits them out.
+fn silence_limit(lease: std::time::Duration) -> std::time::Duration {
+    (lease * 3).max(std::time::Duration::from_secs(1))
+}
 
 /// What every handler shares: one `Arc`, so the clone axum makes for every
 /// handler and middleware of every request is one atomic increment (as a
@@ -135,18 +142,18 @@ impl ApiState {
     }
 
     /// [`ApiState::acting`], but a leader whose lease lapsed less than
-    /// [`SILENCE_LIMIT`] leases ago waits until then for a quorum to
-    /// acknowledge a heartbeat: a stall of the loaded machine (a follower's
-    /// fsync, a busy core) is waited out, as the proposer and the read
-    /// rounds wait it out; a leader cut off or deposed is refused soon
-    /// after its followers can have elected another.
+    /// [`silence_limit`] ago waits until then for a quorum to acknowledge a
+    /// heartbeat: a stall of the loaded machine (a follower's fsync, a busy
+    /// core) is waited out, as the proposer and the read rounds wait it
+    /// out; a leader cut off or deposed is refused once its followers can
+    /// have elected another.
     pub(super) async fn acting_now(&self) -> Acting {
         let lease = self.leader_lease();
         let acting = self.acting();
         let Acting::Lapsed { since } = acting else {
             return acting;
         };
-        let wait = (lease * SILENCE_LIMIT).saturating_sub(since.unwrap_or_default());
+        let wait = silence_limit(lease).saturating_sub(since.unwrap_or_default());
         if wait.is_zero() {
             return acting;
         }
