@@ -100,11 +100,13 @@ const TTL_MS: u64 = 1500;
 const RECOVERY_MS: u64 = TTL_MS + 1000;
 /// L2 (issue 42): the workers' holders keep their leases through a freeze
 /// or a cut of the Raft leader shorter than the ttl less an election and a
-/// round trip (300 ms), once the cluster had settled for 2 s.
+/// round trip (300 ms), once the cluster had settled for 1 s: the L2 kinds
+/// (which wait for settled holders first), and the older freeze and cut of
+/// the leader when they happen to qualify.
 const RIDE_THROUGH: RideThrough = RideThrough {
-    kinds: &[STOP_LEADER, ISOLATE_LEADER],
+    kinds: &[RIDE_FREEZE, RIDE_CUT, STOP_LEADER, ISOLATE_LEADER],
     budget_ns: (TTL_MS - 300) * 1_000_000,
-    settled_ns: 2_000_000_000,
+    settled_ns: 1_000_000_000,
     after_ns: TTL_MS * 1_000_000,
 };
 /// How long a boss (a debug binary, on a machine the suite keeps busy) may
@@ -223,6 +225,11 @@ const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows
 const LAGGING_FOLLOWER: &str = "follower lagging past the purge point, big table";
 const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
 const PREEMPT: &str = "a higher-priority worker preempts the holder";
+/// L2 (issue 42): with both leases held for a while, the leader is frozen
+/// (or cut off) for less than the ttl less an election; every holder must
+/// keep its lease (`checker.rs::check_l2`).
+const RIDE_FREEZE: &str = "SIGSTOP Raft leader under settled holders (L2)";
+const RIDE_CUT: &str = "partition: Raft leader cut off under settled holders (L2)";
 const ROTATE_LAGGING: &str = "key rotation while the gateway's first endpoint is cut off";
 const NOISY_NEIGHBOUR: &str = "a neighbour floods watches, stalled bodies, silent connections";
 const STOP_GATEWAY: &str = "SIGSTOP one of two gateways mid-write";
@@ -324,10 +331,12 @@ fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
             MANY_WAITERS,
             PREEMPT,
             NOISY_NEIGHBOUR,
+            RIDE_FREEZE,
         ],
         Engine::Postgres => vec![
             KILL_LEADER,
             STOP_LEADER,
+            RIDE_FREEZE,
             STOP_HOLDER,
             KILL_GATEWAY,
             STOP_GATEWAY,
@@ -341,8 +350,14 @@ fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
     }
     if partitions {
         kinds.extend(match engine {
-            Engine::Sled => &[ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE, ROTATE_LAGGING][..],
-            Engine::Postgres => &[ISOLATE_LEADER][..],
+            Engine::Sled => &[
+                ISOLATE_LEADER,
+                ISOLATE_FOLLOWER,
+                BRIDGE,
+                ROTATE_LAGGING,
+                RIDE_CUT,
+            ][..],
+            Engine::Postgres => &[ISOLATE_LEADER, RIDE_CUT][..],
         });
     }
     kinds
@@ -396,6 +411,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
         let kind = kinds[(first_kind + faults.len()) % kinds.len()];
         let from = monotonic_ns();
         harness.inject(kind, &mut schedule).await;
+        let from = harness.began.take().unwrap_or(from);
         faults.push(Fault {
             kind,
             from,
@@ -540,6 +556,9 @@ struct Harness {
     /// Node 2's and the gateway's lazyfs mounts (power cuts), if any:
     /// dropped last, after the processes on them.
     mounts: Vec<lazyfs::LazyMount>,
+    /// When the last fault really began, if later than its injection (the
+    /// L2 kinds first wait for the leases to settle).
+    began: Option<u64>,
 }
 
 /// How a run is set up.
@@ -661,6 +680,7 @@ impl Harness {
             thief: Some(thief),
             thief_stop,
             mounts,
+            began: None,
         })
     }
 
@@ -720,6 +740,25 @@ impl Harness {
             RESTART_POSTGRES => {
                 let down = Duration::from_millis(200 + schedule.next(1000));
                 self.gateways.restart_postgres(down).await;
+            }
+            RIDE_FREEZE | RIDE_CUT => {
+                settle(http, cluster).await;
+                let leader = cluster.leader(http).await;
+                let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+                self.began = Some(monotonic_ns());
+                if kind == RIDE_FREEZE {
+                    cluster.pause(leader).expect("SIGSTOP");
+                } else {
+                    for other in &others {
+                        netns::cut(leader, *other);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(400 + schedule.next(500))).await;
+                if kind == RIDE_FREEZE {
+                    cluster.resume(leader).expect("SIGCONT");
+                } else {
+                    netns::heal();
+                }
             }
             ISOLATE_LEADER | ISOLATE_FOLLOWER | BRIDGE => {
                 let leader = cluster.leader(http).await;
@@ -1296,6 +1335,26 @@ fn follower(leader: u64, schedule: &mut Schedule) -> u64 {
 }
 
 /// Who holds `lease` now, as some node's applied state says.
+/// Waits (at most 10 s) until both leases have had the same holder for
+/// 1.5 s: the L2 kinds start from settled holders.
+async fn settle(http: &reqwest::Client, cluster: &Cluster) {
+    let mut since = Instant::now();
+    let mut last: Vec<Option<String>> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let mut now = Vec::new();
+        for (lease, _) in ROLES.iter().step_by(2) {
+            now.push(current_holder(http, cluster, lease).await);
+        }
+        if now != last || now.iter().any(Option::is_none) {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= Duration::from_millis(1500) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn current_holder(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Option<String> {
     // The first node that answers the lease (a node that has just rejoined
     // may answer 503 for a while: the next one is asked, as the SDK does).
