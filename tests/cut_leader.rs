@@ -11,8 +11,7 @@
 //! the cut plus one lease may be answered 200. Before, it said
 //! `"state":"Leader","leader":<itself>` for as long as the cut lasted.
 
-#[path = "fault_suite/netns.rs"]
-mod netns;
+use crate::netns;
 use crate::support;
 
 use std::sync::{Arc, Mutex};

@@ -24,8 +24,7 @@ use palisade_local_cluster::{GatewayKeys, NodeSpec};
 use support::pg::PgServer;
 use support::{spawn_node, Process, TestKey};
 
-#[path = "support/gateway_pg.rs"]
-mod gateway_pg;
+use crate::gateway_pg;
 use gateway_pg::{check_history, get, put, Write};
 
 fn gateway(url: &str, key: &TestKey, extra: &[&str]) -> Process {

@@ -17,8 +17,7 @@ use palisade_local_cluster::{GatewayKeys, NodeSpec};
 use support::pg::PgServer;
 use support::{spawn_node, TestKey};
 
-#[path = "support/gateway_pg.rs"]
-mod gateway_pg;
+use crate::gateway_pg;
 
 /// The server's certificate, key and `pg_hba.conf` in `dir/pg-tls`
 /// (readable by the `postgres` user, the key its own and private); the

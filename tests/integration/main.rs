@@ -6,6 +6,11 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+// Shared by several modules below (`use crate::netns`), declared once.
+#[path = "../support/gateway_pg.rs"]
+mod gateway_pg;
+#[path = "../fault_suite/netns.rs"]
+mod netns;
 
 #[path = "../cert_principals.rs"]
 mod cert_principals;
