@@ -16,7 +16,7 @@
 //! - The Rust SDK (`with_client_cert_files`) and the CLI
 //!   (`PALISADE_CLIENT_CERT`/`PALISADE_CLIENT_KEY`) present it too.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The binary's command line: bad flags, `palisade dev` start and stop.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -181,11 +181,29 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         "{table}"
     );
     assert!(
-        table
-            .lines()
-            .last()
-            .is_some_and(|l| l.starts_with("leader: node ")),
+        table.lines().any(|l| l.starts_with("leader: node ")),
         "{table}"
+    );
+    // The members, from the acting leader: three voters, each reachable.
+    let members = table
+        .lines()
+        .filter(|l| l.contains(" voter ") && l.contains(" yes "))
+        .count();
+    assert_eq!(members, 3, "{table}");
+    // A wrong key is an error (exit 1, one line), not a table of zeros.
+    let wrong = palisade()
+        .args(["cluster", "status", "--election", &all.join(",")])
+        .env("PALISADE_API_KEY", "not-a-key")
+        .env_remove("PALISADE_API_KEY_FILE")
+        .output()
+        .expect("run the CLI");
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("unauthorized"), "{stderr}");
+    assert!(
+        wrong.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&wrong.stdout)
     );
     Command::new("kill")
         .args(["-TERM", &dev.id().to_string()])

@@ -9,7 +9,7 @@
 //! - without a key (or with an unknown one) nothing is served; plaintext to
 //!   a TLS port is not served either.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! loopback, faults injected with SIGKILL and SIGSTOP. Each test names the
 //! property it checks (S2 tokens, S3 exclusivity, S4 durability, L1 liveness).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -725,4 +725,49 @@ async fn leadership_settles_on_the_highest_priority_and_stays() {
     // back in charge, and exactly one.
     assert_eq!(transfers(&client, &cluster, 2).await, before + 1);
     assert_eq!(transfers(&client, &cluster, 3).await, 0);
+}
+
+/// One node killed for 20 s: the survivors' logs grow by at most 100
+/// lines (at `info`, the default). Before, openraft warned once per
+/// heartbeat to the dead node: 1 829 lines in 20 s, each a long line.
+#[tokio::test]
+async fn a_dead_peer_costs_the_survivors_a_few_log_lines() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = |id: u64| dir.path().join(format!("node{id}.log"));
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = support::node_setup(dir.path(), id, "127.0.0.1");
+            setup.logs = palisade_local_cluster::Logs::File(log(id));
+            setup.env = vec![("RUST_LOG".into(), "info".into())];
+            setup
+        })
+        .collect();
+    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let client = http_client();
+    let leader = cluster.settled_leader(&client).await;
+    let victim = (1..=3).find(|id| *id != leader).expect("a follower");
+    let survivors: Vec<u64> = (1..=3).filter(|id| *id != victim).collect();
+    let lines = |id: u64| {
+        std::fs::read_to_string(log(id))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    };
+    let before: Vec<usize> = survivors.iter().map(|id| lines(*id)).collect();
+    cluster.kill(victim);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for (id, before) in survivors.iter().zip(before) {
+        let grew = lines(*id) - before;
+        let text = std::fs::read_to_string(log(*id)).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().skip(before).take(20).collect();
+        assert!(
+            grew <= 100,
+            "node {id}'s log grew by {grew} lines in 20 s with node {victim} dead; the first: {tail:#?}"
+        );
+    }
+    let leader_log = std::fs::read_to_string(log(leader)).unwrap_or_default();
+    assert!(
+        leader_log.contains("peer unreachable"),
+        "the leader never said node {victim} is unreachable"
+    );
 }

@@ -4,7 +4,7 @@
 //! expires; B acquires, raises the fence, writes; A's late write is refused
 //! with 409 and changes nothing (S1).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

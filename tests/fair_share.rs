@@ -20,7 +20,7 @@
 //!   window of 0) are given up on within the body deadline, and its seats
 //!   come back.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,6 @@ use support::{counter, node_setup, post_json, Access, Cluster};
 /// Blocking acquires the intruder sends through one follower: more than a
 /// follower's forwarding seats for calls that wait.
 const FLOOD: usize = 300;
-
-/// One cluster at a time: each loads the machine's two cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Cluster, Access) {
     let setups = (1..=3)
@@ -56,7 +53,7 @@ fn grant_body(holder: &str, extra: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_blocking_acquires_through_a_follower_starves_no_one_else() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = start(dir.path(), &[]);
     let admin = access.http("admin");
@@ -132,7 +129,7 @@ fn waiting_flood(
 /// fault suite). A call of the flood that would wait is still refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_asking_again_is_answered_while_its_waiters_fill_the_seats() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = start(dir.path(), &[]);
     let admin = access.http("admin");
@@ -278,7 +275,7 @@ async fn victim_calls(access: &Access, via: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_principal_cannot_fill_the_table() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = start(dir.path(), &["--max-leases-per-principal", "40"]);
     let admin = access.http("admin");
@@ -326,7 +323,7 @@ async fn one_principal_cannot_fill_the_table() {
 /// is cut to its share (429; its own connection may be closed too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_lease_pages_starves_no_one_else() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     // A gateway that accepts connections and never answers.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -382,7 +379,7 @@ async fn a_flood_of_lease_pages_starves_no_one_else() {
 /// answer 200. Without a seat on the route nothing would answer 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_sign_ins_starves_no_one_else() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = start(dir.path(), &["--max-requests", "512"]);
     let admin = access.http("admin");
@@ -478,7 +475,7 @@ async fn open_streams(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_silent_renewal_streams_starves_no_one_else() {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access, admin, base) = stream_pool_cluster(dir.path()).await;
     // Each stream's body stays open and silent; its answer is never read.
@@ -546,7 +543,7 @@ async fn ended_renewal_streams_whose_last_line_is_never_taken_are_closed() {
 /// answers it never takes (an HTTP/2 window of 0) and sends `lines` on
 /// each; a new stream of `intruder` must open within 15 s.
 async fn deaf_streams_give_their_seats_back(lines: Vec<Vec<u8>>) {
-    let _serial = SERIAL.lock().await;
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (_cluster, access, _admin, base) = stream_pool_cluster(dir.path()).await;
     let deaf = h2_client(&access, |builder| {

@@ -3,7 +3,7 @@
 //! the same data dir; every acknowledged write must be readable and every
 //! fence at least the highest acknowledged token. Twenty rounds per run.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

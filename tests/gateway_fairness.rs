@@ -5,7 +5,7 @@
 //! writes its own lease's object every 300 ms meanwhile. Every write of the
 //! victim must be accepted, and the flood refused with 429 `over_share`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ async fn grant(access: &support::Access, base: &str, principal: &str, lease: &st
 /// request cap and the victim's writes wait until their deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_neighbours_slow_writes_cannot_starve_another_principals_writes() {
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let setups = (1..=3)
         .map(|id| node_setup(dir.path(), id, "127.0.0.1"))

@@ -14,7 +14,7 @@
 //!
 //! The failover to a synchronous standby is in `gateway_postgres_failover.rs`.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,8 +24,7 @@ use palisade_local_cluster::{GatewayKeys, NodeSpec};
 use support::pg::PgServer;
 use support::{spawn_node, Process, TestKey};
 
-#[path = "support/gateway_pg.rs"]
-mod gateway_pg;
+use crate::gateway_pg;
 use gateway_pg::{check_history, get, put, Write};
 
 fn gateway(url: &str, key: &TestKey, extra: &[&str]) -> Process {

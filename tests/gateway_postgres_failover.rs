@@ -11,7 +11,7 @@
 //! Skipped only when PostgreSQL's binaries are missing and
 //! `PALISADE_PG_STRICT` is unset.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,8 +22,7 @@ use palisade_local_cluster::{GatewayKeys, NodeSpec};
 use support::pg::PgServer;
 use support::{spawn_node, TestKey};
 
-#[path = "support/gateway_pg.rs"]
-mod gateway_pg;
+use crate::gateway_pg;
 use gateway_pg::{fence, get, put};
 
 /// One acknowledged write: key, value, token, when it was sent and when

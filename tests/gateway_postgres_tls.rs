@@ -7,7 +7,7 @@
 //! asking for TLS without a CA is a one-line error — each stops the
 //! gateway at start, never a gateway that writes in the clear.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
@@ -17,8 +17,7 @@ use palisade_local_cluster::{GatewayKeys, NodeSpec};
 use support::pg::PgServer;
 use support::{spawn_node, TestKey};
 
-#[path = "support/gateway_pg.rs"]
-mod gateway_pg;
+use crate::gateway_pg;
 
 /// The server's certificate, key and `pg_hba.conf` in `dir/pg-tls`
 /// (readable by the `postgres` user, the key its own and private); the

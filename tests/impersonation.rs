@@ -4,7 +4,7 @@
 //! reservation names a holder; knowing (or guessing) that name must not be
 //! enough for another principal to take the lease.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

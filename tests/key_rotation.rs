@@ -3,7 +3,7 @@
 //! retired after its tokens expired stops being trusted, and a gateway that
 //! starts with a fresh cluster never refuses the first grant's token.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

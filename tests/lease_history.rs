@@ -6,7 +6,7 @@
 //! a full restart of the cluster; the CLI prints it; under churn it stays
 //! at its bound.
 
-mod support;
+use crate::support;
 
 use std::process::Command as Process;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

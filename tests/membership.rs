@@ -4,7 +4,7 @@
 //! learner, promotion) brings it back with the leases, tokens and key; and
 //! no two leaders ever share a term.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -201,4 +201,51 @@ async fn membership_calls_refuse_what_would_break_the_cluster() {
     assert!(members
         .iter()
         .all(|v| v["members"].as_array().map(Vec::len) == Some(3)));
+}
+
+/// `cluster add` of a node that does not exist (nothing listens at its
+/// address, a typo): the call fails within its wait with 409
+/// `not_caught_up` saying so, the voters stay the three, and with one real
+/// node killed the other two still grant. (openraft's blocking add counted
+/// the unreachable learner as caught up on a young cluster: it became a
+/// voter in 25 ms, and killing one real node stopped the cluster.)
+#[tokio::test]
+async fn adding_an_unreachable_node_fails_and_leaves_the_voters_alone() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = Cluster::start(dir.path());
+    let client = http_client();
+    let leader = cluster.leader(&client).await;
+    let base = cluster.url(leader);
+    let nobody = support::free_ports(1)[0];
+    let started = std::time::Instant::now();
+    let (status, answer) = post_json(
+        &client,
+        &format!("{base}/v1/cluster/members"),
+        json!({"id": 4, "addr": format!("127.0.0.1:{nobody}"), "wait_ms": 2000}),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"], "not_caught_up", "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(message.contains("never acknowledged"), "{message}");
+    assert!(message.contains("removed again"), "{message}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "answered before its wait: {took:?}"
+    );
+    let view: Value = get_json(&client, &format!("{base}/v1/cluster"), "cluster").await;
+    let members: Vec<u64> = view["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    assert_eq!(members, vec![1, 2, 3], "{view}");
+
+    let victim = (1..=3).find(|id| *id != leader).expect("a follower");
+    cluster.kill(victim);
+    let (status, grant) = acquire(&client, &base, "after-the-typo", "A", 5_000).await;
+    assert_eq!(status, 200, "two of three voters still grant: {grant}");
 }

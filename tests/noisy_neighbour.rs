@@ -7,7 +7,7 @@
 //! (an election's 503 is allowed: see below), its lease
 //! must be held at the end, and each node's memory must stay bounded.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,7 @@ fn rss_bytes(pid: u32) -> u64 {
 /// and most renewals get 503 `overloaded`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = Cluster::start_secure(dir.path(), setups(dir.path()));
     let admin = access.http("admin");
@@ -286,4 +287,51 @@ async fn renew_for(
         tokio::time::sleep(Duration::from_millis(400).saturating_sub(sent.elapsed())).await;
     }
     (renewals, peak_rss)
+}
+
+/// 4 200 connections from one address that never send a byte (more than
+/// the node's per-address cap of 1 024): a new client from that same
+/// address is served, because at the cap a connection that has not sent a
+/// request gives way to a newer one. (Before, the address was locked out
+/// until the idle timeout, ~20 s, closed the silent ones.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_do_not_lock_their_own_address_out() {
+    let _alone = support::ALONE.lock().await;
+    // 4 200 sockets here, as many on the node (which inherits the limit).
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    setrlimit(Resource::Nofile, raised).expect("raise the open-file limit");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    let client = support::http_client();
+    let leader = cluster.leader(&client).await;
+    let url = cluster.url(leader);
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut silent = Vec::with_capacity(4_200);
+    for _ in 0..4_200 {
+        match tokio::net::TcpStream::connect(&addr).await {
+            Ok(stream) => silent.push(stream),
+            Err(err) => panic!("connection {} refused by the OS: {err}", silent.len()),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A fresh client (its own connection) from the same address.
+    let fresh = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let started = Instant::now();
+    let answer = fresh
+        .get(format!("{url}/v1/cluster"))
+        .send()
+        .await
+        .expect("the address's new client is served, not reset");
+    let took = started.elapsed();
+    assert_eq!(answer.status(), 200);
+    println!("served in {took:?} beside 4 200 silent connections");
+    drop(silent);
 }

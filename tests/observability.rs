@@ -3,7 +3,7 @@
 //! gateway's fencing audit names the stale writer, and `/readyz` follows a
 //! node's contact with its quorum.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

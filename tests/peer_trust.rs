@@ -7,7 +7,7 @@
 //! Afterwards leader, term, membership, the lease table and the JWKS are
 //! unchanged.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

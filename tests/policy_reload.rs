@@ -4,7 +4,7 @@
 //! SIGHUP, then served; a principal removed is refused after it; a file
 //! that does not parse changes nothing.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! Skipped (with a message) only when `/usr/lib/postgresql/15/bin` is
 //! missing and `PALISADE_PG_STRICT` is unset.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -77,10 +77,16 @@ async fn paused_leader_child() {
 
 /// Spawns the child leader; its stdout lines are gathered in the answer.
 fn spawn_child(cluster: &Cluster, pg: &PgServer) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
+    // The test's name as the harness knows it: its module path without the
+    // binary's name (`postgres_fence::paused_leader_child` in `integration`).
+    let name = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::paused_leader_child"),
+        None => "paused_leader_child".to_owned(),
+    };
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "paused_leader_child",
+            &name,
             "--include-ignored",
             "--nocapture",
             "--test-threads=1",

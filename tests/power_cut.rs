@@ -39,7 +39,7 @@
 
 #[path = "support/lazyfs.rs"]
 mod lazyfs;
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -964,6 +964,7 @@ fn keep_evidence(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_grants_and_writes_survive_power_cuts() {
+    let _alone = support::ALONE.lock().await;
     if !can_mount("the power-cut test") {
         return;
     }

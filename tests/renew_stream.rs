@@ -3,7 +3,7 @@
 //! nothing, a deposed leader that renews nothing on a stream it still
 //! holds open, and the SDK renewing over it, across the leader's death.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -19,9 +19,8 @@
 //! regardless of what it holds) node 1's set would come back: the first
 //! key trusted again, the new one forgotten.
 
-#[path = "fault_suite/netns.rs"]
-mod netns;
-mod support;
+use crate::netns;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

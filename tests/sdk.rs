@@ -1,7 +1,7 @@
 //! The SDK against a real cluster and gateway: losing a lease is noticed in
 //! every way it can happen, and nothing is written after it.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

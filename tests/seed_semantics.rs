@@ -3,7 +3,7 @@
 //! priority, each while the old holder keeps writing; the fence refuses the
 //! old holder from the moment the new one holds.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

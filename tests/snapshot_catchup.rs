@@ -6,7 +6,7 @@
 //! Both are checked by applied index and by reading a lease from the
 //! node's own state (a watch, which any node answers from what it applied).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,7 @@ async fn local_lease(client: &reqwest::Client, url: &str, lease: &str) -> Value 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_behind_the_purge_point_catch_up_by_snapshot() {
+    let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let setups = (1..=3)
         .map(|id| {

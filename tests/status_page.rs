@@ -9,7 +9,7 @@
 
 #[path = "support/devtools.rs"]
 mod devtools;
-mod support;
+use crate::support;
 
 use std::process::Command;
 

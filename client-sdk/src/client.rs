@@ -269,16 +269,35 @@ impl Client {
     /// until it has caught up, then as a voter. Waits up to a minute.
     ///
     /// # Errors
-    /// [`Error::Protocol`] with 409 if `id` is already a voter or a change
-    /// is in progress; [`Error::Unavailable`].
+    /// As [`Client::add_member_within`].
     pub async fn add_member(&self, id: u64, addr: &str) -> Result<Value, Error> {
-        let body = json!({ "id": id, "addr": addr });
+        self.add_member_within(id, addr, Duration::from_secs(60))
+            .await
+    }
+
+    /// Adds node `id` (peer address `addr`): as a learner that must catch
+    /// up within `wait`, then as a voter. A learner that does not (nothing
+    /// answers at `addr`, say) is removed again and the voters stay as
+    /// they were.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] with 409: `not_caught_up` (why, in the
+    /// message), `id` already a voter, or a change in progress;
+    /// [`Error::Unavailable`].
+    pub async fn add_member_within(
+        &self,
+        id: u64,
+        addr: &str,
+        wait: Duration,
+    ) -> Result<Value, Error> {
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        let body = json!({ "id": id, "addr": addr, "wait_ms": wait_ms });
         self.transport
             .election(
                 reqwest::Method::POST,
                 "/v1/cluster/members",
                 Some(&body),
-                Duration::from_secs(60),
+                wait,
             )
             .await?
             .parse()
@@ -307,7 +326,9 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn cluster(&self) -> Result<Value, Error> {
-        Ok(self.get_json("/v1/cluster", Duration::ZERO).await?.body)
+        // An error answer (a missing or wrong API key: 401) is an error,
+        // never a view (the CLI printed a table of zeros).
+        self.get_json("/v1/cluster", Duration::ZERO).await?.parse()
     }
 
     /// Reads `key` through the gateway. Reads are not fenced and need no

@@ -44,6 +44,11 @@ pub enum ApiError {
     /// membership change in progress, the last voter).
     #[error("{0}")]
     Conflict(String),
+    /// 409 `not_caught_up`: a node to add did not catch up as a learner in
+    /// time (unreachable, or too slow); it was removed again and the voters
+    /// are unchanged.
+    #[error("{0}")]
+    NotCaughtUp(String),
     /// 409 `lost`: the requester does not hold the lease with that token.
     #[error("{0}")]
     Lost(String),
@@ -105,6 +110,7 @@ impl ApiError {
             ApiError::MaxHold(_) => (StatusCode::CONFLICT, "max_hold"),
             ApiError::LockDelay { .. } => (StatusCode::CONFLICT, "lock_delay"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::NotCaughtUp(_) => (StatusCode::CONFLICT, "not_caught_up"),
             ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
             ApiError::TooManyLeases(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
             ApiError::OverQuota(_) => (StatusCode::TOO_MANY_REQUESTS, "over_quota"),

@@ -68,13 +68,27 @@ impl Connections {
     /// Serves `stream` until it closes or the drain ends it: first the TLS
     /// handshake, if the server has TLS (a refusal logged once per address,
     /// a slow handshake dropped).
-    pub(crate) async fn serve(self, stream: TcpStream, remote: SocketAddr, watcher: Watcher) {
-        let liveness = Liveness::new();
+    /// A connection `evicted` (it never sent a request, and a newer one of
+    /// its address needed its place) is closed at once.
+    pub(crate) async fn serve(
+        self,
+        stream: TcpStream,
+        remote: SocketAddr,
+        watcher: Watcher,
+        liveness: Arc<Liveness>,
+        evicted: Arc<tokio::sync::Notify>,
+    ) {
         let stream = Activity {
             io: stream,
             liveness: liveness.clone(),
         };
-        let quiet = idle(liveness.clone(), self.idle_timeout);
+        let idle = idle(liveness.clone(), self.idle_timeout);
+        let quiet = async move {
+            tokio::select! {
+                () = idle => {}
+                () = evicted.notified() => {}
+            }
+        };
         let connection = Connection {
             builder: self.builder,
             served: self.served,
@@ -89,8 +103,13 @@ impl Connections {
             }
             return;
         };
-        let tls = match tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await
-        {
+        let mut quiet = std::pin::pin!(quiet);
+        let handshake = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream));
+        let handshake = tokio::select! {
+            done = handshake => done,
+            () = &mut quiet => return,
+        };
+        let tls = match handshake {
             Ok(Ok(tls)) => tls,
             Ok(Err(err)) => {
                 if self.refused.first_time(remote.ip()) {

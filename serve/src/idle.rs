@@ -22,6 +22,10 @@ pub(crate) struct Liveness {
     /// Milliseconds after `started` when bytes last moved.
     last_ms: AtomicU64,
     in_flight: AtomicUsize,
+    /// Whether a whole request (its headers) has arrived on it yet: a
+    /// connection that never sent one may give way to a newer connection
+    /// of its address at the cap (`server.rs`).
+    requested: std::sync::atomic::AtomicBool,
 }
 
 impl Liveness {
@@ -30,6 +34,7 @@ impl Liveness {
             started: Instant::now(),
             last_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            requested: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -40,8 +45,16 @@ impl Liveness {
 
     /// Counts a request in flight until the guard drops.
     pub(crate) fn request(self: &Arc<Self>) -> InFlight {
+        self.requested.store(true, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.clone())
+    }
+}
+
+impl Liveness {
+    /// Whether a whole request has arrived on the connection yet.
+    pub(crate) fn has_requested(&self) -> bool {
+        self.requested.load(Ordering::Relaxed)
     }
 }
 

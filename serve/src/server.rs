@@ -1,16 +1,20 @@
 //! [`serve`]: the accept loop, the connection cap, and the drain.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::config::ServeConfig;
 use crate::connection::Connections;
+use crate::idle::Liveness;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains open
 /// connections for at most `config.drain`.
@@ -49,8 +53,9 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let liveness = Liveness::new();
         let Some(address_permit) =
-            per_address.take(remote.ip(), config.max_connections_per_address)
+            per_address.take(remote.ip(), config.max_connections_per_address, &liveness)
         else {
             if connections.refused.first_time(remote.ip()) {
                 tracing::warn!(server = config.name, %remote, limit = config.max_connections_per_address, "connection limit per address reached; closing its new connections");
@@ -62,8 +67,11 @@ pub async fn serve(
         let connection = connections.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let evicted = address_permit.evicted.clone();
             let _permit = (permit, address_permit);
-            connection.serve(stream, remote, watcher).await;
+            connection
+                .serve(stream, remote, watcher, liveness, evicted)
+                .await;
         });
     }
     drop(listener);
@@ -86,30 +94,67 @@ async fn drain(graceful: GracefulShutdown, config: &ServeConfig) {
     }
 }
 
-/// Connections open per remote address.
+/// Connections open per remote address, oldest first.
 #[derive(Debug, Default)]
-struct PerAddress(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+struct PerAddress(std::sync::Mutex<HashMap<IpAddr, BTreeMap<u64, Held>>>);
+
+/// One open connection of an address, as [`PerAddress`] keeps it.
+#[derive(Debug)]
+struct Held {
+    liveness: Arc<Liveness>,
+    evicted: Arc<Notify>,
+}
 
 /// One connection of an address; given back on drop.
 #[derive(Debug)]
 struct AddressPermit {
     counts: Arc<PerAddress>,
-    address: std::net::IpAddr,
+    address: IpAddr,
+    number: u64,
+    /// Notified when a newer connection of the address takes its place.
+    evicted: Arc<Notify>,
 }
 
+/// Numbers connections in accept order (oldest lowest).
+static ACCEPTED: AtomicU64 = AtomicU64::new(0);
+
 impl PerAddress {
-    /// A permit for one more connection from `address`, unless it holds
-    /// `limit` already.
-    fn take(self: &Arc<Self>, address: std::net::IpAddr, limit: usize) -> Option<AddressPermit> {
+    /// A permit for one more connection from `address` (whose requests
+    /// `liveness` sees). At `limit`, the address's oldest connection that
+    /// has not sent a whole request yet gives way (it is closed), so an
+    /// address's silent connections never lock its own real clients out;
+    /// when every one has sent a request, `None`.
+    fn take(
+        self: &Arc<Self>,
+        address: IpAddr,
+        limit: usize,
+        liveness: &Arc<Liveness>,
+    ) -> Option<AddressPermit> {
         let mut counts = palisade_names::sync::lock(&self.0);
-        let count = counts.entry(address).or_default();
-        if *count >= limit {
-            return None;
+        let held = counts.entry(address).or_default();
+        if held.len() >= limit {
+            let silent = held
+                .iter()
+                .find(|(_, h)| !h.liveness.has_requested())
+                .map(|(number, _)| *number)?;
+            if let Some(gone) = held.remove(&silent) {
+                gone.evicted.notify_one();
+            }
         }
-        *count += 1;
+        let number = ACCEPTED.fetch_add(1, Ordering::Relaxed);
+        let evicted = Arc::new(Notify::new());
+        held.insert(
+            number,
+            Held {
+                liveness: liveness.clone(),
+                evicted: evicted.clone(),
+            },
+        );
         Some(AddressPermit {
             counts: self.clone(),
             address,
+            number,
+            evicted,
         })
     }
 }
@@ -117,9 +162,9 @@ impl PerAddress {
 impl Drop for AddressPermit {
     fn drop(&mut self) {
         let mut counts = palisade_names::sync::lock(&self.counts.0);
-        if let Some(count) = counts.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(held) = counts.get_mut(&self.address) {
+            held.remove(&self.number);
+            if held.is_empty() {
                 counts.remove(&self.address);
             }
         }

@@ -283,13 +283,81 @@ async fn one_address_cannot_take_every_connection() {
     a_third_connection_is_closed_until_two_leave(config, "over the per-address cap").await;
 }
 
-/// With two connections held (the cap `config` sets), a third is accepted
-/// and closed at once; once the two leave, a request is served again.
+#[tokio::test]
+async fn an_addresss_silent_connections_give_way_to_its_new_ones() {
+    let mut config = ServeConfig::new("test");
+    config.max_connections_per_address = 50;
+    let (addr, stop, task) = start(config).await;
+    let served = after_a_request(addr).await;
+    // 200 connections that never send a byte, four times the cap: each
+    // newer one takes the place of the oldest silent one.
+    let mut silent = Vec::new();
+    for _ in 0..200 {
+        silent.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let answer = reqwest::get(format!("http://{addr}/"))
+        .await
+        .expect("served");
+    assert_eq!(answer.status(), 200);
+    // Refused (reset) until the idle timeout closed the silent ones, before.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The oldest silent ones were closed; the one that had sent a request
+    // was not, and still serves.
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(2), silent[0].read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "the oldest silent one: {read:?}"
+    );
+    let mut served = served;
+    served
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("send again");
+    let n = tokio::time::timeout(Duration::from_secs(5), served.read(&mut buf))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(n > 0, "the connection that had sent a request was closed");
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+/// A connection to `addr` that has sent a request, read its answer, and
+/// stays open (HTTP/1.1 keep-alive).
+async fn after_a_request(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&answer).contains("anonymous") {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .expect("read");
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    stream
+}
+
+/// With two connections held that have each sent a request (the cap
+/// `config` sets), a third is accepted and closed at once; once the two
+/// leave, a request is served again.
 async fn a_third_connection_is_closed_until_two_leave(config: ServeConfig, cap: &str) {
     let (addr, stop, task) = start(config).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        held.push(TcpStream::connect(addr).await.expect("connect"));
+        held.push(after_a_request(addr).await);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut third = TcpStream::connect(addr).await.expect("connect");

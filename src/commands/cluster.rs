@@ -27,6 +27,11 @@ pub enum ClusterCommand {
     Add {
         id: u64,
         peer_addr: String,
+        /// How long the node may take to catch up as a learner; if it does
+        /// not (unreachable, a typo), it is removed again and the voters
+        /// stay as they were.
+        #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        wait_ms: u64,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -44,16 +49,19 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
         ClusterCommand::Add {
             id,
             peer_addr,
+            wait_ms,
             endpoints,
         } => {
-            return Ok(match endpoints.client()?.add_member(id, &peer_addr).await {
+            let wait = std::time::Duration::from_millis(wait_ms);
+            let client = endpoints.client()?;
+            return Ok(match client.add_member_within(id, &peer_addr, wait).await {
                 Ok(answer) => {
                     let readable = format!("node {id} ({peer_addr}) is a voter");
                     print(endpoints.json, &answer, readable);
                     ExitCode::SUCCESS
                 }
                 Err(err) => fail(&err),
-            })
+            });
         }
         ClusterCommand::Remove { id, endpoints } => {
             return Ok(match endpoints.client()?.remove_member(id).await {
@@ -156,5 +164,45 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         .find_map(|v| v["leader"].as_u64())
         .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
     println!("leader: {leader}; commit index {commit}");
+    if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
+        print_members(view);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The membership as the acting leader `view` sees it: voters and
+/// learners, whether each acknowledged a heartbeat in the last second, and
+/// how far behind the leader's log it is.
+fn print_members(view: &serde_json::Value) {
+    let last = view["last_log_index"].as_u64().unwrap_or(0);
+    println!(
+        "\n{:<5} {:<8} {:<12} {:>8}  PEER",
+        "NODE", "KIND", "REACHABLE", "LAG"
+    );
+    for member in view["members"].as_array().into_iter().flatten() {
+        let kind = if member["voter"] == true {
+            "voter"
+        } else {
+            "learner"
+        };
+        let reachable = match member["last_ack_ms"].as_u64() {
+            Some(ms) if ms < 1_000 => "yes".to_owned(),
+            Some(ms) => format!("no ({} s)", ms / 1_000),
+            None if member["id"] == view["node_id"] => "leader".to_owned(),
+            None => "never".to_owned(),
+        };
+        let lag = match member["matched_index"].as_u64() {
+            Some(matched) => last.saturating_sub(matched).to_string(),
+            None if member["id"] == view["node_id"] => "0".to_owned(),
+            None => "all".to_owned(),
+        };
+        println!(
+            "{:<5} {:<8} {:<12} {:>8}  {}",
+            member["id"].as_u64().unwrap_or(0),
+            kind,
+            reachable,
+            lag,
+            member["addr"].as_str().unwrap_or("-")
+        );
+    }
 }

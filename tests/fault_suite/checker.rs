@@ -420,3 +420,62 @@ pub fn recoveries(history: &History, bound_ns: u64) -> Vec<(Fault, Recovery)> {
     }
     out
 }
+
+/// What [`check_l2`] holds the holders to.
+#[derive(Debug, Clone, Copy)]
+pub struct RideThrough {
+    /// The faults a holder must ride through (the leader frozen, the leader
+    /// cut off).
+    pub kinds: &'static [&'static str],
+    /// Only faults this short: the lease's ttl less an election and a round
+    /// trip (the contract's L2 budget).
+    pub budget_ns: u64,
+    /// Only when the cluster had settled: the previous fault healed, and
+    /// the holder got the lease, at least this long before.
+    pub settled_ns: u64,
+    /// A lease lost this long after the fault healed is lost to it too.
+    pub after_ns: u64,
+}
+
+/// L2: a holder whose lease the cluster had settled keeps it through a
+/// freeze or a cut of the leader shorter than the budget: no held interval
+/// that began `settled_ns` before such a fault ends between the fault's
+/// start and `after_ns` after it healed (or the next fault, if sooner).
+/// The violations, and how many holders it checked (one per held interval
+/// and qualifying fault).
+pub fn check_l2(history: &History, ride: RideThrough) -> (Vec<String>, usize) {
+    let mut faults: Vec<&Fault> = history.faults.iter().collect();
+    faults.sort_by_key(|f| f.from);
+    let (mut violations, mut checked) = (Vec::new(), 0);
+    for (i, fault) in faults.iter().enumerate() {
+        let lasted = fault.healed.saturating_sub(fault.from);
+        let previous_healed = i.checked_sub(1).map_or(0, |j| faults[j].healed);
+        if !ride.kinds.contains(&fault.kind)
+            || lasted > ride.budget_ns
+            || fault.from < previous_healed + ride.settled_ns
+        {
+            continue;
+        }
+        let until = faults
+            .get(i + 1)
+            .map_or(u64::MAX, |next| next.from)
+            .min(fault.healed + ride.after_ns);
+        for h in &history.held {
+            if h.from + ride.settled_ns <= fault.from && h.to > fault.from {
+                checked += 1;
+            }
+            if h.from + ride.settled_ns <= fault.from && h.to > fault.from && h.to < until {
+                violations.push(format!(
+                    "L2: {} lost {} (token {}) {} ms into a {} of {} ms",
+                    h.holder,
+                    h.lease,
+                    h.token,
+                    (h.to - fault.from) / 1_000_000,
+                    fault.kind,
+                    lasted / 1_000_000
+                ));
+            }
+        }
+    }
+    (violations, checked)
+}

@@ -84,7 +84,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use checker::{check, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, Write};
+use checker::{
+    check, check_l2, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, RideThrough,
+    Write,
+};
 use palisade_local_cluster::Logs;
 use storage::{Engine, Gateways};
 use support::{node_setup, Access, Cluster};
@@ -95,6 +98,17 @@ const TTL_MS: u64 = 1500;
 /// an election (at most 120 ms of timeout plus a round) and the waiting
 /// worker's retry.
 const RECOVERY_MS: u64 = TTL_MS + 1000;
+/// L2 (issue 42): the workers' holders keep their leases through a freeze
+/// or a cut of the Raft leader shorter than the ttl less an election and a
+/// round trip (300 ms), once the cluster had settled for 1 s: the L2 kinds
+/// (which wait for settled holders first), and the older freeze and cut of
+/// the leader when they happen to qualify.
+const RIDE_THROUGH: RideThrough = RideThrough {
+    kinds: &[RIDE_FREEZE, RIDE_CUT, STOP_LEADER, ISOLATE_LEADER],
+    budget_ns: (TTL_MS - 300) * 1_000_000,
+    settled_ns: 1_000_000_000,
+    after_ns: TTL_MS * 1_000_000,
+};
 /// How long a boss (a debug binary, on a machine the suite keeps busy) may
 /// take from its spawn to its first campaign.
 const BOSS_START_MS: u64 = 10_000;
@@ -211,6 +225,11 @@ const HOSTILE_CLIENT: &str = "hostile client renews/releases with what GET shows
 const LAGGING_FOLLOWER: &str = "follower lagging past the purge point, big table";
 const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
 const PREEMPT: &str = "a higher-priority worker preempts the holder";
+/// L2 (issue 42): with both leases held for a while, the leader is frozen
+/// (or cut off) for less than the ttl less an election; every holder must
+/// keep its lease (`checker.rs::check_l2`).
+const RIDE_FREEZE: &str = "SIGSTOP Raft leader under settled holders (L2)";
+const RIDE_CUT: &str = "partition: Raft leader cut off under settled holders (L2)";
 const ROTATE_LAGGING: &str = "key rotation while the gateway's first endpoint is cut off";
 const NOISY_NEIGHBOUR: &str = "a neighbour floods watches, stalled bodies, silent connections";
 const STOP_GATEWAY: &str = "SIGSTOP one of two gateways mid-write";
@@ -312,10 +331,12 @@ fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
             MANY_WAITERS,
             PREEMPT,
             NOISY_NEIGHBOUR,
+            RIDE_FREEZE,
         ],
         Engine::Postgres => vec![
             KILL_LEADER,
             STOP_LEADER,
+            RIDE_FREEZE,
             STOP_HOLDER,
             KILL_GATEWAY,
             STOP_GATEWAY,
@@ -329,8 +350,14 @@ fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
     }
     if partitions {
         kinds.extend(match engine {
-            Engine::Sled => &[ISOLATE_LEADER, ISOLATE_FOLLOWER, BRIDGE, ROTATE_LAGGING][..],
-            Engine::Postgres => &[ISOLATE_LEADER][..],
+            Engine::Sled => &[
+                ISOLATE_LEADER,
+                ISOLATE_FOLLOWER,
+                BRIDGE,
+                ROTATE_LAGGING,
+                RIDE_CUT,
+            ][..],
+            Engine::Postgres => &[ISOLATE_LEADER, RIDE_CUT][..],
         });
     }
     kinds
@@ -384,6 +411,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
         let kind = kinds[(first_kind + faults.len()) % kinds.len()];
         let from = monotonic_ns();
         harness.inject(kind, &mut schedule).await;
+        let from = harness.began.take().unwrap_or(from);
         faults.push(Fault {
             kind,
             from,
@@ -416,6 +444,9 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     };
     let mut violations = check(&history, bounds);
     violations.extend(preemption_gaps(&history));
+    let (l2, rode) = check_l2(&history, RIDE_THROUGH);
+    eprintln!("fault suite: L2: {rode} holder(s) held to riding through a short freeze or cut of the leader");
+    violations.extend(l2);
     report(seed, &history, &kinds, bounds);
     if !violations.is_empty() {
         let kept = keep(seed, &harness.histories, &history.faults);
@@ -525,6 +556,9 @@ struct Harness {
     /// Node 2's and the gateway's lazyfs mounts (power cuts), if any:
     /// dropped last, after the processes on them.
     mounts: Vec<lazyfs::LazyMount>,
+    /// When the last fault really began, if later than its injection (the
+    /// L2 kinds first wait for the leases to settle).
+    began: Option<u64>,
 }
 
 /// How a run is set up.
@@ -646,6 +680,7 @@ impl Harness {
             thief: Some(thief),
             thief_stop,
             mounts,
+            began: None,
         })
     }
 
@@ -705,6 +740,25 @@ impl Harness {
             RESTART_POSTGRES => {
                 let down = Duration::from_millis(200 + schedule.next(1000));
                 self.gateways.restart_postgres(down).await;
+            }
+            RIDE_FREEZE | RIDE_CUT => {
+                settle(http, cluster).await;
+                let leader = cluster.leader(http).await;
+                let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+                self.began = Some(monotonic_ns());
+                if kind == RIDE_FREEZE {
+                    cluster.pause(leader).expect("SIGSTOP");
+                } else {
+                    for other in &others {
+                        netns::cut(leader, *other);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(400 + schedule.next(500))).await;
+                if kind == RIDE_FREEZE {
+                    cluster.resume(leader).expect("SIGCONT");
+                } else {
+                    netns::heal();
+                }
             }
             ISOLATE_LEADER | ISOLATE_FOLLOWER | BRIDGE => {
                 let leader = cluster.leader(http).await;
@@ -1281,6 +1335,26 @@ fn follower(leader: u64, schedule: &mut Schedule) -> u64 {
 }
 
 /// Who holds `lease` now, as some node's applied state says.
+/// Waits (at most 10 s) until both leases have had the same holder for
+/// 1.5 s: the L2 kinds start from settled holders.
+async fn settle(http: &reqwest::Client, cluster: &Cluster) {
+    let mut since = Instant::now();
+    let mut last: Vec<Option<String>> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let mut now = Vec::new();
+        for (lease, _) in ROLES.iter().step_by(2) {
+            now.push(current_holder(http, cluster, lease).await);
+        }
+        if now != last || now.iter().any(Option::is_none) {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= Duration::from_millis(1500) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn current_holder(http: &reqwest::Client, cluster: &Cluster, lease: &str) -> Option<String> {
     // The first node that answers the lease (a node that has just rejoined
     // may answer 503 for a while: the next one is asked, as the SDK does).
@@ -1306,8 +1380,16 @@ async fn why_not_preempted(
     lease: &str,
     boss_output: &Path,
 ) -> String {
-    let paths = [format!("/v1/leases/{lease}"), "/v1/cluster".to_owned()];
-    let mut why = node_answers(http, cluster, &paths).await;
+    // The history says how the preempted grant ended: `release` (its holder
+    // was told, and let go), or `expire` (it was never told: the fault this
+    // kind found in issue 42, read rounds failing under load).
+    let paths = [
+        format!("/v1/leases/{lease}"),
+        format!("/v1/leases/{lease}/history"),
+        "/v1/cluster".to_owned(),
+    ];
+    let mut why = format!("at {} ns (monotonic):", monotonic_ns());
+    why.push_str(&node_answers(http, cluster, &paths).await);
     let output = std::fs::read_to_string(boss_output).unwrap_or_default();
     let tail: Vec<&str> = output.lines().rev().take(20).collect();
     why.push_str(&format!(
@@ -1730,4 +1812,55 @@ fn a_gap_across_chained_faults_is_bounded_by_the_last_heal() {
             .any(|v| v.starts_with("L1: l had no holder for")),
         "{violations:?}"
     );
+}
+
+#[test]
+fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
+    const RIDE: RideThrough = RideThrough {
+        kinds: &["freeze"],
+        budget_ns: 100,
+        settled_ns: 50,
+        after_ns: 30,
+    };
+    let fault = |kind: &'static str, from: u64, healed: u64| Fault { kind, from, healed };
+    let history = |held: Vec<Held>, faults: Vec<Fault>| History {
+        held,
+        faults,
+        ..History::default()
+    };
+    // Held from 0, a freeze 200..280: kept through it.
+    let kept = history(
+        vec![held("l", "a", 3, 0, 1_000)],
+        vec![fault("freeze", 200, 280)],
+    );
+    assert_eq!(check_l2(&kept, RIDE), (Vec::new(), 1));
+    // Lost during it, or just after it healed: L2.
+    for lost_at in [250, 300] {
+        let lost = history(
+            vec![held("l", "a", 3, 0, lost_at), held("l", "b", 9, 700, 1_000)],
+            vec![fault("freeze", 200, 280)],
+        );
+        let (violations, _) = check_l2(&lost, RIDE);
+        assert!(
+            violations.len() == 1 && violations[0].starts_with("L2: a lost l (token 3)"),
+            "{violations:?}"
+        );
+    }
+    // Not held to it: another kind, a freeze over the budget, one too soon
+    // after the last fault or the grant, a loss long after it healed.
+    let loose = [
+        (vec![fault("kill", 200, 280)], 0, 250),
+        (vec![fault("freeze", 200, 400)], 0, 250),
+        (
+            vec![fault("other", 100, 180), fault("freeze", 200, 280)],
+            0,
+            250,
+        ),
+        (vec![fault("freeze", 200, 280)], 180, 250),
+        (vec![fault("freeze", 200, 280)], 0, 400),
+    ];
+    for (faults, from, to) in loose {
+        let h = history(vec![held("l", "a", 3, from, to)], faults);
+        assert!(check_l2(&h, RIDE).0.is_empty(), "{:?}", h.faults);
+    }
 }

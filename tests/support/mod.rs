@@ -15,6 +15,11 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use palisade_local_cluster::{ClusterConfig, GatewayKeys, Node, NodeSetup, NodeSpec, PeerAuth};
 use palisade_names::{LeaseClaims, ISSUER};
 
+/// Taken by every test of the `load` binary for its whole run: each loads
+/// the machine's two cores (floods, power cuts, big tables), and a second
+/// one beside it would turn its bounds into timing luck.
+pub static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// How long a starting node has to print its `listening on` line.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
 

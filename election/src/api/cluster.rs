@@ -21,28 +21,38 @@ use super::state::ApiState;
 use crate::config::ElectionConfig;
 use crate::error::ApiError;
 use crate::lease_table::command::{Command, KeySecret};
-use crate::raft::{NodeId, TypeConfig};
+use crate::raft::{Acting, NodeId, TypeConfig};
 use crate::signing::{generate_key, Signer};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
-    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state, leader, term, members, last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
+    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members (id, addr, voter; on the leader matched_index and last_ack_ms), last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     let metrics = state.raft.metrics().borrow_watched().clone();
-    let members: Vec<Value> = metrics
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, node)| json!({ "id": id, "addr": node.addr }))
-        .collect();
+    let acting = crate::raft::acting(&metrics, state.leader_lease());
+    // A leader whose lease lapsed names no leader: it may not act as one,
+    // and another may be elected already.
+    let (leader, reason) = match acting {
+        Acting::Lapsed { since } => (
+            None,
+            Some(format!(
+                "Raft state Leader, but no quorum acknowledged it for {}: not acting as leader",
+                since.map_or("this term".to_owned(), |d| format!("{} ms", d.as_millis()))
+            )),
+        ),
+        _ => (metrics.current_leader, None),
+    };
+    let members = members(&metrics);
     Json(json!({
         "node_id": state.config.id,
         "priority": state.config.placement.priority,
         "never_lead": state.config.never_lead,
         "election_timeout_ms": state.config.raft_election_timeout(),
         "state": format!("{:?}", metrics.state),
-        "leader": metrics.current_leader,
+        "leading": acting == Acting::Leads,
+        "not_leading_reason": reason,
+        "leader": leader,
         "term": metrics.current_term,
         "members": members,
         "last_log_index": metrics.last_log_index,
@@ -51,6 +61,34 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         "snapshot_index": metrics.snapshot.as_ref().map(|id| id.index),
         "purged_index": metrics.purged.as_ref().map(|id| id.index),
     }))
+}
+
+/// The membership: each node's id, peer address and whether it votes; on
+/// the leader also how far it has acknowledged the log (`matched_index`,
+/// null before its first acknowledgement) and how long ago it last
+/// acknowledged a heartbeat's send (`last_ack_ms`: an unreachable node's
+/// grows).
+fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Value> {
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| {
+            let mut member = json!({ "id": id, "addr": node.addr, "voter": voters.contains(id) });
+            if let Some(replication) = &metrics.replication {
+                member["matched_index"] = json!(replication
+                    .get(id)
+                    .cloned()
+                    .flatten()
+                    .map(|log_id| log_id.index));
+            }
+            if let Some(heartbeat) = &metrics.heartbeat {
+                let acked = heartbeat.get(id).cloned().flatten();
+                member["last_ack_ms"] = json!(acked.map(|sent| sent.elapsed().as_millis() as u64));
+            }
+            member
+        })
+        .collect()
 }
 
 /// `GET /v1/jwks`: the public keys — the signing one first, then rotated-out
@@ -98,15 +136,10 @@ pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// How long a leader may go without a quorum's acknowledgement and still
-/// call itself ready: a few election timeouts.
-fn quorum_silence_limit(config: &ElectionConfig) -> std::time::Duration {
-    config.election_timeout.1 * 3
-}
-
 /// `GET /readyz`: 200 when this node can serve — it knows a leader, the
 /// cluster has its signing key, it has applied everything it knows
-/// committed, and (if it leads) a quorum acknowledged it recently; else 503
+/// committed, and (if it leads) a quorum acknowledged it within the leader
+/// lease; else 503
 /// naming what is missing.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Object, description = "ready"), (status = 503, body = Object, description = "not ready, with a reason")))]
@@ -115,16 +148,14 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
     let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
     let has_key = state.shared.read(|s| s.table.signing_key.is_some());
-    let leading = metrics.current_leader == Some(state.config.id);
-    let quorum_silent = leading
-        && metrics
-            .last_quorum_acked
-            .as_ref()
-            .is_none_or(|acked| acked.elapsed() > quorum_silence_limit(&state.config));
+    let quorum_silent = matches!(
+        crate::raft::acting(&metrics, state.leader_lease()),
+        Acting::Lapsed { .. }
+    );
     let problem = if metrics.current_leader.is_none() {
         Some("no leader known".to_owned())
     } else if quorum_silent {
-        Some("this leader has not heard from a quorum recently".to_owned())
+        Some("this node leads but no quorum acknowledged it within its leader lease".to_owned())
     } else if !has_key {
         Some("the cluster has no signing key yet".to_owned())
     } else if applied < committed {
@@ -184,6 +215,11 @@ pub(super) struct AddMember {
     id: NodeId,
     /// Its peer address, `host:port`.
     addr: String,
+    /// How long it may take to catch up as a learner before the change is
+    /// given up (it is then removed again): 1 ms .. 600 000 ms, default
+    /// 60 000.
+    #[serde(default)]
+    wait_ms: Option<u64>,
 }
 
 impl Checked for AddMember {
@@ -191,13 +227,17 @@ impl Checked for AddMember {
         if self.id == 0 {
             return Err(ApiError::BadRequest("node ids start at 1".into()));
         }
+        if matches!(self.wait_ms, Some(0) | Some(600_001..)) {
+            return Err(ApiError::BadRequest("wait_ms must be 1 .. 600000".into()));
+        }
         crate::config::parse_peers(&format!("{}={}", self.id, self.addr))
             .map(|_| ())
             .map_err(ApiError::BadRequest)
     }
 }
 
-/// How long adding a node may wait for it to catch up as a learner.
+/// How long adding a node waits for it to catch up as a learner, unless
+/// the call says.
 const CATCH_UP: Duration = Duration::from_secs(60);
 
 /// `add_learner` may wait for the learner to catch up, longer than a
@@ -244,9 +284,16 @@ fn voters(state: &ApiState) -> Vec<NodeId> {
         .collect()
 }
 
-/// Adds a node: first as a learner that catches up (by snapshot and log),
-/// then as a voter. A node that lost its data joins this way under its old
-/// id after `remove`: its new incarnation is learned afresh.
+/// Adds a node: first as a learner, which must catch up (acknowledge the
+/// leader's whole log as it was when it was added) within `wait_ms`, then
+/// as a voter. A learner that does not (unreachable: a typo, a node not
+/// started) is removed again and the answer says why: the voters never
+/// change for a node that cannot vote. (openraft's own blocking
+/// `add_learner` counts a learner as caught up while the leader's log is
+/// shorter than its `replication_lag_threshold`, 5 000 entries: on a young
+/// cluster an unreachable node passed at once and became a voter.) A node
+/// that lost its data joins this way under its old id after `remove`: its
+/// new incarnation is learned afresh.
 #[utoipa::path(post, path = "/v1/cluster/members", tag = "cluster", request_body = AddMember,
     responses(ClusterChangeErrors, (status = 200, body = Object, description = "The node, now a voter")))]
 pub(super) async fn add_member(
@@ -259,22 +306,35 @@ pub(super) async fn add_member(
             body.id
         )));
     }
+    let wait = body.wait_ms.map_or(CATCH_UP, Duration::from_millis);
+    let deadline = tokio::time::Instant::now() + wait;
     let node = BasicNode {
         addr: body.addr.clone(),
     };
-    let learner = || state.raft.add_learner(body.id, node.clone(), true);
-    let added = tokio::time::timeout(CATCH_UP, learner_with_retries(&state, learner)).await;
-    match added {
-        Err(_) => {
-            return Err(ApiError::NoQuorum(format!(
-                "node {} is a learner but did not catch up within {} s; call again to promote it",
-                body.id,
-                CATCH_UP.as_secs()
-            )))
-        }
-        Ok(result) => {
-            result?;
-        }
+    let learner = || state.raft.add_learner(body.id, node.clone(), false);
+    learner_with_retries(&state, learner).await?;
+    if let Err(why) = caught_up(&state, body.id, deadline).await {
+        let removed = state
+            .proposer
+            .write(|| {
+                state
+                    .raft
+                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([body.id])), false)
+            })
+            .await;
+        let after = match removed {
+            Ok(_) => "it was removed again; the voters are unchanged".to_owned(),
+            Err(err) => format!(
+                "removing it again failed ({err}): it may stay a learner; the voters are unchanged"
+            ),
+        };
+        tracing::warn!(id = body.id, addr = %body.addr, %why, "a node to add did not catch up");
+        return Err(ApiError::NotCaughtUp(format!(
+            "node {} at {} did not catch up within {} ms: {why}; {after}",
+            body.id,
+            body.addr,
+            wait.as_millis()
+        )));
     }
     let voter = BTreeSet::from([body.id]);
     state
@@ -289,6 +349,49 @@ pub(super) async fn add_member(
     Ok(Json(
         json!({ "id": body.id, "addr": body.addr, "voter": true }),
     ))
+}
+
+/// Waits until learner `id` has acknowledged the leader's log up to its last
+/// index as it is now (by the leader's replication metrics), or `deadline`:
+/// then why not.
+async fn caught_up(
+    state: &ApiState,
+    id: NodeId,
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
+    let target = state.raft.metrics().borrow_watched().last_log_index;
+    let matched = |m: &openraft::RaftMetrics<TypeConfig>| {
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&id).cloned())
+            .flatten()
+            .map(|log_id| log_id.index)
+    };
+    let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let done = state
+        .raft
+        .wait(Some(wait))
+        .metrics(
+            |m| crate::raft::leads(m) && matched(m) >= target,
+            "the learner to catch up",
+        )
+        .await;
+    if done.is_ok() {
+        return Ok(());
+    }
+    let now = state.raft.metrics().borrow_watched().clone();
+    Err(if !crate::raft::leads(&now) {
+        "this node stopped leading during the change; retry".to_owned()
+    } else {
+        match matched(&now) {
+            None => "it never acknowledged an append (is it started, and is the address right?)"
+                .to_owned(),
+            Some(index) => format!(
+                "it acknowledged the log up to {index} of {}",
+                target.unwrap_or(0)
+            ),
+        }
+    })
 }
 
 /// `DELETE /v1/cluster/members/{id}`: removes a node from the membership

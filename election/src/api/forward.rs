@@ -21,6 +21,7 @@ use super::state::ApiState;
 use crate::error::ApiError;
 use crate::lease_table::command::SecretHash;
 use crate::peer::gate::PeerId;
+use crate::raft::Acting;
 use palisade_names::{GrantSecret, LeaseName};
 
 /// Most forwards a request may take before a node answers 503.
@@ -36,8 +37,10 @@ pub(super) async fn leader_only(
     request: Request,
     next: Next,
 ) -> Response {
-    if state.is_leader() {
-        return next.run(request).await;
+    match state.acting_now().await {
+        Acting::Leads => return next.run(request).await,
+        Acting::Lapsed { since } => return lapsed(since).into_response(),
+        Acting::Follows => {}
     }
     let hops: u32 = request
         .headers()
@@ -64,6 +67,16 @@ pub(super) async fn leader_only(
         }
         Err(err) => err.into_response(),
     }
+}
+
+/// 503 from a leader that lost its quorum: openraft would refuse its
+/// proposals, and the voters may be electing another leader already.
+pub(super) fn lapsed(since: Option<Duration>) -> ApiError {
+    let since = since.map_or("this term".to_owned(), |d| format!("{} ms", d.as_millis()));
+    ApiError::NoQuorum(format!(
+        "this node was leader but no quorum has acknowledged it for {since}; \
+         another node may be elected: retry (any node)"
+    ))
 }
 
 /// How long a forwarded call may legitimately take beyond the quorum

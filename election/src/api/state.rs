@@ -12,8 +12,20 @@ use crate::leader::lessor::Lessor;
 use crate::raft::applied::SharedState;
 use crate::raft::propose::Proposer;
 use crate::raft::read_batcher::ReadBatcher;
-use crate::raft::{NodeId, Raft};
+use crate::raft::{Acting, NodeId, Raft};
 use crate::signing::{Signer, TokenCache};
+
+/// How long a leader whose lease lapsed waits for a quorum's
+/// acknowledgement before it refuses calls (`ApiState::acting_now`),
+/// counted from the last one: three leases (by then its followers' election
+/// timers, at most one lease each, have fired), but at least a second. A
+/// loaded machine's fsyncs stall acknowledgements for hundreds of
+/// milliseconds, longer than a 60-120 ms lease; refusing at three leases
+/// turned such stalls into 503s that cost the fault suite's preemptions
+/// their bound, where the proposer alone waits them out.
+fn silence_limit(lease: std::time::Duration) -> std::time::Duration {
+    (lease * 3).max(std::time::Duration::from_secs(1))
+}
 
 /// What every handler shares: one `Arc`, so the clone axum makes for every
 /// handler and middleware of every request is one atomic increment (as a
@@ -117,6 +129,46 @@ impl ApiState {
     /// confirmation is separate: [`ApiState::confirm_leadership`]).
     pub(super) fn is_leader(&self) -> bool {
         crate::raft::leads(&self.raft.metrics().borrow_watched())
+    }
+
+    /// openraft's leader lease: `election_timeout_max`.
+    pub(super) fn leader_lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.config.raft_election_timeout().1)
+    }
+
+    /// Whether this node acts as the leader now ([`crate::raft::acting`]).
+    pub(super) fn acting(&self) -> Acting {
+        crate::raft::acting(&self.raft.metrics().borrow_watched(), self.leader_lease())
+    }
+
+    /// [`ApiState::acting`], but a leader whose lease lapsed less than
+    /// [`silence_limit`] ago waits until then for a quorum to acknowledge a
+    /// heartbeat: a stall of the loaded machine (a follower's fsync, a busy
+    /// core) is waited out, as the proposer and the read rounds wait it
+    /// out; a leader cut off or deposed is refused once its followers can
+    /// have elected another.
+    pub(super) async fn acting_now(&self) -> Acting {
+        let lease = self.leader_lease();
+        let acting = self.acting();
+        let Acting::Lapsed { since } = acting else {
+            return acting;
+        };
+        let wait = silence_limit(lease).saturating_sub(since.unwrap_or_default());
+        if wait.is_zero() {
+            return acting;
+        }
+        let settled = |m: &openraft::RaftMetrics<crate::raft::TypeConfig>| {
+            !matches!(crate::raft::acting(m, lease), Acting::Lapsed { .. })
+        };
+        match self
+            .raft
+            .wait(Some(wait))
+            .metrics(settled, "a quorum's ack")
+            .await
+        {
+            Ok(metrics) => crate::raft::acting(&metrics, lease),
+            Err(_) => self.acting(),
+        }
     }
 
     /// A permit to wait, or 429 when `max_waiters` calls already wait here.

@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::raft::{NodeId, TypeConfig};
 
 use super::dialer::PeerDialer;
+use super::reachability;
 use super::snapshot_frame::snapshot_frame;
 
 impl RaftNetworkFactory<TypeConfig> for PeerDialer {
@@ -60,8 +61,36 @@ impl PeerClient {
             .await
     }
 
-    /// One RPC: `body` fills the request; the answer is JSON.
+    /// One RPC: `body` fills the request; the answer is JSON. Whether the
+    /// peer answered is noted in the dialer's `Reachability`, which logs
+    /// the peer going down and coming back (a refusal in Raft terms, such as
+    /// a higher vote, is an answer).
     async fn exchange<Resp>(
+        &self,
+        path: &str,
+        body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Resp: DeserializeOwned,
+    {
+        let result = self.exchange_once(path, body, timeout).await;
+        let seen = &self.dialer.reachability;
+        match &result {
+            Err(RPCError::Unreachable(err)) => {
+                let said = seen.failed(self.target, true);
+                reachability::log(said, self.target, &self.addr, err);
+            }
+            Err(RPCError::Network(err)) => {
+                let said = seen.failed(self.target, false);
+                reachability::log(said, self.target, &self.addr, err);
+            }
+            _ => reachability::log(seen.answered(self.target), self.target, &self.addr, &""),
+        }
+        result
+    }
+
+    async fn exchange_once<Resp>(
         &self,
         path: &str,
         body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
@@ -128,6 +157,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let heartbeat = rpc.entries.is_empty();
+        if heartbeat && self.dialer.reachability.backing_off(self.target) {
+            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                "node {} is down; backing off",
+                self.target
+            ))));
+        }
         let deadline = append_deadline(rpc.entries.len(), option.hard_ttl());
         self.call("append", &rpc, deadline).await
     }

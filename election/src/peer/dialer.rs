@@ -41,6 +41,8 @@ pub struct PeerDialer {
     logged: Arc<Mutex<HashSet<NodeId>>>,
     /// Node id -> `host:port`, as the membership names it.
     book: Arc<RwLock<HashMap<NodeId, String>>>,
+    /// Which peers answer: the log lines about them, the heartbeat backoff.
+    pub(super) reachability: Arc<super::reachability::Reachability>,
 }
 
 /// The header naming the sending node on every peer request.
@@ -129,6 +131,7 @@ impl PeerDialer {
             incarnations,
             logged: Arc::default(),
             book,
+            reachability: Arc::default(),
         })
     }
 

@@ -13,6 +13,7 @@ pub mod client;
 pub mod dialer;
 pub mod gate;
 pub mod incarnation;
+pub mod reachability;
 pub mod server;
 pub mod snapshot_frame;
 pub mod standing;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::raft::ReadPolicy;
+use openraft::LinearizerOption;
 use tokio::sync::{watch, Notify};
 
 use super::Raft;
@@ -38,13 +38,23 @@ impl ReadBatcher {
             wanted: Notify::new(),
         });
         let shared = this.clone();
+        // ReadIndex: a quorum must acknowledge a heartbeat sent after the
+        // round began (sent at once). openraft's `ReadPolicy::ReadIndex`
+        // waits only one leader lease (the election timeout's maximum, 60-120
+        // ms) for it; a follower acknowledges only once its own log fsync in
+        // flight is done, so on a loaded machine rounds failed and renewals
+        // (and the holder's news of a preemption) were 503s: the fault
+        // suite's late preemptions (TESTING.md). Waiting longer changes no
+        // guarantee, only the patience.
+        let read_index =
+            LinearizerOption::new(Some(Duration::ZERO), true).with_wait_timeout(timeout);
         let task = tokio::spawn(async move {
             loop {
                 shared.wanted.notified().await;
                 let number = shared.started.fetch_add(1, Ordering::SeqCst) + 1;
                 let outcome = match tokio::time::timeout(
                     timeout,
-                    raft.ensure_linearizable(ReadPolicy::ReadIndex),
+                    raft.ensure_linearizable(read_index.clone()),
                 )
                 .await
                 {

@@ -1,5 +1,10 @@
-//! Palisade's Raft types, and the one question asked of Raft's metrics
-//! everywhere: does this node lead?
+//! Palisade's Raft types, and the questions asked of Raft's metrics
+//! everywhere: does this node lead ([`leads`]), and does it still act as the
+//! leader ([`acting`])?
+
+use std::time::Duration;
+
+use openraft::Instant as _;
 
 use crate::lease_table::command::{Command, CommandResult};
 
@@ -17,4 +22,45 @@ pub type NodeId = u64;
 /// Whether `metrics` (a node's own) say that node leads.
 pub fn leads(metrics: &openraft::RaftMetrics<TypeConfig>) -> bool {
     metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(metrics.id)
+}
+
+/// What a node's own metrics say of its leadership, with openraft's leader
+/// lease taken into account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acting {
+    /// It leads, and a quorum acknowledged an append it sent less than the
+    /// leader lease ago: it may serve as the leader.
+    Leads,
+    /// It is not the leader.
+    Follows,
+    /// Its Raft state says leader, but no quorum acknowledged anything it
+    /// sent within the lease (cut off, or just woken from a pause): openraft
+    /// refuses its proposals and voters may already elect another. It must
+    /// not act, nor say it leads.
+    Lapsed {
+        /// Since the send time of the last append a quorum acknowledged
+        /// (`None`: none yet in this term).
+        since: Option<Duration>,
+    },
+}
+
+/// Whether the node of `metrics` acts as the leader: it leads, and its
+/// leader lease (`lease`: openraft's is `election_timeout_max`) holds. A
+/// sole voter is its own quorum and always holds it.
+pub fn acting(metrics: &openraft::RaftMetrics<TypeConfig>, lease: Duration) -> Acting {
+    if !leads(metrics) {
+        return Acting::Follows;
+    }
+    let mut voters = metrics.membership_config.membership().voter_ids();
+    if voters.next() == Some(metrics.id) && voters.next().is_none() {
+        return Acting::Leads;
+    }
+    let since = metrics
+        .last_quorum_acked
+        .as_ref()
+        .map(|acked| acked.elapsed());
+    match since {
+        Some(age) if age < lease => Acting::Leads,
+        since => Acting::Lapsed { since },
+    }
 }

@@ -62,3 +62,31 @@ pub(in crate::api) fn extend(
         _ => Extended::NotHeld,
     })
 }
+
+/// `holder`'s grant `token` of `lease`, if the applied table shows it ended
+/// for good — preempted or revoked, which no later entry undoes (a revoked
+/// grant is never extended) — as [`extend`] would report it; `None` when it
+/// may still be extended, or is unknown here. Committed facts need no
+/// quorum round: a preempted holder is told at once, however slow the
+/// rounds of a loaded leader are (the fault suite's late preemptions,
+/// TESTING.md). "Not held" is not such a fact: a fresh leader may not have
+/// applied a grant yet.
+pub(in crate::api) fn ended(
+    state: &ApiState,
+    lease: &LeaseName,
+    holder: &str,
+    token: FencingToken,
+    presented: Option<&SecretHash>,
+) -> Option<Extended> {
+    state.shared.read(|s| {
+        let r = s.table.leases.get(lease)?;
+        if r.holder.as_deref() != Some(holder) || r.token != token || !r.opens(presented) {
+            return None;
+        }
+        match (&r.preempted_by, r.revoked) {
+            (Some(by), _) => Some(Extended::Preempted(by.to_string())),
+            (None, true) => Some(Extended::Revoked),
+            (None, false) => None,
+        }
+    })
+}

@@ -16,6 +16,7 @@ use super::bodies::*;
 use super::extend::*;
 use crate::error::ApiError;
 use crate::leader::lessor::RenewRefused;
+use crate::lease_table::command::SecretHash;
 
 /// Extends a grant by its ttl (leader confirmed with a quorum).
 #[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
@@ -39,9 +40,22 @@ pub(in crate::api) async fn renew_now(
     lease: LeaseName,
     body: HolderToken,
 ) -> Result<Json<Grant>, ApiError> {
+    let presented = body.secret_hash();
+    if let Some(ended) = ended(state, &lease, &body.holder, body.token, presented.as_ref()) {
+        return answer_extended(state, lease, body, ended);
+    }
     // A renewal writes nothing, but only a confirmed leader may answer it.
     state.confirm_leadership().await?;
     renew_confirmed(state, lease, body)
+}
+
+/// Whether every one of `renewals` names a grant that ended for good
+/// ([`ended`]): their answers need no quorum round.
+pub(in crate::api) fn all_ended(state: &ApiState, renewals: &[BatchRenewal]) -> bool {
+    renewals.iter().all(|r| {
+        let presented = r.secret.as_ref().map(SecretHash::of);
+        ended(state, &r.lease, &r.holder, r.token, presented.as_ref()).is_some()
+    })
 }
 
 /// Renews `body`'s grant of `lease` on a leader that confirmed its
@@ -52,7 +66,19 @@ pub(in crate::api) fn renew_confirmed(
     body: HolderToken,
 ) -> Result<Json<Grant>, ApiError> {
     let presented = body.secret_hash();
-    match extend(state, &lease, &body.holder, body.token, presented.as_ref()) {
+    let extended = extend(state, &lease, &body.holder, body.token, presented.as_ref());
+    answer_extended(state, lease, body, extended)
+}
+
+/// The answer to a renewal of `body`'s grant of `lease` that went as
+/// `extended` says.
+fn answer_extended(
+    state: &ApiState,
+    lease: LeaseName,
+    body: HolderToken,
+    extended: Extended,
+) -> Result<Json<Grant>, ApiError> {
+    match extended {
         Extended::Yes {
             ttl_ms,
             grant_index,
@@ -97,7 +123,9 @@ pub(in crate::api) async fn renew_batch(
     CheckedJson(body): CheckedJson<RenewBatch>,
 ) -> Result<Json<RenewResults>, ApiError> {
     let started = std::time::Instant::now();
-    state.confirm_leadership().await?;
+    if !all_ended(&state, &body.renewals) {
+        state.confirm_leadership().await?;
+    }
     let results = renew_each(&state, principal.as_deref(), body.renewals, started);
     Ok(Json(RenewResults { results }))
 }

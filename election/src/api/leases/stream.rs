@@ -51,8 +51,9 @@ use super::super::admit::{seat, Flow};
 use super::super::extract::{has_media_type, parse_json, MAX_BODY_BYTES};
 use super::super::state::ApiState;
 use super::bodies::{check_renewals, BatchRenewal, RenewResult};
-use super::renew::renew_each;
+use super::renew::{all_ended, renew_each};
 use crate::error::ApiError;
+use crate::raft::Acting;
 
 /// Frames of one stream answered at once.
 pub const MAX_FRAMES_IN_FLIGHT: usize = 8;
@@ -122,8 +123,10 @@ pub(in crate::api) async fn renew_stream(
             "Content-Type must be {NDJSON}: one JSON frame per line"
         )));
     }
-    if !state.is_leader() {
-        return Err(not_leading());
+    match state.acting_now().await {
+        Acting::Leads => {}
+        Acting::Follows => return Err(not_leading()),
+        Acting::Lapsed { since } => return Err(crate::api::forward::lapsed(since)),
     }
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal(
@@ -289,8 +292,10 @@ impl Renewer {
             Ok(seat) => seat,
             Err(err) => return FrameAnswer::failed(id, &err),
         };
-        if let Err(err) = state.confirm_leadership().await {
-            return FrameAnswer::failed(id, &err);
+        if !all_ended(state, &frame.renewals) {
+            if let Err(err) = state.confirm_leadership().await {
+                return FrameAnswer::failed(id, &err);
+            }
         }
         let results = renew_each(state, self.principal.as_ref(), frame.renewals, started);
         FrameAnswer {

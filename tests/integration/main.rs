@@ -1,0 +1,60 @@
+//! The integration tests, one test binary: each module is one file of
+//! `tests/` (they run on the real `palisade` binary through `support`).
+//! One binary links the workspace once instead of once per file (27 links
+//! made up most of CI's build time; TESTING.md). Tests that load the
+//! machine's two cores run alone in `tests/load/`.
+
+#[path = "../support/mod.rs"]
+mod support;
+// Shared by several modules below (`use crate::netns`), declared once.
+#[path = "../support/gateway_pg.rs"]
+mod gateway_pg;
+#[path = "../fault_suite/netns.rs"]
+mod netns;
+
+#[path = "../cert_principals.rs"]
+mod cert_principals;
+#[path = "../cli.rs"]
+mod cli;
+#[path = "../client_trust.rs"]
+mod client_trust;
+#[path = "../cut_leader.rs"]
+mod cut_leader;
+#[path = "../election_cluster.rs"]
+mod election_cluster;
+#[path = "../end_to_end.rs"]
+mod end_to_end;
+#[path = "../gateway_crash.rs"]
+mod gateway_crash;
+#[path = "../gateway_postgres.rs"]
+mod gateway_postgres;
+#[path = "../gateway_postgres_failover.rs"]
+mod gateway_postgres_failover;
+#[path = "../gateway_postgres_tls.rs"]
+mod gateway_postgres_tls;
+#[path = "../impersonation.rs"]
+mod impersonation;
+#[path = "../key_rotation.rs"]
+mod key_rotation;
+#[path = "../lease_history.rs"]
+mod lease_history;
+#[path = "../membership.rs"]
+mod membership;
+#[path = "../observability.rs"]
+mod observability;
+#[path = "../peer_trust.rs"]
+mod peer_trust;
+#[path = "../policy_reload.rs"]
+mod policy_reload;
+#[path = "../postgres_fence.rs"]
+mod postgres_fence;
+#[path = "../renew_stream.rs"]
+mod renew_stream;
+#[path = "../retired_key_lag.rs"]
+mod retired_key_lag;
+#[path = "../sdk.rs"]
+mod sdk;
+#[path = "../seed_semantics.rs"]
+mod seed_semantics;
+#[path = "../status_page.rs"]
+mod status_page;
