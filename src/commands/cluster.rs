@@ -179,19 +179,25 @@ fn print_members(view: &serde_json::Value) {
         "\n{:<5} {:<8} {:<12} {:>8}  PEER",
         "NODE", "KIND", "REACHABLE", "LAG"
     );
+    let replication = view["replication"].as_array().cloned().unwrap_or_default();
     for member in view["members"].as_array().into_iter().flatten() {
+        let progress = replication
+            .iter()
+            .find(|r| r["id"] == member["id"])
+            .cloned()
+            .unwrap_or_default();
         let kind = if member["voter"] == true {
             "voter"
         } else {
             "learner"
         };
-        let reachable = match member["last_ack_ms"].as_u64() {
+        let reachable = match progress["last_ack_ms"].as_u64() {
             Some(ms) if ms < 1_000 => "yes".to_owned(),
             Some(ms) => format!("no ({} s)", ms / 1_000),
             None if member["id"] == view["node_id"] => "leader".to_owned(),
             None => "never".to_owned(),
         };
-        let lag = match member["matched_index"].as_u64() {
+        let lag = match progress["matched_index"].as_u64() {
             Some(matched) => last.saturating_sub(matched).to_string(),
             None if member["id"] == view["node_id"] => "0".to_owned(),
             None => "all".to_owned(),

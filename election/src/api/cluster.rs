@@ -26,7 +26,7 @@ use crate::signing::{generate_key, Signer};
 
 /// `GET /v1/cluster`: this node's view of the cluster (Raft metrics).
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
-    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members (id, addr, voter; on the leader matched_index and last_ack_ms), last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
+    responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members (id, addr, voter), replication (on the leader, per member: id, matched_index, last_ack_ms; null elsewhere), last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     let metrics = state.raft.metrics().borrow_watched().clone();
@@ -44,6 +44,7 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         _ => (metrics.current_leader, None),
     };
     let members = members(&metrics);
+    let replication = replication(&metrics);
     Json(json!({
         "node_id": state.config.id,
         "priority": state.config.placement.priority,
@@ -55,6 +56,7 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         "leader": leader,
         "term": metrics.current_term,
         "members": members,
+        "replication": replication,
         "last_log_index": metrics.last_log_index,
         "commit_index": metrics.cluster_committed.as_ref().map(|id| id.index),
         "applied_index": metrics.last_applied.as_ref().map(|id| id.index),
@@ -63,30 +65,38 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
     }))
 }
 
-/// The membership: each node's id, peer address and whether it votes; on
-/// the leader also how far it has acknowledged the log (`matched_index`,
-/// null before its first acknowledgement) and how long ago it last
-/// acknowledged a heartbeat's send (`last_ack_ms`: an unreachable node's
-/// grows).
+/// The membership, the same on every node that applied it: each node's
+/// id, peer address and whether it votes.
 fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Value> {
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     membership
         .nodes()
-        .map(|(id, node)| {
-            let mut member = json!({ "id": id, "addr": node.addr, "voter": voters.contains(id) });
-            if let Some(replication) = &metrics.replication {
-                member["matched_index"] = json!(replication
-                    .get(id)
-                    .cloned()
-                    .flatten()
-                    .map(|log_id| log_id.index));
-            }
-            if let Some(heartbeat) = &metrics.heartbeat {
-                let acked = heartbeat.get(id).cloned().flatten();
-                member["last_ack_ms"] = json!(acked.map(|sent| sent.elapsed().as_millis() as u64));
-            }
-            member
+        .map(|(id, node)| json!({ "id": id, "addr": node.addr, "voter": voters.contains(id) }))
+        .collect()
+}
+
+/// On the leader (null elsewhere), each member's replication: how far it
+/// has acknowledged the log (`matched_index`, null before its first
+/// acknowledgement) and how long ago it last acknowledged a heartbeat's
+/// send (`last_ack_ms`: an unreachable node's grows).
+fn replication(metrics: &openraft::RaftMetrics<TypeConfig>) -> Value {
+    let (Some(replication), heartbeat) = (&metrics.replication, &metrics.heartbeat) else {
+        return Value::Null;
+    };
+    let members = metrics.membership_config.membership();
+    members
+        .nodes()
+        .map(|(id, _)| {
+            let matched = replication.get(id).cloned().flatten();
+            let acked = heartbeat
+                .as_ref()
+                .and_then(|h| h.get(id).cloned().flatten());
+            json!({
+                "id": id,
+                "matched_index": matched.map(|log_id| log_id.index),
+                "last_ack_ms": acked.map(|sent| sent.elapsed().as_millis() as u64),
+            })
         })
         .collect()
 }
