@@ -316,6 +316,22 @@ pub(super) async fn add_member(
             body.id
         )));
     }
+    let known = state
+        .raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .get_node(&body.id)
+        .map(|node| node.addr.clone());
+    if let Some(addr) = known.filter(|addr| *addr != body.addr) {
+        // openraft keeps a member's first address: adding it again
+        // elsewhere would wait on the old one.
+        return Err(ApiError::Conflict(format!(
+            "node {} is already a learner at {addr}; remove it first to add it at {}",
+            body.id, body.addr
+        )));
+    }
     let wait = body.wait_ms.map_or(CATCH_UP, Duration::from_millis);
     let deadline = tokio::time::Instant::now() + wait;
     let node = BasicNode {

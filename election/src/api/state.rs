@@ -153,7 +153,12 @@ impl ApiState {
         let Acting::Lapsed { since } = acting else {
             return acting;
         };
-        let wait = silence_limit(lease).saturating_sub(since.unwrap_or_default());
+        // No acknowledgement yet in this term (just elected, or cut off
+        // since): one lease for the first, not the whole limit per call.
+        let wait = match since {
+            Some(since) => silence_limit(lease).saturating_sub(since),
+            None => lease,
+        };
         if wait.is_zero() {
             return acting;
         }

@@ -24,8 +24,10 @@ use crate::raft::NodeId;
 
 /// The first wait between heartbeats to a peer that stopped answering.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(20);
-/// The longest: a peer that comes back hears a heartbeat within this.
-pub const MAX_BACKOFF: Duration = Duration::from_millis(160);
+/// The longest: a peer that comes back hears a heartbeat within this,
+/// below the shortest election timeout (60 ms by default), so a restarted
+/// node's election timer does not fire for want of one.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(40);
 /// How often a peer that stays down is summed up in the log.
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
