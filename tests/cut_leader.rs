@@ -26,21 +26,7 @@ const LEASE: Duration = Duration::from_millis(120);
 
 #[test]
 fn a_cut_off_leader_says_it_does_not_lead_and_renews_nothing_after_its_lease() {
-    if let Err(why) = netns::enter_private() {
-        assert!(
-            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
-            "PALISADE_FAULT_STRICT: no private network namespace: {why}"
-        );
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
-    // Built after entering the namespace: its threads and children share it.
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(run());
+    netns::block_on_private(run());
 }
 
 /// Renewals sent to one node: when each was sent, and its status.

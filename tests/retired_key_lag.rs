@@ -29,21 +29,7 @@ use support::{gateway_for, get_json, node_setup, spawn_node, Cluster, Process};
 
 #[test]
 fn a_lagging_node_never_brings_a_retired_key_back() {
-    if let Err(why) = netns::enter_private() {
-        assert!(
-            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
-            "PALISADE_FAULT_STRICT: no private network namespace: {why}"
-        );
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
-    // Built after entering the namespace: its threads and children share it.
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(run());
+    netns::block_on_private(run());
 }
 
 async fn run() {

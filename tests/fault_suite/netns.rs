@@ -13,6 +13,29 @@
 
 use std::process::Command;
 
+/// Runs `test` on a two-thread tokio runtime inside a private network
+/// namespace, the runtime built after entering it so its threads and
+/// children share it; without one (not root) the test is skipped, unless
+/// `PALISADE_FAULT_STRICT=1` makes that a failure. (The fault suite enters
+/// its namespace itself: it runs without partitions instead of skipping.)
+#[allow(dead_code)]
+pub fn block_on_private(test: impl std::future::Future<Output = ()>) {
+    if let Err(why) = enter_private() {
+        assert!(
+            std::env::var("PALISADE_FAULT_STRICT").as_deref() != Ok("1"),
+            "PALISADE_FAULT_STRICT: no private network namespace: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(test);
+}
+
 /// The loopback address of election node `id`.
 pub fn node_host(id: u64) -> String {
     format!("127.0.0.{}", 10 + id)
