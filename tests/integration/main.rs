@@ -48,6 +48,8 @@ mod peer_trust;
 mod policy_reload;
 #[path = "../postgres_fence.rs"]
 mod postgres_fence;
+#[path = "../postgres_trust.rs"]
+mod postgres_trust;
 #[path = "../renew_stream.rs"]
 mod renew_stream;
 #[path = "../retired_key_lag.rs"]
