@@ -142,6 +142,12 @@ async fn database(pg: &PgServer, cluster: &Cluster) -> tokio_postgres::Client {
     db
 }
 
+/// Whether `number` appears in `text` as a number of its own.
+fn mentions(text: &str, number: u64) -> bool {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| word.parse() == Ok(number))
+}
+
 async fn fence_of(db: &tokio_postgres::Client, lease: &str) -> i64 {
     db.query_one(
         "SELECT fence FROM palisade.fences WHERE lease = $1",
@@ -467,7 +473,29 @@ async fn rotation_and_retirement_reach_the_database() {
         matches!(&refused, Err(Error::Unauthorized(m)) if m.contains("does not trust")),
         "{refused:?}"
     );
-    assert_eq!(fence_once(&mut db, "new", new_jwt).await.map(drop), Ok(()));
+    assert_eq!(
+        fence_once(&mut db, "new", new_jwt.clone()).await.map(drop),
+        Ok(())
+    );
+
+    // Once its exp (plus the leeway, 0 here) has passed, a JWT is refused.
+    db.batch_execute("UPDATE palisade.settings SET exp_leeway_secs = 0")
+        .await
+        .expect("leeway");
+    let exp = parts(&new_jwt).1["exp"].as_u64().expect("exp");
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        <= exp
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = fence_once(&mut db, "new", new_jwt).await;
+    assert!(
+        matches!(&refused, Err(Error::Unauthorized(m)) if m.contains("expired")),
+        "{refused:?}"
+    );
 }
 
 /// `palisade.fence(lease, jwt)` in a transaction rolled back.

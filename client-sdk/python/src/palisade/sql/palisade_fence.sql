@@ -43,9 +43,11 @@
 --   palisade.prove(proof text) -> bigint
 --       Checks the JWT's signature and caches the result (committed at once
 --       when called outside a transaction): palisade.fence then pays a hash
---       and an index lookup for it. The SDKs call it once per new JWT. A
---       cache miss in palisade.fence verifies in place (some 20-30 ms) and
---       caches nothing.
+--       and an index lookup for it, and transactions of older tokens of the
+--       lease are refused from then on (see Locks). The SDKs call it once per
+--       new JWT, before the transaction. A cache miss in palisade.fence
+--       verifies in place (some 20-30 ms of the database's CPU) and caches
+--       nothing.
 --   palisade.fence_unverified(lease text, token bigint) -> bigint
 --       palisade.fence without proof, for trusted roles only.
 --   palisade.guard(tbl regclass, lease_column text)
@@ -83,10 +85,12 @@
 --                   fence, i.e. older tokens in flight), then the row is
 --                   written (created on first use).
 --   token <  fence  refused at once (PF001).
---   Row locks are not queued fairly: while a raise waits, new transactions of
---   the old token may still pass (they commit before the raise, which is
---   safe). A raise waits as long as the old holder keeps starting
---   transactions, which ends at its lease's deadline.
+--   Row locks are not queued fairly, so a raise announces itself first: once
+--   a JWT with a higher token is proven (palisade.prove, which the SDKs call
+--   before the transaction), every new transaction of an older token is
+--   refused at once (PF001), and the raise waits only for those in flight.
+--   A raise without a proven JWT (fence_unverified, or fence with a JWT not
+--   proven first) may wait while the old holder keeps starting transactions.
 --   Fence several leases in one transaction in a fixed order (sorted), or two
 --   such transactions may deadlock (40P01, which a retry resolves).
 --
@@ -203,7 +207,7 @@ BEGIN
             exp bigint NOT NULL,        -- seconds since the Unix epoch
             kid text NOT NULL REFERENCES palisade.keys (kid) ON DELETE CASCADE
         );
-        CREATE INDEX proofs_by_lease ON palisade.proofs (lease, exp);
+        CREATE INDEX proofs_by_lease ON palisade.proofs (lease, token);
         COMMENT ON TABLE palisade.proofs IS
             'JWTs whose signature palisade.prove checked, until their exp (a key''s retirement deletes them).';
         REVOKE ALL ON TABLE palisade.settings, palisade.keys, palisade.proofs FROM PUBLIC;
@@ -580,10 +584,16 @@ BEGIN
                           HINT = 'A fencing token is the token of a Palisade grant: an integer >= 1.';
             END IF;
 
-            -- A first look without a lock picks the lock mode.
+            -- A first look without a lock picks the lock mode. A token below
+            -- one already proven for the lease (palisade.prove, committed) is
+            -- stale too: the cluster granted a newer one. Refusing it at once
+            -- lets a raise in waiting through (row locks do not queue: the
+            -- old holder's new transactions would otherwise keep passing).
             SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease;
             v_seen := v_fence;
-            IF v_fence > v_token THEN
+            IF v_fence > v_token
+               OR EXISTS (SELECT 1 FROM palisade.proofs p WHERE p.lease = v_lease AND p.token > v_token) THEN
+                v_fence := GREATEST(v_fence, v_token + 1);
                 v_done := true;  -- stale: refused below
             ELSIF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
                 -- Every statement reads the latest committed row version once
