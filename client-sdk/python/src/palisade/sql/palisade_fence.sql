@@ -553,15 +553,20 @@ BEGIN
             'Checks a lease JWT''s signature (PF007 if it does not hold) and caches it, so palisade.fence with it is cheap. Answers its token.';
 
         -- The fence ---------------------------------------------------------------
+        -- (PL/pgSQL, not SQL: an SQL function that is not inlined is planned
+        -- again on every call, ~100 us here.)
         CREATE OR REPLACE FUNCTION palisade.mark(lease text, token bigint) RETURNS text
-        LANGUAGE sql STABLE SECURITY DEFINER
+        LANGUAGE plpgsql STABLE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $mark$
-            -- Keyed by the secret, bound to this backend and this transaction.
-            SELECT left(encode(sha256(s.secret || sha256(convert_to(
-                       pg_backend_pid()::text || '/' || extract(epoch FROM transaction_timestamp())::text || '/' || $1 || '/' || $2::text,
-                       'UTF8'))), 'hex'), 32)
-            FROM palisade.settings s
+        DECLARE
+            v_secret bytea;
+        BEGIN  -- keyed by the secret, bound to this backend and this transaction
+            SELECT s.secret INTO v_secret FROM palisade.settings s;
+            RETURN left(encode(sha256(v_secret || sha256(convert_to(
+                       pg_backend_pid()::text || '/' || extract(epoch FROM transaction_timestamp())::text
+                       || '/' || lease || '/' || token::text, 'UTF8'))), 'hex'), 32);
+        END
         $mark$;
 
         CREATE OR REPLACE FUNCTION palisade.raise(lease text, token bigint) RETURNS bigint
@@ -686,10 +691,12 @@ BEGIN
             'Call inside a transaction before its writes, with the lease''s JWT: refuses a bad proof (PF007) or a token below the lease''s fence (PF001), else raises the fence to it in this transaction. See palisade_fence.sql.';
 
         CREATE OR REPLACE FUNCTION palisade.fence_unverified(lease text, token bigint) RETURNS bigint
-        LANGUAGE sql VOLATILE SECURITY DEFINER
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $unverified$
-            SELECT palisade.raise($1, $2)
+        BEGIN
+            RETURN palisade.raise(lease, token);
+        END
         $unverified$;
         COMMENT ON FUNCTION palisade.fence_unverified(text, bigint) IS
             'palisade.fence believing the token without proof: for roles trusted as much as the cluster (palisade.trust).';
