@@ -332,6 +332,16 @@ async fn palisade_sql_installs_and_guards() {
         "a second install changed the schema"
     );
     assert_eq!(postgres::installed_version(&db).await, Ok(Some(2)));
+    // The URL from a file (no password on the command line).
+    let url_file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(url_file.path(), format!("{url}\n")).expect("write url");
+    let path = url_file.path().to_str().expect("utf-8 path");
+    let out = cli(&["sql", "install", "--no-keys", "--url-file", path], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     db.batch_execute(
         "CREATE TABLE jobs (id int PRIMARY KEY, lease text, state text);

@@ -78,14 +78,23 @@ pub enum SqlCommand {
 #[derive(Debug, Args)]
 pub struct Database {
     /// The database (`postgres://user@host:port/db` or `host=... dbname=...`).
-    #[arg(long, env = "DATABASE_URL")]
-    url: String,
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "url_file")]
+    url: Option<String>,
+    /// `--url` read from a file (its first line), so a password is not on
+    /// the command line or in the environment (both readable in /proc).
+    #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "url")]
+    url_file: Option<std::path::PathBuf>,
 }
 
 impl Database {
     /// A connection, its driver task spawned.
     async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+        let url = match (&self.url, &self.url_file) {
+            (Some(url), _) => url.clone(),
+            (None, Some(file)) => super::first_line_of(file, "--url-file")?,
+            (None, None) => return Err(anyhow!("give --url or --url-file (or DATABASE_URL)")),
+        };
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
             .map_err(|e| anyhow!("cannot connect to the database: {}", one_line(&e)))?;
         tokio::spawn(async move {
