@@ -215,7 +215,6 @@ BEGIN
         -- Ed25519 (RFC 8032) verification over numeric, in PL/pgSQL ----------
         CREATE OR REPLACE FUNCTION palisade.ed_le(b bytea) RETURNS numeric
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $le$
         DECLARE
             v numeric := 0;
@@ -230,7 +229,6 @@ BEGIN
 
         CREATE OR REPLACE FUNCTION palisade.ed_bytes(n numeric) RETURNS bytea
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $bytes$
         DECLARE
             v bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
@@ -246,7 +244,6 @@ BEGIN
 
         CREATE OR REPLACE FUNCTION palisade.ed_inv(a numeric) RETURNS numeric
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $inv$
         DECLARE  -- a^-1 mod p by Euclid (a not a multiple of p)
             p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
@@ -268,7 +265,6 @@ BEGIN
 
         CREATE OR REPLACE FUNCTION palisade.ed_decompress(enc bytea) RETURNS numeric[]
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $decompress$
         DECLARE  -- RFC 8032 5.1.3: the point {x, y}, or NULL when enc is none
             p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
@@ -328,7 +324,6 @@ BEGIN
         CREATE OR REPLACE FUNCTION palisade.ed_verify(ax numeric, ay numeric, pk bytea, msg bytea, sig bytea)
         RETURNS boolean
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $verify$
         -- RFC 8032 5.1.7 without the cofactor (as ed25519-dalek's verify):
         -- [S]B - [k]A, k = SHA-512(R || A || M) mod L, encodes to R. A is the
@@ -423,7 +418,6 @@ BEGIN
         -- Names, tokens, proofs --------------------------------------------------
         CREATE OR REPLACE FUNCTION palisade.check_lease(lease text) RETURNS void
         LANGUAGE plpgsql IMMUTABLE
-        SET search_path = pg_catalog, pg_temp
         AS $check_lease$
         BEGIN
             -- [A-Za-z0-9._-]{1,128} as a length and a cheap pattern (a counted
@@ -439,14 +433,12 @@ BEGIN
 
         CREATE OR REPLACE FUNCTION palisade.b64url(part text) RETURNS bytea
         LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-        SET search_path = pg_catalog, pg_temp
         AS $b64$
             SELECT decode(rpad(translate(part, '-_', '+/'), (length(part) + 3) / 4 * 4, '='), 'base64')
         $b64$;
 
         CREATE OR REPLACE FUNCTION palisade.refuse_proof(reason text) RETURNS void
         LANGUAGE plpgsql IMMUTABLE
-        SET search_path = pg_catalog, pg_temp
         AS $refuse$
         BEGIN
             RAISE EXCEPTION 'palisade: proof refused: %', reason
@@ -460,8 +452,7 @@ BEGIN
         CREATE OR REPLACE FUNCTION palisade.verified(proof text, OUT lease text, OUT token bigint,
                                                      OUT exp bigint, OUT kid text, OUT digest bytea,
                                                      OUT cached boolean)
-        LANGUAGE plpgsql STABLE SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
+        LANGUAGE plpgsql STABLE
         AS $verified$
         #variable_conflict use_variable
         DECLARE
@@ -553,25 +544,22 @@ BEGIN
             'Checks a lease JWT''s signature (PF007 if it does not hold) and caches it, so palisade.fence with it is cheap. Answers its token.';
 
         -- The fence ---------------------------------------------------------------
-        -- (PL/pgSQL, not SQL: an SQL function that is not inlined is planned
-        -- again on every call, ~100 us here.)
-        CREATE OR REPLACE FUNCTION palisade.mark(lease text, token bigint) RETURNS text
-        LANGUAGE plpgsql STABLE SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
+        -- Internal functions (everything but the entry points fence,
+        -- fence_unverified, prove, the triggers and the owner's tools) are
+        -- neither SECURITY DEFINER nor SET search_path: they run inside an
+        -- entry point, which pins both, and each of those costs a call.
+        CREATE OR REPLACE FUNCTION palisade.mark(secret bytea, lease text, token bigint) RETURNS text
+        LANGUAGE sql STABLE
         AS $mark$
-        DECLARE
-            v_secret bytea;
-        BEGIN  -- keyed by the secret, bound to this backend and this transaction
-            SELECT s.secret INTO v_secret FROM palisade.settings s;
-            RETURN left(encode(sha256(v_secret || sha256(convert_to(
+            -- Keyed by the secret, bound to this backend and this transaction
+            -- (an SQL function: inlined into its caller's cached expression).
+            SELECT left(encode(sha256($1 || sha256(convert_to(
                        pg_backend_pid()::text || '/' || extract(epoch FROM transaction_timestamp())::text
-                       || '/' || lease || '/' || token::text, 'UTF8'))), 'hex'), 32);
-        END
+                       || '/' || $2 || '/' || $3::text, 'UTF8'))), 'hex'), 32)
         $mark$;
 
         CREATE OR REPLACE FUNCTION palisade.raise(lease text, token bigint) RETURNS bigint
-        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
+        LANGUAGE plpgsql VOLATILE
         AS $raise$
         #variable_conflict error
         DECLARE
@@ -581,8 +569,12 @@ BEGIN
             v_seen bigint;
             v_done boolean := false;
             v_set text;
+            v_announced bigint;
+            v_secret bytea;
         BEGIN
-            PERFORM palisade.check_lease(v_lease);
+            IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
+                PERFORM palisade.check_lease(v_lease);  -- raises PF003
+            END IF;
             IF v_token IS NULL OR v_token < 1 THEN
                 RAISE EXCEPTION 'palisade: invalid fencing token % for lease %', COALESCE(v_token::text, 'NULL'), v_lease
                     USING ERRCODE = 'PF004',
@@ -594,10 +586,13 @@ BEGIN
             -- stale too: the cluster granted a newer one. Refusing it at once
             -- lets a raise in waiting through (row locks do not queue: the
             -- old holder's new transactions would otherwise keep passing).
-            SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease;
+            SELECT (SELECT f.fence FROM palisade.fences f WHERE f.lease = v_lease),
+                   (SELECT max(p.token) FROM palisade.proofs p WHERE p.lease = v_lease),
+                   s.secret
+                INTO v_fence, v_announced, v_secret
+                FROM palisade.settings s;
             v_seen := v_fence;
-            IF v_fence > v_token
-               OR EXISTS (SELECT 1 FROM palisade.proofs p WHERE p.lease = v_lease AND p.token > v_token) THEN
+            IF v_fence > v_token OR v_announced > v_token THEN
                 v_fence := GREATEST(v_fence, v_token + 1);
                 v_done := true;  -- stale: refused below
             ELSIF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
@@ -657,7 +652,7 @@ BEGIN
             v_set := COALESCE(current_setting('palisade.fenced', true), '');
             IF strpos(v_set, ',' || v_lease || ':') = 0 THEN
                 PERFORM set_config('palisade.fenced',
-                                   v_set || ',' || v_lease || ':' || v_token::text || ':' || palisade.mark(v_lease, v_token),
+                                   v_set || ',' || v_lease || ':' || v_token::text || ':' || palisade.mark(v_secret, v_lease, v_token),
                                    true);
             END IF;
             RETURN v_token;
@@ -671,20 +666,30 @@ BEGIN
         #variable_conflict error
         DECLARE
             v_lease CONSTANT text := lease;
-            v record;
+            v_proven text;
+            v_token bigint;
+            v_exp bigint;
             v_leeway integer;
         BEGIN
-            PERFORM palisade.check_lease(v_lease);
-            SELECT * INTO v FROM palisade.verified(proof);
-            IF v.lease IS DISTINCT FROM v_lease THEN
+            IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
+                PERFORM palisade.check_lease(v_lease);  -- raises PF003
+            END IF;
+            -- A proven JWT: one lookup (with the leeway); else the full check.
+            SELECT c.lease, c.token, c.exp, s.exp_leeway_secs INTO v_proven, v_token, v_exp, v_leeway
+                FROM palisade.settings s
+                LEFT JOIN palisade.proofs c ON c.digest = sha256(convert_to(proof, 'UTF8'))
+                    AND octet_length(proof) <= 4096;
+            IF v_token IS NULL THEN
+                SELECT v.lease, v.token, v.exp INTO v_proven, v_token, v_exp FROM palisade.verified(proof) v;
+            END IF;
+            IF v_proven IS DISTINCT FROM v_lease THEN
                 PERFORM palisade.refuse_proof(format('it is a proof for another lease than %s', v_lease));
             END IF;
-            SELECT s.exp_leeway_secs INTO v_leeway FROM palisade.settings s;
-            IF v.exp + v_leeway < extract(epoch FROM clock_timestamp()) THEN
+            IF v_exp + v_leeway < extract(epoch FROM clock_timestamp()) THEN
                 PERFORM palisade.refuse_proof(format('it expired at %s (more than %s s ago)',
-                                                     to_timestamp(v.exp), v_leeway));
+                                                     to_timestamp(v_exp), v_leeway));
             END IF;
-            RETURN palisade.raise(v_lease, v.token);
+            RETURN palisade.raise(v_lease, v_token);
         END
         $fence$;
         COMMENT ON FUNCTION palisade.fence(text, text) IS
@@ -703,13 +708,13 @@ BEGIN
 
         -- Guards ------------------------------------------------------------------
         CREATE OR REPLACE FUNCTION palisade.fenced_here(lease text) RETURNS boolean
-        LANGUAGE plpgsql STABLE SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
+        LANGUAGE plpgsql STABLE
         AS $fenced$
         DECLARE
             v_set text;
             v_at integer;
             v_entry text[];
+            v_secret bytea;
         BEGIN
             IF lease IS NULL OR octet_length(lease) > 128 OR lease !~ '^[A-Za-z0-9._-]+$' OR lease IN ('.', '..') THEN
                 RETURN false;  -- no such lease can have been fenced (and ',' or ':' cannot fool the parse)
@@ -721,8 +726,12 @@ BEGIN
             END IF;
             -- ",lease:token:mac" up to the next comma
             v_entry := string_to_array(split_part(substr(v_set, v_at + 1), ',', 1), ':');
-            RETURN cardinality(v_entry) = 3 AND v_entry[1] = lease AND v_entry[2] ~ '^[0-9]{1,19}$'
-               AND v_entry[3] = palisade.mark(lease, v_entry[2]::numeric::bigint);
+            IF cardinality(v_entry) <> 3 OR v_entry[1] <> lease OR v_entry[2] !~ '^[0-9]{1,19}$'
+               OR v_entry[2]::numeric > 9223372036854775807 THEN
+                RETURN false;
+            END IF;
+            SELECT s.secret INTO v_secret FROM palisade.settings s;
+            RETURN v_entry[3] = palisade.mark(v_secret, lease, v_entry[2]::bigint);
         END
         $fenced$;
         COMMENT ON FUNCTION palisade.fenced_here(text) IS
