@@ -151,7 +151,7 @@ async fn a_session_cookie_is_no_api_key_and_ends_at_sign_out() {
         csp.contains("frame-ancestors 'none'") && csp.starts_with("default-src 'none'"),
         "{csp}"
     );
-    assert_eq!(headers["referrer-policy"], "no-referrer");
+    assert_eq!(headers["referrer-policy"], "same-origin");
     assert_eq!(headers["cache-control"], "no-store");
 
     let out = client

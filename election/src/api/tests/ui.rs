@@ -238,7 +238,8 @@ async fn a_form_from_any_origin_but_the_public_url_is_refused() {
 
 /// Every status-page answer — the page, a lease's page, the form, a
 /// refusal, a redirect — forbids framing, names a content security policy
-/// that allows no script, sends no referrer and is not cached.
+/// that allows no script, sends no referrer to another site and is not
+/// cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_status_page_answer_carries_the_frame_and_csp_headers() {
     let node = node_with_policy().await;
@@ -265,7 +266,7 @@ async fn every_status_page_answer_carries_the_frame_and_csp_headers() {
             "{csp}"
         );
         assert_eq!(headers["x-frame-options"], "DENY", "{status}");
-        assert_eq!(headers["referrer-policy"], "no-referrer", "{status}");
+        assert_eq!(headers["referrer-policy"], "same-origin", "{status}");
         assert_eq!(headers["cache-control"], "no-store", "{status}");
     }
     let (_, _, html) = &answers[0];

@@ -9,10 +9,13 @@
 //! blocks by SHA-256, forms to `'self'`, and no framing
 //! (`frame-ancestors 'none'` and, for older browsers, `X-Frame-Options:
 //! DENY`) — a page elsewhere cannot frame the page to click its buttons
-//! (clickjacking). `Referrer-Policy: no-referrer` keeps lease names in
-//! URLs from leaking to any link's target; `Cache-Control: no-store` keeps
-//! a signed-in page out of caches and the back-button history after
-//! sign-out.
+//! (clickjacking). `Referrer-Policy: same-origin` keeps lease names in
+//! URLs from leaking to any other site; it is not `no-referrer` because
+//! under `no-referrer` a browser sends `Origin: null` on the page's own
+//! form POSTs (Fetch, "serialize a request origin"), which `origin.rs`
+//! must refuse: the sign-out button would stop working. `Cache-Control:
+//! no-store` keeps a signed-in page out of caches and the back-button
+//! history after sign-out.
 
 use std::sync::LazyLock;
 
@@ -62,7 +65,7 @@ pub(in crate::api) async fn secure(request: Request, next: Next) -> Response {
     let headers = response.headers_mut();
     headers.insert(CONTENT_SECURITY_POLICY, POLICY.clone());
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
