@@ -52,7 +52,7 @@ mod tests {
         }
         assert_eq!(bidi_control("worker-1 é 中文 עברית"), None);
         assert_eq!(
-            refuse_bidi("holder", "x\u{202E}y").unwrap_err(),
+            refuse_bidi("holder", "x\u{202E}y").expect_err("refused"),
             "holder must not contain bidirectional-control characters (U+202E at character 1)"
         );
     }

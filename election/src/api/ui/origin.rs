@@ -40,7 +40,7 @@ pub(super) fn from_own_page(
     let ours = config
         .ui
         .origins(config.listen, config.client_tls.is_some());
-    if ours.iter().any(|o| *o == origin) {
+    if ours.contains(&origin) {
         Ok(())
     } else {
         Err(CROSS_SITE)
