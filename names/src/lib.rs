@@ -355,6 +355,8 @@ mod tests {
             "a/../b",
             "../a",
             "a/b\n",
+            "a/invoice\u{202E}fdp.exe",
+            "a/\u{2066}b",
             &format!("a/{}", "x".repeat(MAX_KEY_LEN)),
         ] {
             assert!(ObjectKey::new(bad).is_err(), "{bad:?}");
