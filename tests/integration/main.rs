@@ -60,3 +60,5 @@ mod sdk;
 mod seed_semantics;
 #[path = "../status_page.rs"]
 mod status_page;
+#[path = "../ui_sessions.rs"]
+mod ui_sessions;

@@ -14,6 +14,7 @@ use palisade_serve::PeerCertificate;
 use serde::Deserialize;
 
 use super::state::ApiState;
+use super::ui::sessions::SessionPrincipal;
 use crate::error::ApiError;
 use crate::peer::gate::PeerId;
 
@@ -63,8 +64,9 @@ pub(super) async fn authorize(
 
 /// The caller: by API key; else, on a request a peer forwarded, the
 /// principal that peer identified (by certificate; the peer's own
-/// certificate is not the caller's); else by the client certificate the
-/// connection verified.
+/// certificate is not the caller's); else, on a status page, by its
+/// session ([`SessionPrincipal`]); else by the client certificate the
+/// connection verified. A cookie is never read here.
 fn identify(
     policy: &palisade_serve::policy::Policy,
     parts: &http::request::Parts,
@@ -83,6 +85,13 @@ fn identify(
             Some(principal) => Ok(principal),
             None => Ok(policy.authenticate(&parts.headers)?),
         };
+    }
+    // A status-page session (only the status pages' middleware sets it;
+    // a key, when sent, wins).
+    if let Some(SessionPrincipal(principal)) = parts.extensions.get::<SessionPrincipal>() {
+        if keyless && policy.principal(&principal.0).is_some() {
+            return Ok(principal.clone());
+        }
     }
     let certificate = parts.extensions.get::<PeerCertificate>();
     Ok(policy.identify(&parts.headers, certificate.map(|c| c.0.as_ref()))?)
