@@ -558,13 +558,20 @@ BEGIN
                        || '/' || $2 || '/' || $3::text, 'UTF8'))), 'hex'), 32)
         $mark$;
 
-        CREATE OR REPLACE FUNCTION palisade.raise(lease text, token bigint) RETURNS bigint
+        -- The fence itself, for a token (fence_unverified) or a proof (fence:
+        -- token NULL; its lookup rides on the first read, so a proven JWT
+        -- costs no statement of its own).
+        CREATE OR REPLACE FUNCTION palisade.raise(lease text, token bigint, proof text) RETURNS bigint
         LANGUAGE plpgsql VOLATILE
         AS $raise$
         #variable_conflict error
         DECLARE
             v_lease CONSTANT text := lease;
-            v_token CONSTANT bigint := token;
+            v_token bigint := token;
+            v_proven text;
+            v_proven_token bigint;
+            v_exp bigint;
+            v_leeway integer;
             v_fence bigint;
             v_seen bigint;
             v_done boolean := false;
@@ -575,7 +582,7 @@ BEGIN
             IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
                 PERFORM palisade.check_lease(v_lease);  -- raises PF003
             END IF;
-            IF v_token IS NULL OR v_token < 1 THEN
+            IF proof IS NULL AND (v_token IS NULL OR v_token < 1) THEN
                 RAISE EXCEPTION 'palisade: invalid fencing token % for lease %', COALESCE(v_token::text, 'NULL'), v_lease
                     USING ERRCODE = 'PF004',
                           HINT = 'A fencing token is the token of a Palisade grant: an integer >= 1.';
@@ -588,9 +595,25 @@ BEGIN
             -- old holder's new transactions would otherwise keep passing).
             SELECT (SELECT f.fence FROM palisade.fences f WHERE f.lease = v_lease),
                    (SELECT max(p.token) FROM palisade.proofs p WHERE p.lease = v_lease),
-                   s.secret
-                INTO v_fence, v_announced, v_secret
-                FROM palisade.settings s;
+                   s.secret, s.exp_leeway_secs, c.lease, c.token, c.exp
+                INTO v_fence, v_announced, v_secret, v_leeway, v_proven, v_proven_token, v_exp
+                FROM palisade.settings s
+                LEFT JOIN palisade.proofs c ON proof IS NOT NULL AND octet_length(proof) <= 4096
+                    AND c.digest = sha256(convert_to(proof, 'UTF8'));
+            IF proof IS NOT NULL THEN
+                IF v_proven IS NULL THEN  -- not proven before: the full check
+                    SELECT v.lease, v.token, v.exp INTO v_proven, v_token, v_exp FROM palisade.verified(proof) v;
+                ELSE
+                    v_token := v_proven_token;
+                END IF;
+                IF v_proven IS DISTINCT FROM v_lease THEN
+                    PERFORM palisade.refuse_proof(format('it is a proof for another lease than %s', v_lease));
+                END IF;
+                IF v_exp + v_leeway < extract(epoch FROM clock_timestamp()) THEN
+                    PERFORM palisade.refuse_proof(format('it expired at %s (more than %s s ago)',
+                                                         to_timestamp(v_exp), v_leeway));
+                END IF;
+            END IF;
             v_seen := v_fence;
             IF v_fence > v_token OR v_announced > v_token THEN
                 v_fence := GREATEST(v_fence, v_token + 1);
@@ -666,30 +689,14 @@ BEGIN
         #variable_conflict error
         DECLARE
             v_lease CONSTANT text := lease;
-            v_proven text;
-            v_token bigint;
-            v_exp bigint;
-            v_leeway integer;
         BEGIN
             IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
                 PERFORM palisade.check_lease(v_lease);  -- raises PF003
             END IF;
-            -- A proven JWT: one lookup (with the leeway); else the full check.
-            SELECT c.lease, c.token, c.exp, s.exp_leeway_secs INTO v_proven, v_token, v_exp, v_leeway
-                FROM palisade.settings s
-                LEFT JOIN palisade.proofs c ON c.digest = sha256(convert_to(proof, 'UTF8'))
-                    AND octet_length(proof) <= 4096;
-            IF v_token IS NULL THEN
-                SELECT v.lease, v.token, v.exp INTO v_proven, v_token, v_exp FROM palisade.verified(proof) v;
+            IF proof IS NULL THEN
+                PERFORM palisade.refuse_proof('not a JWT (null)');
             END IF;
-            IF v_proven IS DISTINCT FROM v_lease THEN
-                PERFORM palisade.refuse_proof(format('it is a proof for another lease than %s', v_lease));
-            END IF;
-            IF v_exp + v_leeway < extract(epoch FROM clock_timestamp()) THEN
-                PERFORM palisade.refuse_proof(format('it expired at %s (more than %s s ago)',
-                                                     to_timestamp(v_exp), v_leeway));
-            END IF;
-            RETURN palisade.raise(v_lease, v_token);
+            RETURN palisade.raise(v_lease, NULL, proof);
         END
         $fence$;
         COMMENT ON FUNCTION palisade.fence(text, text) IS
@@ -700,7 +707,7 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         AS $unverified$
         BEGIN
-            RETURN palisade.raise(lease, token);
+            RETURN palisade.raise(lease, token, NULL);
         END
         $unverified$;
         COMMENT ON FUNCTION palisade.fence_unverified(text, bigint) IS
