@@ -1,0 +1,287 @@
+//! A policy reload reaches the calls that stay open (issue 43): a key is
+//! removed from the policy file (its principal keeps a new key: a
+//! rotation) and another principal's read prefix narrowed, then every node
+//! gets SIGHUP. The renewal stream, the watch and the waiting acquire the
+//! old key opened, and the watch the narrowed principal opened, must each
+//! end within a second of the SIGHUP, each with the reason in its own
+//! framing: the stream a last line `{"status":401,"error":"unauthorized"}`
+//! without an id, the others their 401 or 403 answer. Before, the stream
+//! kept renewing (200 per frame) and the watch answered long after.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_serve::policy::{key_digest, new_key, KEY_HEADER};
+use serde_json::{json, Value};
+use support::{node_setup, test_secret, Access, Cluster};
+use tokio::sync::mpsc;
+
+/// The bound the issue asks for: a reload reaches every open call within
+/// a second of the SIGHUP.
+const WITHIN: Duration = Duration::from_secs(1);
+
+/// An HTTP/2 client trusting the cluster's CA, sending `key`.
+fn client_with_key(access: &Access, key: &str) -> reqwest::Client {
+    let pem = std::fs::read(&access.ca).expect("ca.pem");
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(KEY_HEADER, key.parse().expect("header"));
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(90))
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+        .default_headers(headers)
+        .build()
+        .expect("client")
+}
+
+/// A renewal stream: frames out, answer lines in.
+struct Stream {
+    frames: mpsc::Sender<Vec<u8>>,
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Stream {
+    async fn open(client: &reqwest::Client, base: &str) -> Self {
+        let (frames, rx) = mpsc::channel::<Vec<u8>>(4);
+        let body = futures::stream::unfold(rx, |mut rx| async move {
+            let frame = rx.recv().await?;
+            Some((Ok::<_, std::io::Error>(frame), rx))
+        });
+        let response = client
+            .post(format!("{base}/v1/renew/stream"))
+            .header("content-type", "application/x-ndjson")
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await
+            .expect("open the stream");
+        assert_eq!(response.status(), 200, "the stream opens");
+        Self {
+            frames,
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    async fn send(&self, frame: Value) {
+        let line = format!("{frame}\n").into_bytes();
+        self.frames.send(line).await.expect("send a frame");
+    }
+
+    /// The next answer line, or `None` once the answer ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=at).collect();
+                return Some(serde_json::from_slice(&line).expect("a JSON line"));
+            }
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Sends SIGHUP to each of `pids`.
+fn hang_up(pids: &[u32]) {
+    for pid in pids {
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -HUP {pid}");
+    }
+}
+
+/// Polls (bounded) until the gauge `name` on `base` is at least `want`.
+async fn until_gauge(admin: &reqwest::Client, base: &str, name: &str, want: f64) -> f64 {
+    let mut seen = 0.0;
+    for _ in 0..100 {
+        seen = support::counter(admin, base, name).await;
+        if seen >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen
+}
+
+/// The policy file with `principal`'s keys replaced by `keys` and, if
+/// given, its `read` prefixes by `read`.
+fn edit(policy: &Path, principal: &str, keys: Option<Vec<String>>, read: Option<Vec<&str>>) {
+    let mut document: Value =
+        serde_json::from_slice(&std::fs::read(policy).expect("read")).expect("json");
+    let entry = &mut document["principals"][principal];
+    if let Some(keys) = keys {
+        entry["keys"] = json!(keys);
+    }
+    if let Some(read) = read {
+        entry["read"] = json!(read);
+    }
+    std::fs::write(policy, serde_json::to_vec_pretty(&document).expect("json")).expect("write");
+}
+
+/// A watch's or acquire's answer: its status, its body, and when it came.
+async fn answered(call: reqwest::RequestBuilder) -> (u16, Value, Instant) {
+    let answer = call.send().await.expect("a response");
+    let status = answer.status().as_u16();
+    let body = answer.json().await.unwrap_or(Value::Null);
+    (status, body, Instant::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_ends_the_streams_watches_and_waits_it_revokes_within_a_second() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| node_setup(dir.path(), id, "127.0.0.1"))
+        .collect();
+    let (cluster, access) = Cluster::start_secure(dir.path(), setups);
+    let admin = access.http("admin");
+    let leader = cluster.settled_leader(&admin).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let (leader_url, follower_url) = (cluster.url(leader), cluster.url(follower));
+    let old_key = access.key("intruder");
+    let intruder = client_with_key(&access, &old_key);
+    let orders = client_with_key(&access, &access.key("orders"));
+
+    // admin holds orders.busy, so a waiting acquire of it waits; the
+    // intruder holds orders.mine and renews it over a stream.
+    let (status, _) = support::acquire(&admin, &leader_url, "orders.busy", "admin", 60_000).await;
+    assert_eq!(status, 200);
+    let (status, grant) =
+        support::acquire(&intruder, &leader_url, "orders.mine", "intr", 60_000).await;
+    assert_eq!(status, 200, "{grant}");
+    let token = grant["token"].as_u64().expect("token");
+    let mut stream = Stream::open(&intruder, &leader_url).await;
+    let renewal = json!({"lease": "orders.mine", "holder": "intr", "token": token,
+                         "secret": test_secret("intr")});
+    stream.send(json!({"id": 1, "renewals": [renewal]})).await;
+    let answer = stream.next().await.expect("an answer");
+    assert_eq!(answer["results"][0]["status"], 200, "{answer}");
+
+    // The watches and the waiting acquire, through a follower (the acquire
+    // is forwarded to the leader and waits there).
+    let watch_index = support::get_json::<Value>(
+        &admin,
+        &format!("{leader_url}/v1/leases/orders.busy"),
+        "the lease",
+    )
+    .await["modify_index"]
+        .as_u64()
+        .expect("index");
+    let watch_url =
+        format!("{follower_url}/v1/leases/orders.busy/watch?index={watch_index}&wait_ms=60000");
+    let revoked_watch = tokio::spawn(answered(intruder.get(&watch_url)));
+    let narrowed_watch = tokio::spawn(answered(orders.get(&watch_url)));
+    let wait = intruder
+        .post(format!("{follower_url}/v1/leases/orders.busy/acquire"))
+        .json(
+            &json!({"holder": "intr-2", "ttl_ms": 5000, "wait_ms": 60000,
+                      "secret": test_secret("intr-2")}),
+        );
+    let waiting_acquire = tokio::spawn(answered(wait));
+    let waiting = until_gauge(&admin, &follower_url, "palisade_election_waiters", 2.0).await;
+    assert!(waiting >= 2.0, "both watches wait on the follower");
+    let waiting = until_gauge(&admin, &leader_url, "palisade_election_waiters", 1.0).await;
+    assert!(waiting >= 1.0, "the acquire waits on the leader");
+
+    // The rotation: the intruder's old key goes, a new one comes; orders
+    // may read only orders.other.* now. Every node hangs up.
+    let new = new_key().expect("a key");
+    edit(
+        &access.policy,
+        "intruder",
+        Some(vec![key_digest(&new)]),
+        None,
+    );
+    edit(&access.policy, "orders", None, Some(vec!["orders.other."]));
+    let pids: Vec<u32> = (1..=3)
+        .filter_map(|id| cluster.node(id).map(|n| n.pid()))
+        .collect();
+    let sighup = Instant::now();
+    hang_up(&pids);
+    let last = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+    let stream_ended = sighup.elapsed();
+    let end = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+
+    // The reload itself, acknowledged by every node.
+    for id in 1..=3 {
+        let generation =
+            until_gauge(&admin, &cluster.url(id), "palisade_policy_generation", 2.0).await;
+        assert_eq!(generation, 2.0, "node {id} reloaded its policy");
+    }
+    let last = last
+        .expect("the stream was still open 10 s after a reload every node acknowledged")
+        .expect("a last line");
+    eprintln!("the stream's last line {stream_ended:?} after the SIGHUP: {last}");
+    assert_eq!(last["status"], 401, "{last}");
+    assert_eq!(last["error"], "unauthorized", "{last}");
+    assert!(
+        last.get("id").is_none(),
+        "a line that ends the stream: {last}"
+    );
+    assert!(
+        matches!(end, Ok(None)),
+        "the answer ends after its last line: {end:?}"
+    );
+    assert!(
+        stream_ended < WITHIN,
+        "the stream ended {stream_ended:?} after the SIGHUP"
+    );
+    for (what, call, want, error) in [
+        (
+            "the revoked key's watch",
+            revoked_watch,
+            401,
+            "unauthorized",
+        ),
+        (
+            "the narrowed principal's watch",
+            narrowed_watch,
+            403,
+            "forbidden",
+        ),
+        (
+            "the revoked key's waiting acquire",
+            waiting_acquire,
+            401,
+            "unauthorized",
+        ),
+    ] {
+        let (status, body, at) = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap_or_else(|_| panic!("{what} was still open 10 s after the reload"))
+            .expect("the call's task");
+        let after = at.saturating_duration_since(sighup);
+        eprintln!("{what} ended {after:?} after the SIGHUP: {status} {body}");
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (want, Some(error)),
+            "{what}: {body}"
+        );
+        assert!(after < WITHIN, "{what} ended {after:?} after the SIGHUP");
+    }
+
+    // What the reload did not take away still works: the intruder's new
+    // key, and the lease its stream renewed (a stream's end releases
+    // nothing); the old key is refused.
+    let renewal = json!({"holder": "intr", "token": token, "secret": test_secret("intr")});
+    let renewed = intruder
+        .post(format!("{leader_url}/v1/leases/orders.mine/renew"))
+        .json(&renewal)
+        .send()
+        .await
+        .expect("renew");
+    assert_eq!(renewed.status(), 401, "the old key is refused");
+    let rotated = client_with_key(&access, &new);
+    let renewed = rotated
+        .post(format!("{leader_url}/v1/leases/orders.mine/renew"))
+        .json(&renewal)
+        .send()
+        .await
+        .expect("renew");
+    assert_eq!(renewed.status(), 200, "the new key renews the same grant");
+}
