@@ -96,7 +96,7 @@ impl Revocation {
             }
             let policy = self.changes.borrow_and_update().clone();
             if let Err(err) = self.holds(&policy) {
-                tracing::info!(
+                tracing::debug!(
                     principal = %self.granted.principal.0,
                     %err,
                     "an open call ends: a policy reload revoked what let it through"

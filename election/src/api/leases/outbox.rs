@@ -224,3 +224,56 @@ impl futures::Stream for Answer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use palisade_serve::admission::{Admission, Kind, Seats};
+
+    use super::*;
+
+    fn outbox() -> Arc<Outbox> {
+        let admission = Admission::new(Seats::of(64));
+        let seat = admission.admit("f", Kind::Stream).expect("a seat");
+        let reading = Instant::now() + Duration::from_secs(120);
+        Arc::new(Outbox::new(seat, "f", Duration::from_secs(5), reading))
+    }
+
+    #[tokio::test]
+    async fn a_line_is_taken_once_the_answer_is_polled_after_its_newline() {
+        let outbox = outbox();
+        let (lines, rx) = mpsc::channel(1);
+        let mut answer = Answer::new(rx, outbox.clone());
+        assert!(outbox.stalled_since().is_none(), "nothing waits yet");
+        outbox.handed();
+        lines.send(Bytes::from_static(b"{}")).await.expect("send");
+        assert!(outbox.stalled_since().is_some(), "a line waits");
+        let chunk = answer.next().await.expect("a chunk").expect("ok");
+        assert_eq!(chunk, Bytes::from_static(b"{}"));
+        let chunk = answer.next().await.expect("a chunk").expect("ok");
+        assert_eq!(chunk, Bytes::from_static(b"\n"), "the newline apart");
+        assert!(
+            outbox.stalled_since().is_some(),
+            "hyper holds the newline until the window has room for it"
+        );
+        assert!(futures::poll!(answer.next()).is_pending());
+        assert!(
+            outbox.stalled_since().is_none(),
+            "polled again: the whole line fitted in the window"
+        );
+        drop(lines);
+        assert!(answer.next().await.is_none(), "the answer ends");
+    }
+
+    #[tokio::test]
+    async fn giving_up_frees_the_seat_and_stops_the_reader() {
+        let outbox = outbox();
+        let stopped = outbox.stop.notified();
+        assert!(!outbox.freed());
+        outbox.give_up("a test");
+        assert!(outbox.freed());
+        tokio::time::timeout(Duration::from_secs(1), stopped)
+            .await
+            .expect("the reader is told to stop");
+    }
+}
