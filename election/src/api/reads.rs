@@ -194,9 +194,8 @@ pub(super) struct WatchQuery {
 /// A blocking query: answers as soon as the lease's `modify_index` exceeds
 /// `index` (at once if it already does), or after `wait_ms` with the current
 /// state. Served from this node's applied state. The answer's
-/// `X-Palisade-Index` header is the `index` for the next call. A reload of
-/// the policy that would refuse the call ends it at once (401/403,
-/// `revocation.rs`).
+/// `X-Palisade-Index` header is the `index` for the next call. A policy
+/// reload that would refuse the call ends it at once (401 or 403).
 #[utoipa::path(get, path = "/v1/leases/{name}/watch", tag = "leases",
     params(("name" = LeaseNameParam, Path, description = "The lease"), WatchQuery),
     responses(ReadErrors, (status = 200, body = LeaseView, headers(("x-palisade-index" = u64, description = "The index for the next watch")))))]
