@@ -1,12 +1,14 @@
 //! A policy reload reaches the calls that stay open (issue 43): a key is
 //! removed from the policy file (its principal keeps a new key: a
-//! rotation) and another principal's read prefix narrowed, then every node
-//! gets SIGHUP. The renewal stream, the watch and the waiting acquire the
-//! old key opened, and the watch the narrowed principal opened, must each
-//! end within a second of the SIGHUP, each with the reason in its own
-//! framing: the stream a last line `{"status":401,"error":"unauthorized"}`
-//! without an id, the others their 401 or 403 answer. Before, the stream
-//! kept renewing (200 per frame) and the watch answered long after.
+//! rotation) and another principal's read prefix narrowed, then the
+//! followers get SIGHUP, then the leader. The watches and the waiting
+//! acquire made through a follower (the acquire forwarded to the leader,
+//! which has not reloaded yet) must end within a second of the followers'
+//! SIGHUP, the renewal stream on the leader within a second of the
+//! leader's, each with the reason in its own framing: the stream a last
+//! line `{"status":401,"error":"unauthorized"}` without an id, the others
+//! their 401 or 403 answer. Before, the stream kept renewing (200 per
+//! frame) and the watch answered long after.
 
 use crate::support;
 
@@ -137,38 +139,36 @@ async fn answered(call: reqwest::RequestBuilder) -> (u16, Value, Instant) {
 }
 
 /// What one round of the attack needs: the cluster, its clients, and how
-/// many policies every node has put in force so far.
+/// many policies each node (by id) has put in force so far.
 struct Scene {
     cluster: Cluster,
     access: Access,
     admin: reqwest::Client,
-    generation: f64,
+    generations: [f64; 4],
 }
 
 impl Scene {
-    /// SIGHUP to every node, and the time it was sent.
-    fn hang_up(&mut self) -> Instant {
-        let pids: Vec<u32> = (1..=3)
-            .filter_map(|id| self.cluster.node(id).map(|n| n.pid()))
+    /// SIGHUP to the nodes `ids`, and the time it was sent.
+    fn hang_up(&mut self, ids: &[u64]) -> Instant {
+        let pids: Vec<u32> = ids
+            .iter()
+            .filter_map(|id| self.cluster.node(*id).map(|n| n.pid()))
             .collect();
         let at = Instant::now();
         hang_up(&pids);
-        self.generation += 1.0;
+        for id in ids {
+            self.generations[usize::try_from(*id).expect("id")] += 1.0;
+        }
         at
     }
 
-    /// Waits (bounded) until every node acknowledged the last reload.
-    async fn reloaded(&self) {
-        for id in 1..=3 {
-            let url = self.cluster.url(id);
-            let seen = until_gauge(
-                &self.admin,
-                &url,
-                "palisade_policy_generation",
-                self.generation,
-            )
-            .await;
-            assert_eq!(seen, self.generation, "node {id} reloaded its policy");
+    /// Waits (bounded) until the nodes `ids` acknowledged their last reload.
+    async fn reloaded(&self, ids: &[u64]) {
+        for id in ids {
+            let url = self.cluster.url(*id);
+            let want = self.generations[usize::try_from(*id).expect("id")];
+            let seen = until_gauge(&self.admin, &url, "palisade_policy_generation", want).await;
+            assert_eq!(seen, want, "node {id} reloaded its policy");
         }
     }
 }
@@ -180,7 +180,10 @@ type Void = String;
 /// One round: the intruder, with `old_key`, renews a lease over a stream on
 /// the leader, watches a lease and waits to acquire it through a follower;
 /// orders watches it too. Then the old key is replaced by a new one (the
-/// rotation) and orders' read prefix narrowed, and every node hangs up.
+/// rotation) and orders' read prefix narrowed, and the followers hang up:
+/// the calls made through the follower must end on its reload alone (the
+/// leader, not reloaded yet, still waits on the forwarded acquire). Then
+/// the leader hangs up, and the stream must end.
 /// The problems found (none: every call ended in time with its reason), or
 /// why the round is void; `key` is the intruder's key, old, then new.
 async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String>, Void> {
@@ -215,8 +218,9 @@ async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String
         return Err(format!("the stream's first frame: {answer}"));
     }
 
-    // The watches and the waiting acquire, through a follower (the acquire
-    // is forwarded to the leader and waits there).
+    // The watches and a waiting acquire through a follower (the acquire is
+    // forwarded to the leader and waits there), and a waiting acquire made
+    // on the leader itself.
     let lease_url = format!("{leader_url}/v1/leases/{busy}");
     let index = support::get_json::<Value>(admin, &lease_url, "the lease").await["modify_index"]
         .as_u64()
@@ -230,15 +234,21 @@ async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String
         .json(&json!({"holder": waiter, "ttl_ms": 5000, "wait_ms": 60000,
                       "secret": test_secret(&waiter)}));
     let waiting_acquire = tokio::spawn(answered(wait));
+    let direct = format!("{holder}-d");
+    let wait = intruder
+        .post(format!("{leader_url}/v1/leases/{busy}/acquire"))
+        .json(&json!({"holder": direct, "ttl_ms": 5000, "wait_ms": 60000,
+                      "secret": test_secret(&direct)}));
+    let leader_acquire = tokio::spawn(answered(wait));
     let waiting = until_gauge(admin, &follower_url, "palisade_election_waiters", 2.0).await;
     assert!(waiting >= 2.0, "both watches wait on the follower");
-    let waiting = until_gauge(admin, &leader_url, "palisade_election_waiters", 1.0).await;
-    if waiting < 1.0 {
-        return Err("the acquire does not wait on the leader: leadership moved".into());
+    let waiting = until_gauge(admin, &leader_url, "palisade_election_waiters", 2.0).await;
+    if waiting < 2.0 {
+        return Err("the acquires do not wait on the leader: leadership moved".into());
     }
 
     // The rotation: the intruder's old key goes, a new one comes; orders
-    // may read only orders.other.* now. Every node hangs up.
+    // may read only orders.other.* now. The followers hang up first.
     let new = new_key().expect("a key");
     edit(
         &access.policy,
@@ -248,12 +258,8 @@ async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String
     );
     edit(&access.policy, "orders", None, Some(vec!["orders.other."]));
     key.clone_from(&new);
-    let sighup = scene.hang_up();
-    let stream_end = async {
-        let last = stream.next().await;
-        let at = Instant::now();
-        (last, stream.next().await, at)
-    };
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let sighup = scene.hang_up(&followers);
     let calls = [
         (
             "the revoked key's watch",
@@ -275,20 +281,39 @@ async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String
         ),
     ];
     let limit = Duration::from_secs(5);
-    let (stream_end, ends) = tokio::join!(
+    let ends = futures::future::join_all(calls.map(|(what, call, want, error)| async move {
+        (what, want, error, tokio::time::timeout(limit, call).await)
+    }))
+    .await;
+    scene.reloaded(&followers).await;
+    // Then the leader: its stream.
+    let leader_sighup = scene.hang_up(&[leader]);
+    let stream_end = async {
+        let last = stream.next().await;
+        let at = Instant::now();
+        (last, stream.next().await, at)
+    };
+    let (stream_end, leader_end) = tokio::join!(
         tokio::time::timeout(limit, stream_end),
-        futures::future::join_all(calls.map(|(what, call, want, error)| async move {
-            (what, want, error, tokio::time::timeout(limit, call).await)
-        })),
+        tokio::time::timeout(limit, leader_acquire),
     );
-    // The reload itself, acknowledged by every node.
-    scene.reloaded().await;
+    scene.reloaded(&[leader]).await;
+    let ends = ends
+        .into_iter()
+        .map(|(what, want, error, end)| (what, want, error, end, sighup));
+    let leader_end = (
+        "the revoked key's waiting acquire on the leader",
+        401,
+        "unauthorized",
+        leader_end,
+        leader_sighup,
+    );
 
     // Every open call, its end: each problem named, all at once.
     let mut problems = Vec::new();
     match stream_end {
         Ok((Some(last), end, at)) => {
-            let after = at.saturating_duration_since(sighup);
+            let after = at.saturating_duration_since(leader_sighup);
             eprintln!("the stream's last line {after:?} after the SIGHUP: {last}");
             if last["status"] == 503 {
                 return Err(format!("the stream ended for leadership: {last}"));
@@ -309,7 +334,7 @@ async fn round(scene: &mut Scene, n: u32, key: &mut String) -> Result<Vec<String
             "the stream was still open {limit:?} after the reload"
         )),
     }
-    for (what, want, error, end) in ends {
+    for (what, want, error, end, sighup) in ends.chain([leader_end]) {
         let Ok(answered) = end else {
             problems.push(format!("{what} was still open {limit:?} after the reload"));
             continue;
@@ -375,7 +400,7 @@ async fn a_reload_ends_the_streams_watches_and_waits_it_revokes_within_a_second(
         cluster,
         access,
         admin,
-        generation: 1.0,
+        generations: [1.0; 4],
     };
     // A round during which leadership moves proves nothing (the leader's
     // stream and waiting acquire end with 503 for that): it is played again,
@@ -383,8 +408,8 @@ async fn a_reload_ends_the_streams_watches_and_waits_it_revokes_within_a_second(
     for n in 1..=5 {
         if n > 1 {
             edit(&scene.access.policy, "orders", None, Some(vec!["orders."]));
-            scene.hang_up();
-            scene.reloaded().await;
+            scene.hang_up(&[1, 2, 3]);
+            scene.reloaded(&[1, 2, 3]).await;
         }
         match round(&mut scene, n, &mut key).await {
             Ok(problems) => {
