@@ -173,6 +173,8 @@ struct Pools {
     short: Pool,
     long: Pool,
     stream: Pool,
+    /// The id of the last seat that said when it is given back.
+    next_id: u64,
 }
 
 impl Pools {
@@ -190,28 +192,21 @@ impl Pools {
 #[derive(Debug, Clone)]
 pub struct Admission {
     pools: Arc<Mutex<Pools>>,
-    /// What seats' due times count from, and the next seat id to register.
-    clock: Arc<Clock>,
-}
-
-/// The time base of seats' due times.
-#[derive(Debug)]
-struct Clock {
+    /// What seats' due times count from.
     epoch: Instant,
-    next_id: AtomicU64,
 }
 
-impl Clock {
-    fn millis(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
-    }
+/// `at` in milliseconds after `epoch`.
+fn millis(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A seat held by an admitted request; given back on drop.
 #[derive(Debug)]
 pub struct Seat {
     pools: Arc<Mutex<Pools>>,
-    clock: Arc<Clock>,
+    /// Its admission's epoch (a copy: no shared count to bump per seat).
+    epoch: Instant,
     /// The pool it was taken from (a renewal may sit in a short seat).
     kind: Kind,
     flow: String,
@@ -238,14 +233,13 @@ impl Seat {
     /// first such seat is due. The first call registers the seat in its
     /// pool; later ones are one atomic store.
     pub fn free_by(&self, at: Instant) {
-        let millis = self.clock.millis(at);
+        let millis = millis(self.epoch, at);
         let (_, due) = self.due.get_or_init(|| {
-            let id = self.clock.next_id.fetch_add(1, Ordering::Relaxed);
             let due = Arc::new(AtomicU64::new(millis));
-            lock(&self.pools)
-                .pool(self.kind)
-                .due
-                .insert(id, due.clone());
+            let mut pools = lock(&self.pools);
+            pools.next_id += 1;
+            let id = pools.next_id;
+            pools.pool(self.kind).due.insert(id, due.clone());
             (id, due)
         });
         due.store(millis, Ordering::Relaxed);
@@ -261,11 +255,9 @@ impl Admission {
                 short: Pool::new(seats.short),
                 long: Pool::new(seats.long),
                 stream: Pool::new(seats.stream),
+                next_id: 0,
             })),
-            clock: Arc::new(Clock {
-                epoch: Instant::now(),
-                next_id: AtomicU64::new(0),
-            }),
+            epoch: Instant::now(),
         }
     }
 
@@ -285,7 +277,7 @@ impl Admission {
                 pools.pool(pool).take(flow);
                 Ok(Seat {
                     pools: self.pools.clone(),
-                    clock: self.clock.clone(),
+                    epoch: self.epoch,
                     kind: pool,
                     flow: flow.to_owned(),
                     due: OnceLock::new(),
@@ -294,7 +286,7 @@ impl Admission {
             None => {
                 let pool = pools.pool(kind);
                 let retry_after = pool.first_due().map_or(1, |due| {
-                    let left = due.saturating_sub(self.clock.millis(Instant::now()));
+                    let left = due.saturating_sub(millis(self.epoch, Instant::now()));
                     left.div_ceil(1000).max(1)
                 });
                 let retry_after = Duration::from_secs(retry_after);
