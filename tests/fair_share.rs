@@ -373,8 +373,8 @@ async fn a_flood_of_lease_pages_starves_no_one_else() {
 }
 
 /// The sign-in form is no way around the shares either: `FLOOD` loops of
-/// `POST /ui/login` with made-up keys, no API key and no `Origin` (as curl
-/// sends it), on one node for 5 s. They are the caller's address's flow:
+/// `POST /ui/login` with made-up keys and no API key, from the node's own
+/// origin (so they reach the key check), on one node for 5 s. They are the caller's address's flow:
 /// cut to its share (429), while `orders`' calls through that node all
 /// answer 200. Without a seat on the route nothing would answer 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,7 +393,13 @@ async fn a_flood_of_sign_ins_starves_no_one_else() {
         .build()
         .expect("client");
     let login = format!("{via}/ui/login");
-    let flood = flood(move || anonymous.post(&login).form(&[("key", "not-a-key")]));
+    let origin = via.clone();
+    let flood = flood(move || {
+        anonymous
+            .post(&login)
+            .header("origin", &origin)
+            .form(&[("key", "not-a-key")])
+    });
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let failures = victim_calls(&access, &via).await;

@@ -391,6 +391,10 @@ async fn bad_postgres_settings_and_a_newer_schema_stop_the_gateway_with_one_line
             "lock timeout must be below",
         ),
         (&[][..], "required"),
+        (
+            &["--postgres-file", "/nonexistent/pg-url"][..],
+            "--postgres-file /nonexistent/pg-url",
+        ),
     ] {
         let args = with(more);
         let (code, stderr) =

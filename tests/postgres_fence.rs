@@ -147,6 +147,8 @@ async fn the_paused_leader_cannot_commit_after_its_successor() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     cluster.leader(&http_client()).await;
+    let jwks = sdk(&cluster, None).jwks().await.expect("jwks");
+    postgres::set_keys(&db, &jwks).await.expect("keys");
     let (mut child, lines) = spawn_child(&cluster, &pg);
     wait_for(&lines, "wrote 3 rows", |l| {
         l.iter().filter(|l| l.starts_with("wrote")).count() >= 3
@@ -223,15 +225,16 @@ async fn the_paused_leader_cannot_commit_after_its_successor() {
         .get(0);
     assert_eq!(fence as u64, lease_b.token());
 
-    // The database itself refuses A's token now, whatever A's clock says.
+    // The database itself refuses A's token now, whatever A's clock says
+    // (and does not tell the fence).
     let mut pg_a = pg.connect().await;
     let tx = pg_a.transaction().await.expect("begin");
-    let stale = postgres::fence(&tx, "orders", token_a).await;
+    let stale = postgres::fence_unverified(&tx, "orders", token_a).await;
     assert_eq!(
         stale,
         Err(Error::Fenced {
             token: token_a,
-            fence: lease_b.token()
+            fence: 0
         })
     );
 }
@@ -247,7 +250,10 @@ async fn a_stale_token_marks_the_lease_lost() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     cluster.leader(&http_client()).await;
-    let lease = sdk(&cluster, None)
+    let client = sdk(&cluster, None);
+    let jwks = client.jwks().await.expect("jwks");
+    postgres::set_keys(&db, &jwks).await.expect("keys");
+    let lease = client
         .acquire(
             "stale",
             "h",
@@ -259,7 +265,7 @@ async fn a_stale_token_marks_the_lease_lost() {
     let tx = lease.fenced_transaction(&mut db).await.expect("fenced");
     tx.commit().await.expect("commit");
     let tx = db.transaction().await.expect("begin");
-    postgres::fence(&tx, "stale", lease.token() + 10)
+    postgres::fence_unverified(&tx, "stale", lease.token() + 10)
         .await
         .expect("raise");
     tx.commit().await.expect("commit");
@@ -268,7 +274,7 @@ async fn a_stale_token_marks_the_lease_lost() {
         refused,
         Err(Error::Fenced {
             token: lease.token(),
-            fence: lease.token() + 10
+            fence: 0
         })
     );
     assert!(!lease.is_held());
@@ -306,7 +312,7 @@ fn one_line_error(out: &Output, code: i32) -> String {
 async fn palisade_sql_installs_and_guards() {
     let Some(pg) = PgServer::start() else { return };
     let url = pg.url();
-    let out = cli(&["sql", "install", "--url", &url], None);
+    let out = cli(&["sql", "install", "--no-keys", "--url", &url], None);
     assert!(
         out.status.success(),
         "{}",
@@ -314,7 +320,7 @@ async fn palisade_sql_installs_and_guards() {
     );
     let db = pg.connect().await;
     let first = installed_at(&db).await;
-    let out = cli(&["sql", "install"], Some(&url));
+    let out = cli(&["sql", "install", "--no-keys"], Some(&url));
     assert!(
         out.status.success(),
         "{}",
@@ -325,7 +331,17 @@ async fn palisade_sql_installs_and_guards() {
         first,
         "a second install changed the schema"
     );
-    assert_eq!(postgres::installed_version(&db).await, Ok(Some(1)));
+    assert_eq!(postgres::installed_version(&db).await, Ok(Some(2)));
+    // The URL from a file (no password on the command line).
+    let url_file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(url_file.path(), format!("{url}\n")).expect("write url");
+    let path = url_file.path().to_str().expect("utf-8 path");
+    let out = cli(&["sql", "install", "--no-keys", "--url-file", path], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     db.batch_execute(
         "CREATE TABLE jobs (id int PRIMARY KEY, lease text, state text);
@@ -365,7 +381,9 @@ async fn palisade_sql_installs_and_guards() {
         .expect("an unguarded table is untouched");
     let mut db = db;
     let tx = db.transaction().await.expect("begin");
-    postgres::fence(&tx, "jobs", 7).await.expect("fence");
+    postgres::fence_unverified(&tx, "jobs", 7)
+        .await
+        .expect("fence");
     tx.execute("UPDATE jobs SET state = 'done' WHERE id = 1", &[])
         .await
         .expect("fenced write");
@@ -402,7 +420,7 @@ async fn palisade_sql_installs_and_guards() {
         &cli(&["sql", "guard", "--url", &url, "--table", "jobs"], None),
         2,
     );
-    one_line_error(&cli(&["sql", "install"], None), 2);
+    one_line_error(&cli(&["sql", "install", "--no-keys"], None), 2);
     let missing = one_line_error(
         &cli(
             &[
@@ -431,6 +449,7 @@ async fn palisade_sql_installs_and_guards() {
             &[
                 "sql",
                 "install",
+                "--no-keys",
                 "--url",
                 "postgres://postgres@127.0.0.1:1/x",
             ],
@@ -450,7 +469,7 @@ async fn bad_names_and_tokens_are_refused() {
     postgres::install(&db).await.expect("install");
     let tx = db.transaction().await.expect("begin");
     for (lease, token) in [("a b", 1), ("..", 1), ("", 1), ("ok", 0), ("ok", u64::MAX)] {
-        let refused = postgres::fence(&tx, lease, token).await;
+        let refused = postgres::fence_unverified(&tx, lease, token).await;
         assert!(
             matches!(refused, Err(Error::BadRequest(_))),
             "{lease:?} {token}: {refused:?}"
@@ -461,11 +480,28 @@ async fn bad_names_and_tokens_are_refused() {
         .expect("nothing was sent: the transaction is fine");
 
     for (sql, token, needle) in [
-        ("SELECT palisade.fence('a b', 1)", 1, "invalid lease name"),
-        ("SELECT palisade.fence(NULL, 1)", 1, "invalid lease name"),
-        ("SELECT palisade.fence('ok', 0)", 0, "invalid fencing token"),
         (
-            "SELECT palisade.fence('ok', -5)",
+            "SELECT palisade.fence_unverified('a b', 1)",
+            1,
+            "invalid lease name",
+        ),
+        (
+            "SELECT palisade.fence_unverified(NULL, 1)",
+            1,
+            "invalid lease name",
+        ),
+        (
+            "SELECT palisade.fence('a b', 'x.y.z')",
+            1,
+            "invalid lease name",
+        ),
+        (
+            "SELECT palisade.fence_unverified('ok', 0)",
+            0,
+            "invalid fencing token",
+        ),
+        (
+            "SELECT palisade.fence_unverified('ok', -5)",
             0,
             "invalid fencing token",
         ),
@@ -478,7 +514,10 @@ async fn bad_names_and_tokens_are_refused() {
         );
     }
     let err = db
-        .query_one("SELECT palisade.fence('ok', '9223372036854775808')", &[])
+        .query_one(
+            "SELECT palisade.fence_unverified('ok', '9223372036854775808')",
+            &[],
+        )
         .await
         .expect_err("above bigint");
     assert!(matches!(postgres::fence_error(&err, 0), Error::Database(m) if m.starts_with("22003")));

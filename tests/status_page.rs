@@ -187,9 +187,12 @@ async fn chromium_renders_the_leader_and_the_leases_and_runs_no_holder_script() 
 /// (`devtools.rs`), against a cluster over TLS with a policy: `/ui` sends
 /// a browser without a key to `/ui/login`; a wrong key stays there with
 /// the reason; the right one lands on the page with the held leases. The
-/// key is in no URL the browser visited and no script can read the cookie
-/// (`HttpOnly`); signing out clears it, and `/ui` sends the browser back to
-/// the form. Screenshots of the form and the signed-in page are kept in
+/// key is in no URL the browser visited and in no cookie: the browser
+/// keeps a session id (`HttpOnly`, `SameSite=Strict`, `Path=/ui`,
+/// `Secure`), which the API refuses as a key; signing out ends the session
+/// on the node (a copy of the id is refused) and `/ui` sends the browser
+/// back to the form. The page's own forms carry its `Origin` (the headers
+/// `/ui` sends must not make the browser send `Origin: null`). Screenshots of the form and the signed-in page are kept in
 /// `target/ui-screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
@@ -242,10 +245,63 @@ async fn a_browser_signs_in_through_the_form_and_no_script_sees_the_key() {
     for visited in page.visited() {
         assert!(!visited.contains(&key), "the key is in a URL: {visited}");
     }
+    // What the browser keeps is a session id, scoped to /ui, HttpOnly,
+    // SameSite=Strict, and no API call takes it for a key (issue 43).
+    let jar = page.cookies().await;
+    assert!(
+        jar.iter()
+            .all(|c| c["value"].as_str() != Some(key.as_str())),
+        "the browser keeps the key in a cookie: {jar:?}"
+    );
+    let session = jar
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("palisade_session_"))
+        })
+        .unwrap_or_else(|| panic!("no session cookie: {jar:?}"));
+    assert_eq!(session["path"], "/ui", "{session}");
+    assert_eq!(session["httpOnly"], true, "{session}");
+    assert_eq!(session["sameSite"], "Strict", "{session}");
+    assert_eq!(session["secure"], true, "over TLS: {session}");
+    let id = session["value"].as_str().expect("session id");
+    let anonymous = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&access.ca).expect("ca")).expect("pem"),
+        )
+        .build()
+        .expect("client");
+    let as_key = anonymous
+        .get(format!("{base}/v1/leases"))
+        .header("x-palisade-key", id)
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(as_key.status(), 401, "the session id passed for a key");
 
     page.eval("document.getElementById('logout').submit(); true")
         .await;
     page.wait_for("location.pathname === '/ui/login'").await;
+    let jar = page.cookies().await;
+    assert!(
+        !jar.iter().any(|c| c["value"].as_str() == Some(id)),
+        "the session cookie outlived the sign-out: {jar:?}"
+    );
+    let after = anonymous
+        .get(format!("{base}/ui"))
+        .header(
+            "cookie",
+            format!("{}={id}", session["name"].as_str().unwrap_or_default()),
+        )
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(
+        after.status(),
+        401,
+        "the signed-out session still opens the page"
+    );
     page.navigate(&format!("{base}/ui")).await;
     page.wait_for("location.pathname === '/ui/login' && !!document.getElementById('login')")
         .await;

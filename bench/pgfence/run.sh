@@ -7,25 +7,27 @@
 #   DURATION=10 ROUNDS=3 CLIENTS="1 16 64" bash bench/pgfence/run.sh
 #
 # 1. The same transaction (one UPDATE of a random row of 100 000) with and
-#    without `SELECT palisade.fence(lease, 1)` before it, the lease drawn from
-#    1 000 (fence == token: the holder's path), at each client count:
-#    a. prepared statements, the fence a statement of its own (one round
-#       trip more than the unfenced transaction: the worst case);
-#    b. BEGIN and the fence pipelined (sent together, as a pipelining driver
-#       can): the same number of round trips as the unfenced transaction.
-#    c. the floor: `SELECT 1` in place of the fence, what any added
-#       statement costs whatever it does.
+#    without a fence before it, the lease drawn from 1 000 (fence == token:
+#    the holder's path), at each client count:
+#    a. the floor: `SELECT 1` in place of the fence, what any added
+#       statement costs whatever it does;
+#    b. palisade.fence_unverified(lease, token): no proof (trusted roles);
+#    c. palisade.fence(lease, jwt): the JWT checked (proven beforehand, as
+#       the SDKs do once per JWT: a hash and a cache lookup per call);
+#    d. c against b: what verification adds;
+#    e. c with BEGIN and the fence pipelined (sent together, as a pipelining
+#       driver can): the same number of round trips as unfenced.
 # 2. At 64 clients: all on one lease against each on its own (64 leases).
-# Runs alternate (unfenced, fenced, ...) ROUNDS times, DURATION seconds each,
-# so both sides see the same machine; the table gives the median tps of the
-# rounds and the ratio. Needs PostgreSQL's binaries (PALISADE_PG_BIN, else
-# the newest /usr/lib/postgresql/*/bin; as root: apt-get install postgresql
-# when missing) and runs the server as `postgres` when run as root.
+# 3. A first verification (a JWT not proven before): palisade.prove, timed.
+# The JWTs are signed by a key of the script's own (jwts.py, python3 with
+# cryptography), installed with palisade.set_keys as `palisade sql keys`
+# installs the cluster's. FENCE_SQL=file installs another fence schema (an
+# older release's, say; its scripts must match).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-sql="$repo/client-sdk/python/src/palisade/sql/palisade_fence.sql"
+sql="${FENCE_SQL:-$repo/client-sdk/python/src/palisade/sql/palisade_fence.sql}"
 DURATION="${DURATION:-10}"
 ROUNDS="${ROUNDS:-3}"
 CLIENTS="${CLIENTS:-1 16 64}"
@@ -67,19 +69,30 @@ trap stop EXIT
 export PGHOST=127.0.0.1 PGPORT="$port" PGUSER=postgres PGDATABASE=postgres
 psql=("$bindir/psql" -X -q -v ON_ERROR_STOP=1)
 
+if ! python3 -c 'import cryptography' 2>/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-cryptography >/dev/null
+  else
+    echo "run.sh: jwts.py needs python3 with cryptography (apt-get install python3-cryptography)" >&2
+    exit 1
+  fi
+fi
+python3 "$here/jwts.py" "$dir/jwks.json" >"$dir/jwts.tsv"
+
 "${psql[@]}" -f "$sql"
-"${psql[@]}" -o /dev/null <<'SQL'
+"${psql[@]}" -o /dev/null -v jwks="$(cat "$dir/jwks.json")" <<SQL
 CREATE TABLE bench_rows (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0);
 INSERT INTO bench_rows (id) SELECT g FROM generate_series(1, 100000) g;
--- Every lease used below is fenced at token 1 first: the runs measure the
--- holder's path, not a lease's first use.
-SELECT count(palisade.fence('bench-' || g, 1)) FROM generate_series(1, 1000) g;
-SELECT count(palisade.fence('bench-c' || g, 1)) FROM generate_series(0, 255) g;
-SELECT palisade.fence('bench-one', 1);
+CREATE TABLE bench_jwts (n int PRIMARY KEY, lease text NOT NULL, token bigint NOT NULL, jwt text NOT NULL);
+\copy bench_jwts FROM '$dir/jwts.tsv'
+SELECT palisade.set_keys(:'jwks'::jsonb);
+-- Every JWT used below is proven (cached) and its lease fenced at token 1
+-- first: the runs measure the holder's path, not a lease's first use.
+SELECT count(palisade.prove(jwt)) FROM bench_jwts WHERE n < 20000;
+SELECT count(palisade.fence_unverified(lease, token)) FROM bench_jwts WHERE n < 20000;
 VACUUM ANALYZE;
 CHECKPOINT;
 SQL
-
 postmaster="$(head -1 "$dir/data/postmaster.pid")"
 tck="$(getconf CLK_TCK)"
 # The server's CPU time so far, in clock ticks: the postmaster's own, its
@@ -154,9 +167,28 @@ detail="$dir/rounds.txt"
 
 for c in $CLIENTS; do
   compare "floor: SELECT 1 for the fence, own trip" "$c" prepared unfenced.sql floor_select1.sql
-  compare "fenced/unfenced, prepared, fence own trip" "$c" prepared unfenced.sql fenced_many.sql
-  compare "fenced/unfenced, BEGIN+fence pipelined" "$c" prepared unfenced.sql fenced_many_pipelined.sql
+  compare "unverified/unfenced, fence own trip" "$c" prepared unfenced.sql fenced_many.sql
+  compare "verified/unfenced, fence own trip" "$c" prepared unfenced.sql verified_many.sql
+  compare "verified/unverified, fence own trip" "$c" prepared fenced_many.sql verified_many.sql
+  compare "verified/unfenced, BEGIN+fence pipelined" "$c" prepared unfenced.sql fenced_many_pipelined.sql
 done
-compare "one lease / a lease per client (prepared)" 64 prepared fenced_spread.sql fenced_one.sql
+compare "one lease / a lease per client (verified)" 64 prepared fenced_spread.sql fenced_one.sql
+echo "a first verification (palisade.prove of a JWT not proven before), 20 JWTs:"
+"$bindir/psql" -X -A -t <<'SQL'
+DO $$
+DECLARE
+  v_jwt text;
+  v_started timestamptz;
+  v_ms numeric[] := '{}';
+BEGIN
+  FOR v_jwt IN SELECT jwt FROM bench_jwts WHERE n >= 20000 ORDER BY n LOOP
+    v_started := clock_timestamp();
+    PERFORM palisade.prove(v_jwt);
+    v_ms := v_ms || round(extract(epoch FROM clock_timestamp() - v_started)::numeric * 1000, 1);
+  END LOOP;
+  RAISE NOTICE 'ms: %', v_ms;
+END
+$$;
+SQL
 echo "each round (base | fenced):"
 cat "$detail"

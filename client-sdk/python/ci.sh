@@ -5,7 +5,7 @@
 # fenced PostgreSQL transactions, a throwaway PostgreSQL server it also starts
 # itself (installed with apt-get when missing and running as root).
 #
-#   PALISADE_BIN=target/debug/palisade bash client-sdk/python/ci.sh
+#   PALISADE_BIN=target/debug/palisade bash client-sdk/python/ci.sh [pytest paths/args; default tests]
 #
 # Read-only on the source tree: the package is built from a copy, and the
 # venv (reused while pyproject.toml and the Python version stay the same),
@@ -86,4 +86,4 @@ echo "--- mypy --strict (package)"
 
 echo "--- pytest (against palisade dev: $PALISADE_BIN)"
 cd "$here"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "${@:-tests}"

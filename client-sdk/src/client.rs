@@ -331,6 +331,15 @@ impl Client {
         self.get_json("/v1/cluster", Duration::ZERO).await?.parse()
     }
 
+    /// The cluster's signing keys (`GET /v1/jwks`): the JWKS a database's
+    /// fence checks proofs against ([`crate::postgres::set_keys`]).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`], or the error the cluster answered.
+    pub async fn jwks(&self) -> Result<Value, Error> {
+        self.get_json("/v1/jwks", Duration::ZERO).await?.parse()
+    }
+
     /// Reads `key` through the gateway. Reads are not fenced and need no
     /// lease: any process may read what the holders wrote.
     ///

@@ -43,6 +43,9 @@ struct Shared {
     /// leader's answer).
     ttl: Duration,
     state: Mutex<State>,
+    /// The last JWT `palisade.prove` accepted (cached in the database), so
+    /// fenced transactions prove each JWT once.
+    proven: Mutex<Option<String>>,
     /// Flips to true once, when the lease is lost or released.
     lost: watch::Sender<bool>,
 }
@@ -104,6 +107,7 @@ impl Lease {
             renewals,
             id: grant.id(),
             ttl,
+            proven: Mutex::new(None),
             state: Mutex::new(State {
                 jwt,
                 deadline: sent + ttl - margin,
@@ -235,44 +239,53 @@ impl Lease {
     }
 
     /// Begins a transaction on `client` fenced in PostgreSQL with this
-    /// lease's token (`palisade.fence(name, token)`, after
-    /// [`crate::postgres::install`]), with `idle_in_transaction_session_timeout`
-    /// set to the lease's ttl for it (SET LOCAL: a holder frozen inside the
-    /// transaction loses its session, so the next holder's raise does not
-    /// wait for it forever). Write, then commit it; check [`Lease::is_held`]
+    /// lease's JWT (`palisade.fence(name, jwt)`, after
+    /// [`crate::postgres::install`] and [`crate::postgres::set_keys`]), with
+    /// `idle_in_transaction_session_timeout` set to the lease's ttl for it
+    /// (SET LOCAL: a holder frozen inside the transaction loses its session,
+    /// so the next holder's raise does not wait for it forever). Each new
+    /// JWT (renewals bring new ones) is first proven once with
+    /// `palisade.prove`, outside the transaction, so the database checks its
+    /// signature once. Write, then commit it; check [`Lease::is_held`]
     /// before committing if the transaction ran long.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] locally, with nothing sent, once the lease is not
     /// held; [`Error::Fenced`] when the database's fence is above the token —
     /// a newer holder has fenced; the lease is marked lost, as for a fenced
-    /// gateway write; [`Error::BadRequest`] for a lease name PostgreSQL's
-    /// fence refuses; [`Error::Database`], [`Error::Unavailable`]. Nothing is
-    /// left open on an error (the transaction is rolled back).
+    /// gateway write; [`Error::Unauthorized`] when the database refuses the
+    /// JWT (`PF007`: e.g. signed by a key it does not know yet — run `palisade
+    /// sql keys`); [`Error::BadRequest`] for a lease name PostgreSQL's fence
+    /// refuses; [`Error::Database`], [`Error::Unavailable`]. Nothing is left
+    /// open on an error (the transaction is rolled back).
     #[cfg(feature = "postgres")]
     pub async fn fenced_transaction<'c>(
         &self,
         client: &'c mut tokio_postgres::Client,
     ) -> Result<tokio_postgres::Transaction<'c>, Error> {
-        self.shared.held_jwt()?;
+        let jwt = self.shared.held_jwt()?;
         let (lease, token) = (self.name(), self.token());
         crate::postgres::check(lease, token)?;
+        let proven = lock(&self.shared.proven).as_deref() == Some(jwt.as_str());
+        if !proven {
+            crate::postgres::prove(client, &jwt).await?;
+            *lock(&self.shared.proven) = Some(jwt.clone());
+        }
         let tx = client
             .transaction()
             .await
             .map_err(crate::postgres::database)?;
-        let fenced = crate::postgres::call_fence(&tx, lease, token, Some(self.shared.ttl)).await;
+        let proof = crate::postgres::Proof::Jwt(&jwt);
+        let fenced = crate::postgres::call_fence(&tx, lease, proof, Some(self.shared.ttl)).await;
         match fenced {
             Ok(_) => Ok(tx),
             Err(error) => {
                 // Rolled back by the drop as well; this waits for it.
                 let _ = tx.rollback().await;
-                if let Error::Fenced { token, fence } = &error {
-                    self.shared.mark_lost(if *fence > 0 {
-                        format!("fenced in PostgreSQL: token {token} is below fence {fence}")
-                    } else {
-                        format!("fenced in PostgreSQL: token {token} is below the fence")
-                    });
+                if let Error::Fenced { .. } = &error {
+                    self.shared.mark_lost(format!(
+                        "fenced in PostgreSQL: token {token} is below the fence"
+                    ));
                 }
                 Err(error)
             }

@@ -2,18 +2,23 @@
 //!
 //! [`install`] runs `palisade_fence.sql` (the one copy, shared with the
 //! Python SDK): a `palisade` schema whose function `palisade.fence(lease,
-//! token)`, called inside a transaction, refuses a token below the lease's
-//! fence (SQLSTATE `PF001`) and otherwise raises the fence to it in that
-//! transaction, so the fence and the transaction's writes commit or roll
-//! back together. [`crate::Lease::fenced_transaction`] begins such a
-//! transaction with a held lease's token; [`fence`] is the plain call for
-//! code that runs its own transactions. [`guard`] and [`guard_table`] make a
-//! table refuse writes (`PF002`) from transactions that did not fence.
+//! proof)`, called inside a transaction with the lease's JWT, checks the
+//! JWT's signature against the cluster's keys ([`set_keys`]), refuses a
+//! token below the lease's fence (SQLSTATE `PF001`) and otherwise raises the
+//! fence to it in that transaction, so the fence and the transaction's
+//! writes commit or roll back together. [`crate::Lease::fenced_transaction`]
+//! begins such a transaction with a held lease's JWT; [`fence`] is the plain
+//! call for code that runs its own transactions. [`guard`] and
+//! [`guard_table`] make a table refuse writes (`PF002`) from transactions
+//! that did not fence. Nothing in the schema is callable by another role
+//! until [`allow`] (or, for the unverified mode, [`trust`]).
 //!
-//! Errors: a stale token is [`Error::Fenced`]; a bad lease name or token
-//! [`Error::BadRequest`] (refused before anything is sent); any other error
-//! the database answers is [`Error::Database`]; a connection that failed is
-//! [`Error::Unavailable`]. After an error inside a transaction, roll it back.
+//! Errors: a stale token is [`Error::Fenced`] (its `fence` is 0: the
+//! database does not tell it); a bad lease name or token
+//! [`Error::BadRequest`] (refused before anything is sent); a refused proof
+//! [`Error::Unauthorized`]; any other error the database answers is
+//! [`Error::Database`]; a connection that failed is [`Error::Unavailable`].
+//! After an error inside a transaction, roll it back.
 
 use std::time::Duration;
 
@@ -27,7 +32,7 @@ use crate::error::Error;
 pub const SQL: &str = include_str!("../python/src/palisade/sql/palisade_fence.sql");
 
 /// The schema version [`SQL`] installs.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// `PF001`: the token is below the lease's fence (another holder took over).
 pub const STALE_TOKEN: &str = "PF001";
@@ -42,6 +47,10 @@ pub const INVALID_TOKEN: &str = "PF004";
 pub const FENCE_RACED: &str = "PF005";
 /// `PF006`: the database holds a newer fence schema than [`SQL`].
 pub const SCHEMA_TOO_NEW: &str = "PF006";
+/// `PF007`: the proof (the lease's JWT) is refused: malformed, a bad
+/// signature, a key the database does not trust (run [`set_keys`] after a
+/// rotation), another lease's, or expired.
+pub const PROOF_REFUSED: &str = "PF007";
 
 /// Installs the fence schema (or leaves it alone when this version is
 /// there); answers its version. One statement, atomic on its own.
@@ -117,17 +126,103 @@ pub async fn unguard(client: &PgClient, table: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// `SELECT palisade.fence(lease, token)` in `tx`, for code that runs its
-/// own transactions: call it first in the transaction, before its writes.
-/// Answers the fence (the token).
+/// Installs the cluster's signing keys (its JWKS, as `GET /v1/jwks` answers
+/// it, e.g. [`crate::Client::jwks`]) as the keys proofs are checked against;
+/// keys missing from it are retired, with the proofs they signed. Run it
+/// after installing and after every key rotation or retirement (`palisade
+/// sql keys` does; `--follow` keeps doing it). A set older than the one
+/// installed (a lower `applied_index`) changes nothing. Answers the number
+/// of keys installed (0 when the set was older). The schema's owner only.
+///
+/// # Errors
+/// [`Error::Database`] (not a JWKS of Ed25519 keys), [`Error::Unavailable`].
+pub async fn set_keys(client: &PgClient, jwks: &serde_json::Value) -> Result<i32, Error> {
+    let text = jwks.to_string();
+    let row = client
+        .query_one("SELECT palisade.set_keys($1::text::jsonb)", &[&text])
+        .await
+        .map_err(database)?;
+    row.try_get(0).map_err(database)
+}
+
+/// Lets `role` fence with proof (`palisade.fence`, `palisade.prove`):
+/// nothing in the schema is callable by other roles until then. The
+/// schema's owner only.
+///
+/// # Errors
+/// [`Error::Database`] (no such role), [`Error::Unavailable`].
+pub async fn allow(client: &PgClient, role: &str) -> Result<(), Error> {
+    client
+        .execute("SELECT palisade.allow($1)", &[&role])
+        .await
+        .map_err(database)?;
+    Ok(())
+}
+
+/// Lets `role` also call `palisade.fence_unverified`, which believes any
+/// token: a role trusted this way can write past any guard and raise any
+/// fence. Only for roles trusted as much as the cluster.
+///
+/// # Errors
+/// As [`allow`].
+pub async fn trust(client: &PgClient, role: &str) -> Result<(), Error> {
+    client
+        .execute("SELECT palisade.trust($1)", &[&role])
+        .await
+        .map_err(database)?;
+    Ok(())
+}
+
+/// `SELECT palisade.prove(proof)`: checks the JWT's signature and caches it
+/// in the database (committed at once when `client` is not in a
+/// transaction), so `palisade.fence` with it costs a hash and a lookup
+/// instead of a signature check (~20 ms of the database's CPU). Answers its
+/// token. [`crate::Lease::fenced_transaction`] does this once per JWT.
+///
+/// # Errors
+/// [`Error::Unauthorized`] when the proof is refused (`PF007`);
+/// [`Error::Database`], [`Error::Unavailable`].
+pub async fn prove(client: &PgClient, proof: &str) -> Result<u64, Error> {
+    let row = client
+        .query_one("SELECT palisade.prove($1)", &[&proof])
+        .await
+        .map_err(|e| fence_error(&e, 0))?;
+    let token: i64 = row.try_get(0).map_err(database)?;
+    Ok(u64::try_from(token).unwrap_or(0))
+}
+
+/// `SELECT palisade.fence(lease, proof)` in `tx`, for code that runs its
+/// own transactions: call it first in the transaction, before its writes,
+/// with the lease's JWT ([`crate::Lease::jwt`]). Answers the token.
 ///
 /// # Errors
 /// [`Error::Fenced`] when the token is below the fence (another holder took
-/// over: stop acting as leader); [`Error::BadRequest`] for a bad lease name
-/// or token (nothing sent); [`Error::Database`] (`PF005`: retry the
-/// transaction); [`Error::Unavailable`]. After an error, roll `tx` back.
-pub async fn fence(tx: &Transaction<'_>, lease: &str, token: u64) -> Result<u64, Error> {
-    call_fence(tx, lease, token, None).await
+/// over: stop acting as leader); [`Error::Unauthorized`] when the proof is
+/// refused (`PF007`); [`Error::BadRequest`] for a bad lease name (nothing
+/// sent); [`Error::Database`] (`PF005`: retry the transaction);
+/// [`Error::Unavailable`]. After an error, roll `tx` back.
+pub async fn fence(tx: &Transaction<'_>, lease: &str, proof: &str) -> Result<u64, Error> {
+    check_lease(lease)?;
+    call_fence(tx, lease, Proof::Jwt(proof), None).await
+}
+
+/// `SELECT palisade.fence_unverified(lease, token)` in `tx`: the fence
+/// without proof, for a role the database trusts ([`trust`]). As [`fence`]
+/// otherwise.
+///
+/// # Errors
+/// As [`fence`]; [`Error::Database`] (`42501`) for a role not trusted.
+pub async fn fence_unverified(tx: &Transaction<'_>, lease: &str, token: u64) -> Result<u64, Error> {
+    check(lease, token)?;
+    call_fence(tx, lease, Proof::Trusted(token), None).await
+}
+
+/// What a fence call carries: the lease's JWT, or a bare token (the
+/// unverified mode).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Proof<'a> {
+    Jwt(&'a str),
+    Trusted(u64),
 }
 
 /// Checks `lease` and `token` as `palisade.fence` would, locally.
@@ -148,57 +243,70 @@ fn check_lease(lease: &str) -> Result<(), Error> {
         .map_err(|e| Error::BadRequest(format!("invalid lease name {lease:?}: {e}")))
 }
 
-/// `palisade.fence(lease, token)` in `tx`; with `idle` also the
-/// transaction's `idle_in_transaction_session_timeout` (SET LOCAL), in the
-/// same statement (one round trip).
+/// `palisade.fence(lease, proof)` (or `fence_unverified`) in `tx`; with
+/// `idle` also the transaction's `idle_in_transaction_session_timeout`
+/// (SET LOCAL), in the same statement (one round trip). `token` names the
+/// token in errors.
 pub(crate) async fn call_fence(
     tx: &Transaction<'_>,
     lease: &str,
-    token: u64,
+    proof: Proof<'_>,
     idle: Option<Duration>,
 ) -> Result<u64, Error> {
-    let signed = check(lease, token)?;
-    let answered = match idle {
-        None => {
-            tx.query_one("SELECT palisade.fence($1, $2)", &[&lease, &signed])
-                .await
+    let idle_ms = idle.map(|idle| idle.as_millis().max(1).to_string());
+    let set_idle = ", pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true)";
+    let tail = if idle_ms.is_some() { set_idle } else { "" };
+    let (answered, token) = match proof {
+        Proof::Jwt(jwt) => {
+            let sql = format!("SELECT palisade.fence($1, $2){tail}");
+            let answered = match &idle_ms {
+                Some(ms) => tx.query_one(&sql, &[&lease, &jwt, ms]).await,
+                None => tx.query_one(&sql, &[&lease, &jwt]).await,
+            };
+            (answered, 0)
         }
-        Some(idle) => {
-            let ms = idle.as_millis().max(1).to_string();
-            tx.query_one(
-                "SELECT palisade.fence($1, $2), pg_catalog.set_config(\
-                 'idle_in_transaction_session_timeout', $3, true)",
-                &[&lease, &signed, &ms],
-            )
-            .await
+        Proof::Trusted(token) => {
+            let signed = check(lease, token)?;
+            let sql = format!("SELECT palisade.fence_unverified($1, $2){tail}");
+            let answered = match &idle_ms {
+                Some(ms) => tx.query_one(&sql, &[&lease, &signed, ms]).await,
+                None => tx.query_one(&sql, &[&lease, &signed]).await,
+            };
+            (answered, token)
         }
     };
     let row = answered.map_err(|e| fence_error(&e, token))?;
-    let fence: i64 = row.try_get(0).map_err(database)?;
-    Ok(u64::try_from(fence).unwrap_or(0))
+    let fenced: i64 = row.try_get(0).map_err(database)?;
+    Ok(u64::try_from(fenced).unwrap_or(0))
 }
 
-/// The SDK error for a failed call of `palisade.fence` with `token`.
+/// The SDK error for a failed call of `palisade.fence` (or `prove`) with
+/// `token` (0: read it from the refusal).
 pub fn fence_error(err: &tokio_postgres::Error, token: u64) -> Error {
     let Some(db) = err.as_db_error() else {
         return database_ref(err);
     };
     match db.code().code() {
         STALE_TOKEN => Error::Fenced {
-            token,
-            fence: detail_fence(db.detail().unwrap_or("")),
+            token: if token == 0 {
+                detail_number(db.detail().unwrap_or(""), "token")
+            } else {
+                token
+            },
+            fence: detail_number(db.detail().unwrap_or(""), "fence"),
         },
+        PROOF_REFUSED => Error::Unauthorized(format!("postgres: {}", db.message())),
         INVALID_LEASE | INVALID_TOKEN => Error::BadRequest(db.message().to_owned()),
         _ => database_ref(err),
     }
 }
 
-/// The `fence=F` of a `PF001` DETAIL (`lease=L token=T fence=F`); 0 when
-/// unknown (a raise seen through a REPEATABLE READ snapshot).
-fn detail_fence(detail: &str) -> u64 {
+/// The `name=N` of a refusal's DETAIL (`lease=L token=T`); 0 when absent
+/// (schema 2 never tells the fence).
+fn detail_number(detail: &str, name: &str) -> u64 {
     detail
         .split_whitespace()
-        .find_map(|part| part.strip_prefix("fence="))
+        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
         .and_then(|f| f.parse().ok())
         .unwrap_or(0)
 }
@@ -258,7 +366,9 @@ mod tests {
 
     #[test]
     fn the_fence_is_read_from_the_detail() {
-        assert_eq!(detail_fence("lease=a token=3 fence=7"), 7);
-        assert_eq!(detail_fence("lease=a token=3 fence=unknown"), 0);
+        assert_eq!(detail_number("lease=a token=3 fence=7", "fence"), 7);
+        assert_eq!(detail_number("lease=a token=3", "fence"), 0);
+        assert_eq!(detail_number("lease=a token=3", "token"), 3);
+        assert_eq!(detail_number("lease=a tokens=3", "token"), 0);
     }
 }

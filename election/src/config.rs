@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use crate::raft::NodeId;
 
+pub mod ui;
+
+pub use ui::UiAccess;
+
 /// The files of a node's peer identity: the cluster CA, and this node's
 /// certificate (naming it `node-<id>.palisade`) and key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +117,9 @@ pub struct ElectionConfig {
     /// A gateway whose fencing audit the status page shows (`/ui`), with
     /// the API key and CA to call it with.
     pub ui_gateway: Option<UiGateway>,
+    /// The status page's sign-in: the public URLs its forms may come from,
+    /// and how long and how many sessions last ([`UiAccess`]).
+    pub ui: UiAccess,
 }
 
 /// How a node takes part in leadership placement ([`crate::leader::placement`]).
@@ -186,6 +193,7 @@ impl ElectionConfig {
             placement: Placement::default(),
             timing_seed: None,
             ui_gateway: None,
+            ui: UiAccess::default(),
         }
     }
 
@@ -245,7 +253,7 @@ impl ElectionConfig {
         if self.placement.every < Duration::from_millis(10) {
             return Err("placement checks must be at least 10 ms apart".into());
         }
-        Ok(())
+        self.ui.validate()
     }
 
     /// The election timeout range openraft draws from, in ms. Without a

@@ -303,6 +303,7 @@ fn api_state(
         .ui_gateway
         .clone()
         .map(crate::api::GatewayReader::new);
+    let sessions = Arc::new(crate::api::UiSessions::new(config.ui.clone()));
     let state = ApiState::new(ApiParts {
         raft,
         proposer,
@@ -317,6 +318,7 @@ fn api_state(
         jwts: Arc::default(),
         reads,
         series: Arc::default(),
+        sessions,
         ui_gateway,
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.

@@ -11,20 +11,38 @@ pub const MAX_HOLDER_LEN: usize = 256;
 #[error("{0}")]
 pub struct InvalidHolder(String);
 
-/// A holder name: 1..=[`MAX_HOLDER_LEN`] characters, no control characters.
+/// A holder name: 1..=[`MAX_HOLDER_LEN`] characters, no control characters,
+/// and (for a new name, [`Holder::new`]) no bidirectional controls
+/// ([`crate::text::BIDI_CONTROLS`]).
 ///
-/// Serialized as the bare string; deserializing checks it again, so a holder
-/// read from a log, a snapshot or a peer is as valid as one a client sent.
+/// Serialized as the bare string; deserializing checks the length and the
+/// control characters again, so a holder read from a log, a snapshot or a
+/// peer is as valid as one a client sent. Deserializing does not refuse a
+/// bidirectional control: a log or snapshot written before that rule must
+/// still load. Every entry point that names a new holder (the election's
+/// acquire and handover bodies, the SDKs) checks it with [`Holder::new`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Holder(String);
 
 impl Holder {
-    /// Checks `holder` against the bounds every API and SDK enforces.
+    /// Checks a new holder name against the bounds every API and SDK
+    /// enforces, bidirectional controls included.
     ///
     /// # Errors
     /// [`InvalidHolder`] saying what is wrong with it.
     pub fn new(holder: &str) -> Result<Self, InvalidHolder> {
+        crate::text::refuse_bidi("holder", holder).map_err(InvalidHolder)?;
+        Self::stored(holder)
+    }
+
+    /// Checks a holder name read back from storage or a peer: the length and
+    /// the control characters, not the bidirectional controls (a name
+    /// stored before that rule existed must still load).
+    ///
+    /// # Errors
+    /// [`InvalidHolder`] saying what is wrong with it.
+    pub fn stored(holder: &str) -> Result<Self, InvalidHolder> {
         if holder.is_empty() || holder.chars().count() > MAX_HOLDER_LEN {
             return Err(InvalidHolder(format!(
                 "holder must be 1..={MAX_HOLDER_LEN} characters"
@@ -48,7 +66,7 @@ impl TryFrom<String> for Holder {
     type Error = InvalidHolder;
 
     fn try_from(holder: String) -> Result<Self, InvalidHolder> {
-        Self::new(&holder)
+        Self::stored(&holder)
     }
 }
 
@@ -114,6 +132,12 @@ mod tests {
         assert!(Holder::new("").is_err());
         assert!(Holder::new("a\nb").is_err());
         assert!(Holder::new("a\u{85}b").is_err());
+        assert!(Holder::new("admin\u{202E}gpj.exe").is_err());
+        assert!(Holder::new("a\u{2066}b").is_err());
+        // Read back from a log or snapshot written before the rule: loads.
+        assert!(Holder::stored("admin\u{202E}gpj.exe").is_ok());
+        let old: Holder = serde_json::from_str("\"a\\u202eb\"").expect("stored holder");
+        assert_eq!(old.as_str(), "a\u{202E}b");
         let parsed: Result<Holder, _> = serde_json::from_str("\"\"");
         assert!(parsed.is_err());
         let round: Holder = serde_json::from_str("\"w\"").expect("holder");

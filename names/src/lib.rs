@@ -7,6 +7,7 @@ use std::fmt;
 mod holder;
 pub mod sled_files;
 pub mod sync;
+pub mod text;
 
 pub use holder::{Holder, InvalidHolder, MAX_HOLDER_LEN};
 
@@ -116,7 +117,9 @@ impl fmt::Debug for LeaseName {
 
 /// An object key: `{lease}` or `{lease}/{rest}`.
 ///
-/// `rest` is any UTF-8 made of non-empty segments that are not `.` or `..`;
+/// `rest` is any UTF-8 made of non-empty segments that are not `.` or `..`
+/// and hold no control character and no bidirectional control
+/// ([`text::BIDI_CONTROLS`]);
 /// the whole key is at most [`MAX_KEY_LEN`] bytes. The first segment names the
 /// lease whose fence covers the object.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -153,6 +156,11 @@ impl ObjectKey {
                 }
                 s if s.chars().any(char::is_control) => {
                     return Err(NameError::InvalidKey("key has a control character".into()))
+                }
+                s if text::bidi_control(s).is_some() => {
+                    return Err(NameError::InvalidKey(
+                        text::refuse_bidi("key", key).err().unwrap_or_default(),
+                    ))
                 }
                 _ => {}
             }
@@ -347,6 +355,8 @@ mod tests {
             "a/../b",
             "../a",
             "a/b\n",
+            "a/invoice\u{202E}fdp.exe",
+            "a/\u{2066}b",
             &format!("a/{}", "x".repeat(MAX_KEY_LEN)),
         ] {
             assert!(ObjectKey::new(bad).is_err(), "{bad:?}");

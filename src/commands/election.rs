@@ -139,6 +139,19 @@ pub struct ElectionArgs {
     /// The CA (PEM) to trust for an https --ui-gateway.
     #[arg(long, requires = "ui_gateway")]
     ui_gateway_ca: Option<PathBuf>,
+    /// The URL(s) browsers reach this node's client API at
+    /// (`https://status.example:7001`, comma-separated): the only origins
+    /// the status page's sign-in and sign-out forms are accepted from.
+    /// Default: `--listen` (with its loopback names for a loopback or
+    /// unspecified address).
+    #[arg(long, value_delimiter = ',')]
+    public_url: Vec<String>,
+    /// A status-page session unused this long ends.
+    #[arg(long, default_value_t = 1800)]
+    ui_session_idle_secs: u64,
+    /// A status-page session ends this long after sign-in, used or not.
+    #[arg(long, default_value_t = 28_800)]
+    ui_session_lifetime_secs: u64,
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -233,6 +246,9 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
             ca: args.ui_gateway_ca,
         });
     }
+    config.ui.public_urls = args.public_url;
+    config.ui.idle = Duration::from_secs(args.ui_session_idle_secs);
+    config.ui.lifetime = Duration::from_secs(args.ui_session_lifetime_secs);
     if let Err(problem) = config.validate() {
         eprintln!("error: {problem}");
         return Ok(ExitCode::from(2));

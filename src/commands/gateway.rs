@@ -14,7 +14,7 @@ use palisade_store::{FencedStore, PostgresStore, PostgresStoreConfig, SledStore,
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("keys").required(true).args(["election", "public_key"])))]
-#[command(group(ArgGroup::new("storage").required(true).args(["data_dir", "postgres"])))]
+#[command(group(ArgGroup::new("storage").required(true).args(["data_dir", "postgres", "postgres_file"])))]
 pub struct GatewayArgs {
     /// Address to listen on (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -27,6 +27,10 @@ pub struct GatewayArgs {
     /// `target_session_attrs=read-write` follow a promoted standby.
     #[arg(long, env = "PALISADE_GATEWAY_POSTGRES", conflicts_with = "data_dir")]
     postgres: Option<String>,
+    /// `--postgres` read from a file (its first line), so a password is not
+    /// on the command line or in the environment (both readable in /proc).
+    #[arg(long, env = "PALISADE_GATEWAY_POSTGRES_FILE", conflicts_with_all = ["data_dir", "postgres"])]
+    postgres_file: Option<PathBuf>,
     #[command(flatten)]
     pg: PostgresArgs,
     /// Election node URLs, comma-separated, to fetch signing keys from (/v1/jwks).
@@ -163,7 +167,18 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     };
     let verifier = Arc::new(Verifier::new(keys, args.exp_leeway_secs));
     let observer = Observer::default();
-    let served = match (&args.postgres, &args.data_dir) {
+    let postgres = match (&args.postgres, &args.postgres_file) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(file)) => match super::first_line_of(file, "--postgres-file") {
+            Ok(url) => Some(url),
+            Err(problem) => {
+                eprintln!("error: {problem}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        (None, None) => None,
+    };
+    let served = match (&postgres, &args.data_dir) {
         (Some(url), _) => {
             let checked = args.pg.config(url, args.max_value_bytes).and_then(|c| {
                 c.validate()?;

@@ -27,3 +27,15 @@ pub(crate) fn seconds_ago(at_ms: u64) -> String {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     format!("{:.1} s ago", now.saturating_sub(at_ms) as f64 / 1000.0)
 }
+
+/// The first line of `file` (trimmed), for a secret given by file
+/// (`what` names the flag in the error).
+pub(crate) fn first_line_of(file: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("{what} {}: {e}", file.display()))?;
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.is_empty() {
+        anyhow::bail!("{what} {}: the file is empty", file.display());
+    }
+    Ok(line.to_owned())
+}

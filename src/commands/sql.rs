@@ -1,19 +1,54 @@
-//! `palisade sql install|guard|unguard`: the fence schema in your own
+//! `palisade sql install|keys|guard|unguard`: the fence schema in your own
 //! PostgreSQL (`palisade_client::postgres`).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::{Args, Subcommand};
 use palisade_client::postgres::{self, tokio_postgres};
 
+use super::lease::Endpoints;
+
 #[derive(Debug, Subcommand)]
 pub enum SqlCommand {
-    /// Install the fence schema (`palisade.fence`); installing the same
-    /// version again changes nothing.
+    /// Install the fence schema (`palisade.fence`; installing the same
+    /// version again changes nothing), then the cluster's signing keys (as
+    /// `palisade sql keys`), and let the `--grant` roles fence.
     Install {
         #[command(flatten)]
         db: Database,
+        /// A role that may fence with proof (`palisade.fence`); repeat for
+        /// more. No other role can call anything in the schema.
+        #[arg(long = "grant", value_name = "ROLE")]
+        grant: Vec<String>,
+        /// A role that may also fence without proof
+        /// (`palisade.fence_unverified`): it can write past any guard and
+        /// raise any fence. Only roles trusted as much as the cluster.
+        #[arg(long = "trust", value_name = "ROLE")]
+        trust: Vec<String>,
+        /// Install the schema without the cluster's keys (no fence with
+        /// proof passes until `palisade sql keys` runs).
+        #[arg(long)]
+        no_keys: bool,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Install the cluster's signing keys (`GET /v1/jwks`) as the keys
+    /// proofs are checked against; keys the cluster retired are removed.
+    /// Run after every `palisade cluster rotate-key` (and retirement), or
+    /// keep it running with `--follow`.
+    Keys {
+        #[command(flatten)]
+        db: Database,
+        /// Keep the database's keys current: read the cluster's every
+        /// `--every-ms` and install them when they change, until stopped.
+        #[arg(long)]
+        follow: bool,
+        #[arg(long, default_value_t = 5_000, requires = "follow")]
+        every_ms: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
     },
     /// Make a table refuse writes from transactions that did not call
     /// `palisade.fence` for the lease (the row's, or the table's).
@@ -43,14 +78,23 @@ pub enum SqlCommand {
 #[derive(Debug, Args)]
 pub struct Database {
     /// The database (`postgres://user@host:port/db` or `host=... dbname=...`).
-    #[arg(long, env = "DATABASE_URL")]
-    url: String,
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "url_file")]
+    url: Option<String>,
+    /// `--url` read from a file (its first line), so a password is not on
+    /// the command line or in the environment (both readable in /proc).
+    #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "url")]
+    url_file: Option<std::path::PathBuf>,
 }
 
 impl Database {
     /// A connection, its driver task spawned.
     async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+        let url = match (&self.url, &self.url_file) {
+            (Some(url), _) => url.clone(),
+            (None, Some(file)) => super::first_line_of(file, "--url-file")?,
+            (None, None) => return Err(anyhow!("give --url or --url-file (or DATABASE_URL)")),
+        };
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
             .map_err(|e| anyhow!("cannot connect to the database: {}", one_line(&e)))?;
         tokio::spawn(async move {
@@ -74,37 +118,138 @@ fn one_line(err: &tokio_postgres::Error) -> String {
 }
 
 pub async fn run(command: SqlCommand) -> anyhow::Result<ExitCode> {
-    let done = match command {
-        SqlCommand::Install { db } => {
-            let client = db.connect().await?;
-            let version = postgres::install(&client).await?;
-            format!("palisade fence schema version {version} installed")
+    match command {
+        SqlCommand::Install {
+            db,
+            grant,
+            trust,
+            no_keys,
+            endpoints,
+        } => install(&db, &grant, &trust, (!no_keys).then_some(&endpoints)).await?,
+        SqlCommand::Keys {
+            db,
+            follow,
+            every_ms,
+            endpoints,
+        } => {
+            keys(
+                &db,
+                &endpoints,
+                follow.then(|| Duration::from_millis(every_ms.max(100))),
+            )
+            .await?
         }
         SqlCommand::Guard {
             db,
             table,
             lease_column,
             lease,
-        } => {
-            let client = db.connect().await?;
-            match (lease_column, lease) {
-                (Some(column), _) => {
-                    postgres::guard(&client, &table, &column).await?;
-                    format!("{table} guarded: writes need a fence for the lease in column {column}")
-                }
-                (None, Some(lease)) => {
-                    postgres::guard_table(&client, &table, &lease).await?;
-                    format!("{table} guarded: writes need a fence for lease {lease}")
-                }
-                (None, None) => return Err(anyhow!("give --lease-column or --lease")),
-            }
-        }
+        } => guard(&db, &table, lease_column, lease).await?,
         SqlCommand::Unguard { db, table } => {
-            let client = db.connect().await?;
-            postgres::unguard(&client, &table).await?;
-            format!("{table} unguarded")
+            postgres::unguard(&db.connect().await?, &table).await?;
+            println!("{table} unguarded");
         }
-    };
-    println!("{done}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `palisade sql install`: the schema, then the keys, then the grants.
+async fn install(
+    db: &Database,
+    grant: &[String],
+    trust: &[String],
+    keys_from: Option<&Endpoints>,
+) -> anyhow::Result<()> {
+    let client = db.connect().await?;
+    let version = postgres::install(&client).await?;
+    println!("palisade fence schema version {version} installed");
+    if let Some(endpoints) = keys_from {
+        let jwks = cluster_keys(endpoints).await?;
+        let count = postgres::set_keys(&client, &jwks).await?;
+        println!("{}", keys_line(count, &jwks));
+    }
+    for role in grant {
+        postgres::allow(&client, role).await?;
+        println!("{role} may fence with proof (palisade.fence)");
+    }
+    for role in trust {
+        postgres::trust(&client, role).await?;
+        println!("{role} may fence without proof (palisade.fence_unverified): it is trusted as the cluster is");
+    }
+    Ok(())
+}
+
+/// `palisade sql keys [--follow]`.
+async fn keys(db: &Database, endpoints: &Endpoints, every: Option<Duration>) -> anyhow::Result<()> {
+    let client = db.connect().await?;
+    let mut installed: Option<serde_json::Value> = None;
+    loop {
+        match cluster_keys(endpoints).await {
+            Ok(jwks) if installed.as_ref() != Some(&jwks) => {
+                let count = postgres::set_keys(&client, &jwks).await?;
+                println!("{}", keys_line(count, &jwks));
+                installed = Some(jwks);
+            }
+            Ok(_) => {}
+            // Following, a cluster that does not answer for a while is
+            // waited for; a single run reports it.
+            Err(err) if every.is_some() => tracing::warn!(%err, "cannot read the cluster's keys"),
+            Err(err) => return Err(err),
+        }
+        let Some(every) = every else {
+            return Ok(());
+        };
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The cluster's JWKS.
+async fn cluster_keys(endpoints: &Endpoints) -> anyhow::Result<serde_json::Value> {
+    let client = endpoints.client()?;
+    client
+        .jwks()
+        .await
+        .map_err(|e| anyhow!("cannot read the cluster's keys (GET /v1/jwks): {e}"))
+}
+
+/// What `set_keys` did, on one line.
+fn keys_line(count: i32, jwks: &serde_json::Value) -> String {
+    let index = &jwks["applied_index"];
+    if count == 0 {
+        return format!(
+            "the database holds a newer key set than the cluster's (index {index}): unchanged"
+        );
+    }
+    let kids: Vec<&str> = jwks["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k["kid"].as_str())
+        .collect();
+    format!(
+        "{count} signing key(s) installed (index {index}): {}",
+        kids.join(", ")
+    )
+}
+
+/// `palisade sql guard`.
+async fn guard(
+    db: &Database,
+    table: &str,
+    lease_column: Option<String>,
+    lease: Option<String>,
+) -> anyhow::Result<()> {
+    let client = db.connect().await?;
+    match (lease_column, lease) {
+        (Some(column), _) => {
+            postgres::guard(&client, table, &column).await?;
+            println!("{table} guarded: writes need a fence for the lease in column {column}");
+        }
+        (None, Some(lease)) => {
+            postgres::guard_table(&client, table, &lease).await?;
+            println!("{table} guarded: writes need a fence for lease {lease}");
+        }
+        (None, None) => return Err(anyhow!("give --lease-column or --lease")),
+    }
+    Ok(())
 }

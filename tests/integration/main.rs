@@ -50,6 +50,8 @@ mod peer_trust;
 mod policy_reload;
 #[path = "../postgres_fence.rs"]
 mod postgres_fence;
+#[path = "../postgres_trust.rs"]
+mod postgres_trust;
 #[path = "../renew_stream.rs"]
 mod renew_stream;
 #[path = "../retired_key_lag.rs"]
@@ -62,3 +64,5 @@ mod sdk;
 mod seed_semantics;
 #[path = "../status_page.rs"]
 mod status_page;
+#[path = "../ui_sessions.rs"]
+mod ui_sessions;

@@ -142,6 +142,14 @@ impl Page {
         std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
     }
 
+    /// Every cookie the browser keeps (DevTools' view: `HttpOnly` ones
+    /// too), as DevTools describes them (`name`, `value`, `path`,
+    /// `httpOnly`, `sameSite`, ...).
+    pub async fn cookies(&mut self) -> Vec<Value> {
+        let answer = self.call("Network.getAllCookies", json!({})).await;
+        answer["cookies"].as_array().cloned().unwrap_or_default()
+    }
+
     /// The URLs the page was at each time a wait ended.
     pub fn visited(&self) -> &[String] {
         &self.visited

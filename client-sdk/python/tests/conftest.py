@@ -324,8 +324,11 @@ def pg() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def pgdsn(pg: Any) -> str:
-    """The DSN of a database with the fence schema installed."""
+def pgdsn(pg: Any, cluster: DevCluster) -> str:
+    """The DSN of a database with the fence schema and the session
+    cluster's keys installed (connections are the schema's owner). Proofs
+    get an hour of leeway on their ``exp``: the paused-leader test uses a
+    JWT long expired to show the database refuses its token as stale."""
     import psycopg
 
     from palisade import postgres
@@ -333,8 +336,11 @@ def pgdsn(pg: Any) -> str:
     with psycopg.connect(pg.dsn(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE fencing")
     dsn: str = pg.dsn("fencing")
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn) as conn, cluster.client() as client:
         postgres.install(conn)
+        assert postgres.set_keys(conn, client.jwks()) >= 1
+        with conn.transaction():
+            conn.execute("UPDATE palisade.settings SET exp_leeway_secs = 3600")
     return dsn
 
 

@@ -127,6 +127,7 @@ LEADER = textwrap.dedent(
     name, dsn, table, ttl = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     client = palisade.Client.from_env()
     lease = client.acquire(name, "A", ttl=ttl, wait=10.0)
+    jwt = lease.jwt
     conn = psycopg.connect(dsn, autocommit=True)
     print("ACQUIRED", lease.token, flush=True)
     n, outcome = 0, None
@@ -150,7 +151,7 @@ LEADER = textwrap.dedent(
     # The database's own refusal, past the SDK's local check: the old token.
     with psycopg.connect(dsn, autocommit=True) as raw:
         try:
-            with postgres.transaction(raw, name, lease.token) as cur:
+            with postgres.transaction(raw, name, jwt) as cur:
                 cur.execute(f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, 'A-raw', %s, -1)",
                             (name, lease.token))
             direct = "committed"
@@ -209,7 +210,7 @@ def test_a_paused_leader_is_fenced_in_postgres(
     assert report["outcome"] in ("LeaseLost", "Fenced") or report["outcome"].startswith(
         "session ended"
     ), (report, err)
-    assert report["direct"] == f"Fenced {token_a} {lease_b.token}", report
+    assert report["direct"] == f"Fenced {token_a} 0", report  # the fence is not told
     rows = rows_by_commit(pgdsn, table)
     writers = [w for w, _, _, _ in rows]
     assert writers.count("B") == 1 and "A-raw" not in writers
@@ -231,21 +232,21 @@ def test_a_raise_waits_for_an_open_older_transaction_which_commits_first(
     lease = unique()
     insert = f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, %s, %s, %s)"
     with connect(pgdsn) as admin:
-        postgres.fence(admin, lease, 5)
+        postgres.fence_unverified(admin, lease, 5)
     conn_a, conn_b = connect(pgdsn), connect(pgdsn)
     try:
-        tx_a = postgres.transaction(conn_a, lease, 5)
+        tx_a = postgres.transaction_unverified(conn_a, lease, 5)
         cur_a = tx_a.__enter__()
         cur_a.execute(insert, (lease, "A", 5, 1))
 
         def raise_b() -> float:
-            with postgres.transaction(conn_b, lease, 7) as cur:
+            with postgres.transaction_unverified(conn_b, lease, 7) as cur:
                 cur.execute(insert, (lease, "B", 7, 1))
             return time.monotonic()
 
         b = Background(raise_b)
         kind, event = wait_until_waiting(pgdsn, conn_b.info.backend_pid)
-        assert (kind, event) == ("Lock", "advisory")
+        assert (kind, event) == ("Lock", "transactionid")  # A's row lock on the fence
         time.sleep(0.2)
         assert b.thread.is_alive()  # still waiting for A
         cur_a.execute(insert, (lease, "A", 5, 2))  # A goes on writing meanwhile
@@ -254,9 +255,9 @@ def test_a_raise_waits_for_an_open_older_transaction_which_commits_first(
         assert b.result() > committed_a
         # A's next transaction is refused; nothing of it is written.
         with pytest.raises(palisade.Fenced) as refused:
-            with postgres.transaction(conn_a, lease, 5) as cur:
+            with postgres.transaction_unverified(conn_a, lease, 5) as cur:
                 cur.execute(insert, (lease, "A", 5, 3))
-        assert (refused.value.token, refused.value.fence) == (5, 7)
+        assert (refused.value.token, refused.value.fence) == (5, 0)  # the fence is not told
     finally:
         conn_a.close()
         conn_b.close()
@@ -274,7 +275,7 @@ HOLDER = textwrap.dedent(
 
     dsn, table, lease = sys.argv[1], sys.argv[2], sys.argv[3]
     conn = psycopg.connect(dsn, autocommit=True)
-    with postgres.transaction(conn, lease, 5) as cur:
+    with postgres.transaction_unverified(conn, lease, 5) as cur:
         cur.execute(f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, 'A', 5, 1)", (lease,))
         print("OPEN", conn.info.backend_pid, flush=True)
         time.sleep(60)
@@ -287,7 +288,7 @@ def test_a_raise_waits_for_an_open_older_transaction_whose_holder_is_killed(
 ) -> None:
     lease = unique()
     with connect(pgdsn) as admin:
-        postgres.fence(admin, lease, 5)
+        postgres.fence_unverified(admin, lease, 5)
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     child = subprocess.Popen(
@@ -301,14 +302,14 @@ def test_a_raise_waits_for_an_open_older_transaction_whose_holder_is_killed(
         with connect(pgdsn) as conn_b:
 
             def raise_b() -> None:
-                with postgres.transaction(conn_b, lease, 7) as cur:
+                with postgres.transaction_unverified(conn_b, lease, 7) as cur:
                     cur.execute(
                         f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, 'B', 7, 1)",
                         (lease,),
                     )
 
             b = Background(raise_b)
-            assert wait_until_waiting(pgdsn, conn_b.info.backend_pid) == ("Lock", "advisory")
+            assert wait_until_waiting(pgdsn, conn_b.info.backend_pid) == ("Lock", "transactionid")
             time.sleep(0.2)
             assert b.thread.is_alive()
             child.kill()  # SIGKILL: the server sees the connection close and rolls A back
@@ -327,12 +328,18 @@ def test_a_raise_waits_for_an_open_older_transaction_whose_holder_is_killed(
 
 
 def test_64_concurrent_transactions_of_a_holder_then_a_raise_no_stale_commit_after(
-    pgdsn: str, table: str
+    cluster: DevCluster, pgdsn: str, table: str
 ) -> None:
+    """64 threads of an old holder (unverified, token new - 1) keep writing;
+    the new holder's ``lease.fenced`` proves its JWT (which refuses the old
+    token's new transactions at once), then raises past those in flight."""
     lease = unique()
-    old, new, workers = 100, 200, 64
+    client = cluster.client()
+    holder = client.acquire(lease, "new", ttl=30.0)
+    new, workers = holder.token, 64
+    old = new - 1
     with connect(pgdsn) as admin:
-        postgres.fence(admin, lease, old)
+        postgres.fence_unverified(admin, lease, old)
     insert = f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, %s, %s, %s)"
     committed: List[Tuple[str, int]] = []
     refused: List[str] = []
@@ -344,12 +351,12 @@ def test_64_concurrent_transactions_of_a_holder_then_a_raise_no_stale_commit_aft
 
     def worker(i: int) -> None:
         try:
-            with connect(pgdsn) as conn:
+            with connect(pgdsn, application_name=lease) as conn:
                 start.wait(30)
                 n = 0
                 while time.monotonic() < stop_at and not stop.is_set():
                     try:
-                        with postgres.transaction(conn, lease, old) as cur:
+                        with postgres.transaction_unverified(conn, lease, old) as cur:
                             cur.execute(insert, (lease, f"w{i}", old, n))
                             time.sleep(0.002)  # hold the fence a little
                     except palisade.Fenced:
@@ -373,16 +380,19 @@ def test_64_concurrent_transactions_of_a_holder_then_a_raise_no_stale_commit_aft
         with connect(pgdsn) as watcher:
             deadline = time.monotonic() + 20.0
             while time.monotonic() < deadline and (len(committed) < 200 or most_at_once < 8):
+                # Fenced and writing (the insert follows the fence), not yet committed.
                 row = watcher.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' "
-                    "AND granted AND objid = (hashtextextended('palisade.fence/' || %s, 0) & 4294967295)::oid",
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                    "AND state = 'idle in transaction' AND backend_xid IS NOT NULL",
                     (lease,),
                 ).fetchone()
                 most_at_once = max(most_at_once, int(row[0]) if row else 0)
                 time.sleep(0.005)
         with connect(pgdsn) as conn:
-            with postgres.transaction(conn, lease, new) as cur:
+            with holder.fenced(conn) as cur:
                 cur.execute(insert, (lease, "new", new, 0))
+        holder.release()
+        client.close()
         for t in threads:
             t.join(30)
     finally:
@@ -404,11 +414,11 @@ def test_64_concurrent_transactions_of_a_holder_then_a_raise_no_stale_commit_aft
 def test_a_holders_transactions_do_not_wait_for_each_other(pgdsn: str, table: str) -> None:
     lease = unique()
     with connect(pgdsn) as admin:
-        postgres.fence(admin, lease, 5)
+        postgres.fence_unverified(admin, lease, 5)
     # lock_timeout: a wait for a lock would fail the test, not hang it.
     conns = [connect(pgdsn, options="-c lock_timeout=2000") for _ in range(2)]
     try:
-        txs = [postgres.transaction(c, lease, 5) for c in conns]
+        txs = [postgres.transaction_unverified(c, lease, 5) for c in conns]
         began = time.monotonic()
         curs = [tx.__enter__() for tx in txs]  # both fenced, both open
         assert time.monotonic() - began < 1.0
@@ -416,10 +426,9 @@ def test_a_holders_transactions_do_not_wait_for_each_other(pgdsn: str, table: st
             cur.execute(
                 f"INSERT INTO {table} (lease, writer, token, n) VALUES (%s, %s, 5, 1)", (lease, f"c{i}")
             )
-        with connect(pgdsn) as watcher:
+        with connect(pgdsn) as watcher:  # both hold the fence row FOR SHARE
             row = watcher.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' "
-                "AND granted AND pid = ANY(%s)",
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND state = 'idle in transaction'",
                 ([c.info.backend_pid for c in conns],),
             ).fetchone()
         assert row is not None and row[0] == 2
@@ -441,7 +450,7 @@ def test_first_use_of_a_lease_is_race_free(pgdsn: str) -> None:
         with connect(pgdsn) as conn:
             barrier.wait(10)
             try:
-                with postgres.transaction(conn, lease, token):
+                with postgres.transaction_unverified(conn, lease, token):
                     time.sleep(0.01)
                 return "ok"
             except palisade.Fenced:
@@ -487,11 +496,11 @@ def test_lease_fenced_maps_a_stale_token_to_fenced_and_marks_the_lease_lost(
         conn.rollback()
         # A newer token raises the fence (as a new holder would).
         with connect(pgdsn) as other:
-            postgres.fence(other, name, lease.token + 1000)
+            postgres.fence_unverified(other, name, lease.token + 1000)
         with pytest.raises(palisade.Fenced) as refused:
             with lease.fenced(conn) as cur:
                 cur.execute(insert, (name, "A", lease.token, 4))
-        assert (refused.value.token, refused.value.fence) == (lease.token, lease.token + 1000)
+        assert (refused.value.token, refused.value.fence) == (lease.token, 0)  # the fence is not told
         assert lease.lost.is_set() and not lease.is_held()
         assert "PostgreSQL" in (lease.lost_reason or "")
         # Lost: refused locally, without touching the database (it is closed).
@@ -528,15 +537,15 @@ def test_snapshot_isolation_surfaces_our_codes_not_40001(
     level = getattr(psycopg.IsolationLevel, isolation)
     lease = unique()
     with connect(pgdsn) as admin:
-        postgres.fence(admin, lease, 5)
+        postgres.fence_unverified(admin, lease, 5)
     with connect(pgdsn) as conn, connect(pgdsn) as other:
         conn.isolation_level = level
         # The holder's token, with a raise committed after its snapshot: stale.
         with conn.transaction():
             conn.execute("SELECT 1")  # the snapshot
-            postgres.fence(other, lease, 7)
+            postgres.fence_unverified(other, lease, 7)
             with pytest.raises(palisade.Fenced) as stale:
-                postgres.fence(conn, lease, 5)
+                postgres.fence_unverified(conn, lease, 5)
             assert isinstance(stale.value.__cause__, psycopg.Error)
             assert stale.value.__cause__.sqlstate == postgres.STALE_TOKEN
             assert stale.value.fence == 0  # above 5, but not visible from this snapshot
@@ -544,19 +553,19 @@ def test_snapshot_isolation_surfaces_our_codes_not_40001(
         # A raise of its own racing with another raise: our PF005, retryable.
         with conn.transaction():
             conn.execute("SELECT 1")
-            postgres.fence(other, lease, 8)
+            postgres.fence_unverified(other, lease, 8)
             with pytest.raises(postgres.FenceRaced) as raced:
-                postgres.fence(conn, lease, 9)
+                postgres.fence_unverified(conn, lease, 9)
             assert isinstance(raced.value.__cause__, psycopg.Error)
             assert raced.value.__cause__.sqlstate == postgres.FENCE_RACED
             raise psycopg.Rollback()
         # postgres.transaction retries that by itself: a raise to 10 waits for
         # an open raise to 9, which commits; the retry raises to 10.
-        tx = postgres.transaction(other, lease, 9)
+        tx = postgres.transaction_unverified(other, lease, 9)
         tx.__enter__()
 
         def raise_10() -> int:
-            with postgres.transaction(conn, lease, 10):
+            with postgres.transaction_unverified(conn, lease, 10):
                 pass
             return fence_row(pgdsn, lease)[0]
 
@@ -586,51 +595,53 @@ def test_guard_by_lease_column(pgdsn: str) -> None:
             conn.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, lease text, v int)")
         postgres.guard(conn, guarded, lease_column="lease")
         postgres.guard(conn, guarded, lease_column="lease")  # again: replaces, same guard
-        postgres.fence(conn, a, 3)
-        postgres.fence(conn, b, 4)
+        postgres.fence_unverified(conn, a, 3)
+        postgres.fence_unverified(conn, b, 4)
         # Unfenced: refused.
         err = expect_sqlstate("PF002", conn, f"INSERT INTO {guarded} VALUES (1, %s, 0)", (a,))
         assert "did not call palisade.fence" in str(err)
         # Fenced for the row's lease: passes; for another lease: refused.
-        with postgres.transaction(conn, a, 3) as cur:
+        with postgres.transaction_unverified(conn, a, 3) as cur:
             cur.execute(f"INSERT INTO {guarded} VALUES (1, %s, 0)", (a,))
         with pytest.raises(psycopg.Error) as other_lease:
-            with postgres.transaction(conn, b, 4) as cur:
+            with postgres.transaction_unverified(conn, b, 4) as cur:
                 cur.execute(f"INSERT INTO {guarded} VALUES (2, %s, 0)", (a,))
         assert other_lease.value.sqlstate == postgres.NOT_FENCED
         # UPDATE checks the old and the new row's lease; DELETE the old one.
         with pytest.raises(psycopg.Error) as moved:
-            with postgres.transaction(conn, a, 3) as cur:
+            with postgres.transaction_unverified(conn, a, 3) as cur:
                 cur.execute(f"UPDATE {guarded} SET lease = %s WHERE id = 1", (b,))
         assert moved.value.sqlstate == postgres.NOT_FENCED
         with pytest.raises(psycopg.Error) as taken:
-            with postgres.transaction(conn, b, 4) as cur:
+            with postgres.transaction_unverified(conn, b, 4) as cur:
                 cur.execute(f"UPDATE {guarded} SET lease = %s WHERE id = 1", (b,))
         assert taken.value.sqlstate == postgres.NOT_FENCED
         with conn.transaction():
-            postgres.fence(conn, a, 3)
-            postgres.fence(conn, b, 4)
+            postgres.fence_unverified(conn, a, 3)
+            postgres.fence_unverified(conn, b, 4)
             conn.execute(f"UPDATE {guarded} SET lease = %s, v = 1 WHERE id = 1", (b,))
         expect_sqlstate("PF002", conn, f"DELETE FROM {guarded} WHERE id = 1")
         expect_sqlstate("PF002", conn, f"UPDATE {guarded} SET v = 2")
         expect_sqlstate("PF002", conn, f"TRUNCATE {guarded}")
-        with postgres.transaction(conn, a, 3) as cur:  # a row without a lease is refused
+        with postgres.transaction_unverified(conn, a, 3) as cur:  # a row without a lease is refused
             with pytest.raises(psycopg.Error) as null_lease:
                 with conn.transaction():
                     cur.execute(f"INSERT INTO {guarded} VALUES (3, NULL, 0)")
             assert null_lease.value.sqlstate == postgres.NOT_FENCED
         # The fence is transaction-local: the next transaction is unfenced.
         expect_sqlstate("PF002", conn, f"DELETE FROM {guarded} WHERE id = 1")
-        with postgres.transaction(conn, b, 4) as cur:
+        with postgres.transaction_unverified(conn, b, 4) as cur:
             cur.execute(f"DELETE FROM {guarded} WHERE id = 1")
         # The unguarded table is untouched by all this.
         conn.execute(f"INSERT INTO {plain} VALUES (1, %s, 0)", (a,))
         conn.execute(f"UPDATE {plain} SET v = 1")
         conn.execute(f"TRUNCATE {plain}")
-        # Guard mode stops forgetting, not malice: the setting can be forged.
-        with conn.transaction():
-            conn.execute("SELECT set_config('palisade.fenced', %s, true)", (f",{a}:1",))
-            conn.execute(f"INSERT INTO {guarded} VALUES (4, %s, 0)", (a,))
+        # The mark cannot be forged: it is keyed by a secret only the owner reads.
+        with pytest.raises(psycopg.Error) as forged:
+            with conn.transaction():
+                conn.execute("SELECT set_config('palisade.fenced', %s, true)", (f",{a}:3:{'0' * 32}",))
+                conn.execute(f"INSERT INTO {guarded} VALUES (4, %s, 0)", (a,))
+        assert forged.value.sqlstate == postgres.NOT_FENCED
         # Unguarded: plain writes pass.
         postgres.unguard(conn, guarded)
         postgres.unguard(conn, guarded)
@@ -648,21 +659,21 @@ def test_guard_of_a_whole_table(pgdsn: str) -> None:
     with connect(pgdsn) as conn:
         conn.execute(f"CREATE TABLE {guarded} (id int, v int)")
         postgres.guard(conn, guarded, lease=a)
-        postgres.fence(conn, a, 3)
-        postgres.fence(conn, b, 4)
+        postgres.fence_unverified(conn, a, 3)
+        postgres.fence_unverified(conn, b, 4)
         expect_sqlstate("PF002", conn, f"INSERT INTO {guarded} VALUES (1, 0)")
         with pytest.raises(psycopg.Error) as other_lease:
-            with postgres.transaction(conn, b, 4) as cur:
+            with postgres.transaction_unverified(conn, b, 4) as cur:
                 cur.execute(f"INSERT INTO {guarded} VALUES (1, 0)")
         assert other_lease.value.sqlstate == postgres.NOT_FENCED
-        with postgres.transaction(conn, a, 3) as cur:
+        with postgres.transaction_unverified(conn, a, 3) as cur:
             cur.execute(f"INSERT INTO {guarded} VALUES (1, 0), (2, 0)")
             cur.execute(f"UPDATE {guarded} SET v = 1 WHERE id = 1")
             cur.execute(f"DELETE FROM {guarded} WHERE id = 2")
         expect_sqlstate("PF002", conn, f"UPDATE {guarded} SET v = 2")
         expect_sqlstate("PF002", conn, f"DELETE FROM {guarded}")
         expect_sqlstate("PF002", conn, f"TRUNCATE {guarded}")
-        with postgres.transaction(conn, a, 3) as cur:
+        with postgres.transaction_unverified(conn, a, 3) as cur:
             cur.execute(f"TRUNCATE {guarded}")
         # Switching to a column guard replaces the table guard.
         with pytest.raises(palisade.BadRequest):
@@ -683,27 +694,27 @@ def test_guard_of_a_whole_table(pgdsn: str) -> None:
 )
 def test_bad_lease_names_are_refused(pgdsn: str, lease: Optional[str]) -> None:
     with connect(pgdsn) as conn:
-        err = expect_sqlstate("PF003", conn, "SELECT palisade.fence(%s::text, 1)", (lease,))
+        err = expect_sqlstate("PF003", conn, "SELECT palisade.fence_unverified(%s::text, 1)", (lease,))
         assert "invalid lease name" in str(err)
         if lease is not None:
             with pytest.raises(palisade.BadRequest):  # refused before anything is sent
-                postgres.fence(conn, lease, 1)
+                postgres.fence_unverified(conn, lease, 1)
 
 
 def test_bad_tokens_are_refused(pgdsn: str) -> None:
     lease = unique()
     with connect(pgdsn) as conn:
         for token in (0, -1, -(2**63), None):
-            err = expect_sqlstate("PF004", conn, "SELECT palisade.fence(%s, %s::bigint)", (lease, token))
+            err = expect_sqlstate("PF004", conn, "SELECT palisade.fence_unverified(%s, %s::bigint)", (lease, token))
             assert "invalid fencing token" in str(err)
         # Above the bigint range: the type refuses it.
-        expect_sqlstate("22003", conn, "SELECT palisade.fence(%s, '9223372036854775808')", (lease,))
-        expect_sqlstate("42883", conn, "SELECT palisade.fence(%s, 9223372036854775808)", (lease,))
+        expect_sqlstate("22003", conn, "SELECT palisade.fence_unverified(%s, '9223372036854775808')", (lease,))
+        expect_sqlstate("42883", conn, "SELECT palisade.fence_unverified(%s, 9223372036854775808)", (lease,))
         for bad in (0, -1, 2**63, True, 1.5, "3"):
             with pytest.raises(palisade.BadRequest):
-                postgres.fence(conn, lease, bad)  # type: ignore[arg-type]
-        assert postgres.fence(conn, lease, 2**63 - 1) == 2**63 - 1
-        assert postgres.fence(conn, "x" * 128, 1) == 1
+                postgres.fence_unverified(conn, lease, bad)  # type: ignore[arg-type]
+        assert postgres.fence_unverified(conn, lease, 2**63 - 1) == 2**63 - 1
+        assert postgres.fence_unverified(conn, "x" * 128, 1) == 1
 
 
 def test_install_is_idempotent_versioned_and_refuses_a_newer_schema(pg: Any) -> None:

@@ -16,9 +16,10 @@ use palisade_serve::policy::Right;
 use palisade_serve::PeerCertificate;
 use serde::Deserialize;
 
-use super::credential::{identify, Check, Credential};
+use super::credential::{identify, Check, Credential, Presented};
 use super::revocation::Revocation;
 use super::state::ApiState;
+use super::ui::sessions::SessionPrincipal;
 use crate::error::ApiError;
 use crate::peer::gate::PeerId;
 
@@ -64,9 +65,16 @@ pub(super) async fn authorize(
         None => live.current(),
     };
     let (mut parts, body) = request.into_parts();
-    let from_peer = parts.extensions.get::<PeerId>().is_some();
-    let certificate = parts.extensions.get::<PeerCertificate>();
-    let verdict = match identify(&policy, &parts.headers, from_peer, certificate) {
+    let presented = Presented {
+        headers: &parts.headers,
+        from_peer: parts.extensions.get::<PeerId>().is_some(),
+        session: parts
+            .extensions
+            .get::<SessionPrincipal>()
+            .map(|SessionPrincipal(p)| p),
+        certificate: parts.extensions.get::<PeerCertificate>(),
+    };
+    let verdict = match identify(&policy, &presented) {
         Ok(principal) => match check(need, &mut parts).await {
             Ok(check) => check
                 .allows(&policy, &principal)

@@ -190,9 +190,12 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// `GET /metrics`: Prometheus text format. Under a policy it needs a known
+/// principal (any): its admission counters are labelled by principal name.
 #[utoipa::path(get, path = "/metrics", tag = "health",
-    responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format")))]
+    responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format"),
+        (status = 401, body = super::schema::ErrorBody, description = "Under a policy: no key, or an unknown one"),
+        (status = 429, body = super::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
     let raft = state.raft.metrics().borrow_watched().clone();
     let (held, records) = state

@@ -1,6 +1,7 @@
 //! Who a caller is and what its call needs, as two rules the policy is
 //! asked: [`identify`] (the caller's API key, or the principal a forwarding
-//! peer named, or its client certificate) and [`Check::allows`] (its right
+//! peer named, or its status-page session, or its client certificate) and
+//! [`Check::allows`] (its right
 //! on the call's lease, prefix or the cluster). `authorize.rs` asks them of
 //! every call; `revocation.rs` asks them again, with what the call
 //! presented ([`Credential`]), of a call that stays open whenever a reload
@@ -10,6 +11,7 @@ use http::HeaderMap;
 use palisade_serve::policy::{Policy, Principal, Right, KEY_HEADER};
 use palisade_serve::PeerCertificate;
 
+use super::ui::sessions::SessionPrincipal;
 use crate::error::ApiError;
 use crate::peer::gate::PeerId;
 
@@ -18,18 +20,29 @@ use crate::peer::gate::PeerId;
 /// an authenticated peer: the leader cannot see the client's certificate).
 pub const PRINCIPAL_HEADER: &str = "x-palisade-principal";
 
+/// What a request presents to be identified.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Presented<'a> {
+    /// Its headers (the key, a forwarding peer's named principal).
+    pub(super) headers: &'a HeaderMap,
+    /// Whether an authenticated peer forwarded it.
+    pub(super) from_peer: bool,
+    /// The principal of its status-page session, if the status pages'
+    /// middleware found one.
+    pub(super) session: Option<&'a Principal>,
+    /// The client certificate its connection verified.
+    pub(super) certificate: Option<&'a PeerCertificate>,
+}
+
 /// The caller: by API key; else, on a request a peer forwarded, the
 /// principal that peer identified (by certificate; the peer's own
-/// certificate is not the caller's); else by the client certificate the
-/// connection verified.
-pub(super) fn identify(
-    policy: &Policy,
-    headers: &HeaderMap,
-    from_peer: bool,
-    certificate: Option<&PeerCertificate>,
-) -> Result<Principal, ApiError> {
+/// certificate is not the caller's); else, on a status page, by its
+/// session ([`SessionPrincipal`]); else by the client certificate the
+/// connection verified. A cookie is never read here.
+pub(super) fn identify(policy: &Policy, presented: &Presented) -> Result<Principal, ApiError> {
+    let headers = presented.headers;
     let keyless = !headers.contains_key(KEY_HEADER);
-    if from_peer {
+    if presented.from_peer {
         let named = headers
             .get(PRINCIPAL_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -40,16 +53,26 @@ pub(super) fn identify(
             None => Ok(policy.authenticate(headers)?),
         };
     }
-    Ok(policy.identify(headers, certificate.map(|c| c.0.as_ref()))?)
+    // A status-page session (only the status pages' middleware sets it;
+    // a key, when sent, wins).
+    if let Some(principal) = presented.session {
+        if keyless && policy.principal(&principal.0).is_some() {
+            return Ok(principal.clone());
+        }
+    }
+    let certificate = presented.certificate.map(|c| c.0.as_ref());
+    Ok(policy.identify(headers, certificate)?)
 }
 
-/// What a call presented to be identified, kept for as long as it stays
-/// open: the two headers [`identify`] reads (not the rest of the request),
-/// whether a peer forwarded it, and the client certificate.
+/// What a call presented to be identified ([`Presented`]), kept for as
+/// long as it stays open: the two headers [`identify`] reads (not the rest
+/// of the request), whether a peer forwarded it, its session's principal,
+/// and the client certificate.
 #[derive(Debug, Clone)]
 pub(super) struct Credential {
     headers: HeaderMap,
     from_peer: bool,
+    session: Option<Principal>,
     certificate: Option<PeerCertificate>,
 }
 
@@ -65,18 +88,23 @@ impl Credential {
         Self {
             headers,
             from_peer: parts.extensions.get::<PeerId>().is_some(),
+            session: parts
+                .extensions
+                .get::<SessionPrincipal>()
+                .map(|SessionPrincipal(p)| p.clone()),
             certificate: parts.extensions.get::<PeerCertificate>().cloned(),
         }
     }
 
     /// The caller this credential is under `policy`.
     pub(super) fn identify(&self, policy: &Policy) -> Result<Principal, ApiError> {
-        identify(
-            policy,
-            &self.headers,
-            self.from_peer,
-            self.certificate.as_ref(),
-        )
+        let presented = Presented {
+            headers: &self.headers,
+            from_peer: self.from_peer,
+            session: self.session.as_ref(),
+            certificate: self.certificate.as_ref(),
+        };
+        identify(policy, &presented)
     }
 }
 

@@ -44,6 +44,7 @@ pub use leases::bodies::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
 pub use ui::gateway::GatewayReader;
 pub use ui::sampler::sample as sample_status;
+pub use ui::sessions::Sessions as UiSessions;
 
 use crate::error::ApiError;
 
@@ -169,15 +170,40 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
         )
 }
 
+/// The status pages: `/ui` and a lease's page read a session cookie
+/// (`ui/signed_in.rs`, on these two routes alone) and need `read` like the
+/// list; signing in and out take a seat of the address's share (no
+/// principal yet). Every answer carries `ui/headers.rs`'s headers.
+fn ui_routes(state: &ApiState) -> Router<ApiState> {
+    let needs = |route, need, kind| guarded(state, route, need, kind, false, Lasting::Brief);
+    let session = || from_fn_with_state(state.clone(), ui::signed_in::session_from_cookie);
+    let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
+    Router::new()
+        .route(
+            "/ui",
+            needs(get(ui::page), Need::Prefix(Right::Read), Kind::Short).route_layer(session()),
+        )
+        .route(
+            "/ui/leases/{name}",
+            needs(get(ui::lease::page), Need::Lease(Right::Read), Kind::Short)
+                .route_layer(session()),
+        )
+        .route(
+            "/ui/login",
+            get(ui::login::form).merge(post(ui::login::login).route_layer(seat())),
+        )
+        .route("/ui/logout", post(ui::login::logout).route_layer(seat()))
+        .layer(axum::middleware::from_fn(ui::headers::secure))
+}
+
 /// The client API routes. Raft RPC is not among them (see
 /// [`crate::peer::server::peer_router`]). Each route names what its caller
 /// needs, the pool of seats it takes, and whether only the leader serves it
-/// ([`guarded`]); health, metrics, keys and the document are open to all.
+/// ([`guarded`]); health, keys and the document are open to all; under a
+/// policy `/metrics` needs a known principal (its labels name principals).
 pub fn router(state: ApiState) -> Router {
     let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true, Lasting::Brief);
     let needs = |route, need, kind| guarded(&state, route, need, kind, false, Lasting::Brief);
-    // Signing in and out: no principal yet, so the address's share.
-    let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
     lease_routes(&state)
         .route(
             "/v1/cluster/rotate-key",
@@ -199,23 +225,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(cluster::healthz))
         .route("/livez", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
-        .route("/metrics", get(cluster::metrics))
+        .route(
+            "/metrics",
+            needs(get(cluster::metrics), Need::Known, Kind::Short),
+        )
         .route("/openapi.json", get(openapi::serve))
-        .route(
-            "/ui",
-            needs(get(ui::page), Need::Prefix(Right::Read), Kind::Short)
-                .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
-        )
-        .route(
-            "/ui/leases/{name}",
-            needs(get(ui::lease::page), Need::Lease(Right::Read), Kind::Short)
-                .route_layer(axum::middleware::from_fn(ui::key_from_cookie)),
-        )
-        .route(
-            "/ui/login",
-            get(ui::login::form).merge(post(ui::login::login).route_layer(seat())),
-        )
-        .route("/ui/logout", post(ui::login::logout).route_layer(seat()))
+        .merge(ui_routes(&state))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -45,7 +45,9 @@ impl utoipa::PartialSchema for HolderParam {
             .schema_type(utoipa::openapi::schema::Type::String)
             .min_length(Some(1))
             .max_length(Some(MAX_HOLDER_LEN))
-            .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]+$"))
+            .pattern(Some(
+                "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200E\\u200F\\u202A-\\u202E\\u2066-\\u2069]+$",
+            ))
             .examples(["worker-1"])
             .into()
     }

@@ -72,6 +72,8 @@ pub struct ApiParts {
     /// The gateway the status page reads (`--ui-gateway`), its client built
     /// once.
     pub ui_gateway: Option<super::ui::gateway::GatewayReader>,
+    /// The status page's sign-ins on this node (`ui/sessions.rs`).
+    pub sessions: Arc<super::ui::sessions::Sessions>,
     /// What the status page plots (`ui/series.rs`).
     pub series: Arc<super::ui::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').

@@ -205,7 +205,7 @@ fn read_history(reader: &mut Reader<'_>) -> io::Result<VecDeque<Transition>> {
             at_ms: (at_ms != 0).then_some(at_ms),
             cause,
             holder: (!holder.is_empty())
-                .then(|| Holder::new(holder))
+                .then(|| Holder::stored(holder))
                 .transpose()
                 .map_err(bad)?,
             token: FencingToken(token),
@@ -255,7 +255,7 @@ fn read_record(reader: &mut Reader<'_>) -> io::Result<(LeaseName, LeaseRecord)> 
     let name = LeaseName::new(name).map_err(bad)?;
     let flags = reader.take(1)?[0];
     let holder = if flags & HOLDER != 0 {
-        Some(Holder::new(reader.text()?).map_err(bad)?)
+        Some(Holder::stored(reader.text()?).map_err(bad)?)
     } else {
         None
     };

@@ -29,8 +29,9 @@
 //! - `admin`: revoke their grants;
 //! - `cluster: true`: rotate the signing key, add and remove members.
 //!
-//! Any known principal may read the cluster view; `/healthz`, `/livez`, `/readyz`,
-//! `/metrics`, `/openapi.json` and `/v1/jwks` stay open. An unknown or missing key is 401, a known principal outside
+//! Any known principal may read the cluster view and an election node's
+//! `/metrics` (its labels name principals); `/healthz`, `/livez`, `/readyz`,
+//! the gateway's `/metrics`, `/openapi.json` and `/v1/jwks` stay open. An unknown or missing key is 401, a known principal outside
 //! its rights 403.
 //!
 //! Files: `rules.rs` a principal's rights ([`Rules`], [`Right`]),

@@ -80,6 +80,9 @@ impl Policy {
                     "principal name {name:?}: must be 1..=128 printable bytes"
                 ));
             }
+            // Names are shown on status pages and in logs and metrics.
+            palisade_names::text::refuse_bidi("principal name", name)
+                .map_err(|e| format!("principal {name:?}: {e}"))?;
             if rules.keys.is_empty() && rules.certificates.is_empty() {
                 return Err(format!(
                     "principal {name:?}: needs `keys` or `certificates`"
@@ -169,6 +172,32 @@ impl Policy {
                     "no principal has this client certificate; send an API key in `{KEY_HEADER}`"
                 ))
             })
+    }
+
+    /// The principal of the API key `key`, and the key's SHA-256 digest:
+    /// what a status-page session keeps instead of the key, to ask
+    /// [`Policy::principal_of_digest`] on every later request.
+    pub fn authenticate_key(&self, key: &str) -> Option<(Principal, [u8; 32])> {
+        let digest: [u8; 32] = digest(&SHA256, key.as_bytes()).as_ref().try_into().ok()?;
+        self.principal_of_digest(&digest)
+            .map(|principal| (principal, digest))
+    }
+
+    /// The principal whose API key has the SHA-256 `digest`, while the
+    /// policy lists that key (a reload that drops the key or the principal
+    /// answers `None`).
+    pub fn principal_of_digest(&self, digest: &[u8; 32]) -> Option<Principal> {
+        self.by_digest
+            .get(digest)
+            .map(|name| Principal(name.clone()))
+    }
+
+    /// `principal`'s lease-name prefixes for `right` (none for a principal
+    /// the policy does not know).
+    pub fn prefixes(&self, principal: &Principal, right: Right) -> &[String] {
+        self.rules
+            .get(&principal.0)
+            .map_or(&[], |rules| rules.prefixes(right))
     }
 
     /// The principal called `name`, if the policy has one (a forwarding

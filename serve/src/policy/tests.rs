@@ -132,3 +132,19 @@ fn prefixes_without_a_separator_are_reported_loose() {
     };
     assert_eq!(rules.loose_prefixes(), ["orders"]);
 }
+
+/// A principal's name is shown on status pages and in logs: one with a
+/// bidirectional control (which reorders the text around it) does not
+/// load.
+#[test]
+fn a_principal_name_with_a_bidi_control_is_refused() {
+    let digest = crate::policy::key_digest("pal_some_key");
+    let policy = |name: &str| {
+        Policy::parse(&format!(
+            r#"{{"principals": {{"{name}": {{"keys": ["{digest}"], "read": [""]}}}}}}"#
+        ))
+    };
+    assert!(policy("ops").is_ok());
+    let refused = policy("ops\u{202E}nimda").expect_err("bidi");
+    assert!(refused.contains("bidirectional-control"), "{refused}");
+}

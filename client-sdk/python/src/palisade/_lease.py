@@ -337,13 +337,17 @@ class Lease:
             with lease.fenced(conn) as cur:
                 cur.execute("UPDATE orders SET ...")
 
-        Begins the transaction and calls ``palisade.fence(name, token)``
-        before the block; commits when the block ends, rolls back if it
+        Begins the transaction and calls ``palisade.fence(name, jwt)``
+        before the block (each new JWT is first proven once with
+        ``palisade.prove``, outside the transaction, so the database checks
+        its signature once); commits when the block ends, rolls back if it
         raises. Raises :class:`LeaseLost` locally, touching nothing, once the
         lease is not held (and rolls back instead of committing if it stopped
         being held during the block); :class:`Fenced` (a ``LeaseLost``) when
         the database's fence is above the token — the lease is marked lost,
-        as for a refused gateway write. ``idle_timeout`` (seconds; default the
+        as for a refused gateway write; :class:`Unauthorized` when the
+        database refuses the JWT (``PF007``: e.g. signed by a key it does not
+        know yet — run ``palisade sql keys``). ``idle_timeout`` (seconds; default the
         lease's ttl, 0 to leave the session's setting) bounds how long this
         transaction may sit idle: a holder frozen inside it loses its session,
         so the next holder's raise does not wait for it forever. Needs the
@@ -351,16 +355,12 @@ class Lease:
         from . import postgres  # psycopg is optional
 
         def stale(err: Fenced) -> None:
-            if err.fence > 0:
-                reason = f"fenced in PostgreSQL: token {err.token} is below fence {err.fence}"
-            else:
-                reason = f"fenced in PostgreSQL: token {err.token} is below the fence"
-            self._shared.mark_lost(reason)
+            self._shared.mark_lost(f"fenced in PostgreSQL: token {self.token} is below the fence")
 
         return postgres._fenced(
             conn,
             self.name,
-            self.token,
+            self._shared.held_jwt,
             idle_timeout=self._shared.ttl if idle_timeout is None else idle_timeout,
             check=self._shared.held_jwt,
             on_stale=stale,

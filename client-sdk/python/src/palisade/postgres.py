@@ -2,28 +2,35 @@
 
 The SQL side is ``palisade/sql/palisade_fence.sql`` (:func:`sql`), the same
 file the Rust SDK installs: a ``palisade`` schema with a fence table and
-``palisade.fence(lease, token)``. Called inside a transaction, before its
-writes, it refuses a token below the lease's fence (SQLSTATE ``PF001``) and
-otherwise raises the fence to the token, in that transaction: the fence and
-the writes commit or roll back together, and once a newer token has raised the
-fence no transaction with an older one commits.
+``palisade.fence(lease, proof)``. Called inside a transaction, before its
+writes, with the lease's JWT as proof, it checks the JWT's signature against
+the cluster's keys (:func:`set_keys`), refuses a token below the lease's fence
+(SQLSTATE ``PF001``) and otherwise raises the fence to the token, in that
+transaction: the fence and the writes commit or roll back together, and once a
+newer token has raised the fence no transaction with an older one commits.
 
 ::
 
     import psycopg, palisade
     from palisade import postgres
 
-    conn = psycopg.connect(DSN)
-    postgres.install(conn)                       # once; a no-op when installed
+    owner = psycopg.connect(OWNER_DSN)           # once per database, as its owner:
+    postgres.install(owner)                      #   the schema (a no-op when installed)
+    postgres.set_keys(owner, client.jwks())      #   the cluster's keys (again after a rotation)
+    postgres.allow(owner, "app")                 #   the role that fences
+
+    conn = psycopg.connect(APP_DSN)
     with client.lease("orders", "worker-1", ttl=5.0) as lease:
-        with lease.fenced(conn) as cur:          # BEGIN; palisade.fence(...)
+        with lease.fenced(conn) as cur:          # BEGIN; palisade.fence(name, jwt)
             cur.execute("UPDATE orders SET ...")
         # committed; palisade.Fenced (a LeaseLost) if another holder took over
 
-Without an SDK lease (a token from ``palisade run``'s ``PALISADE_TOKEN``, or
-your own transaction code): :func:`transaction` and :func:`fence`.
+Without an SDK lease (the JWT from ``palisade run``'s ``PALISADE_JWT_FILE``,
+or your own transaction code): :func:`transaction` and :func:`fence`.
 :func:`guard` makes a table refuse writes from transactions that did not
-fence its lease (``PF002``).
+fence its lease (``PF002``). :func:`fence_unverified` and
+:func:`transaction_unverified` take a bare token, for roles the database
+trusts as it trusts the cluster (:func:`trust`).
 
 psycopg is an optional dependency (``pip install 'palisade-client[postgres]'``):
 ``import palisade`` works without it; importing this module does not.
@@ -32,10 +39,12 @@ psycopg is an optional dependency (``pip install 'palisade-client[postgres]'``):
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
+import weakref
 from importlib import resources
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 try:
     import psycopg
@@ -47,29 +56,36 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess 
     ) from _missing
 
 from ._client import check_lease_name
-from ._errors import BadRequest, Fenced, PalisadeError
+from ._errors import BadRequest, Fenced, PalisadeError, Unauthorized
 
 __all__ = [
     "FENCE_RACED",
     "INVALID_LEASE",
     "INVALID_TOKEN",
     "NOT_FENCED",
+    "PROOF_REFUSED",
     "SCHEMA_TOO_NEW",
     "SCHEMA_VERSION",
     "STALE_TOKEN",
     "FenceRaced",
     "SchemaTooNew",
+    "allow",
     "fence",
+    "fence_unverified",
     "guard",
     "install",
     "installed_version",
+    "prove",
+    "set_keys",
     "sql",
     "transaction",
+    "transaction_unverified",
+    "trust",
     "unguard",
 ]
 
 #: The schema version of the SQL file this package ships.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: SQLSTATE: the token is below the lease's fence (raised as :class:`palisade.Fenced`).
 STALE_TOKEN = "PF001"
@@ -84,11 +100,15 @@ INVALID_TOKEN = "PF004"
 FENCE_RACED = "PF005"
 #: SQLSTATE: the database holds a newer schema version (raised as :class:`SchemaTooNew`).
 SCHEMA_TOO_NEW = "PF006"
+#: SQLSTATE: the proof (the lease's JWT) is refused: malformed, a bad signature,
+#: a key the database does not trust (run :func:`set_keys` after a rotation),
+#: another lease's, or expired (raised as :class:`palisade.Unauthorized`).
+PROOF_REFUSED = "PF007"
 
 log = logging.getLogger("palisade")
 
 _MAX_TOKEN = 2**63 - 1
-_DETAIL_FENCE = re.compile(r"\bfence=(\d+)")
+_DETAIL_TOKEN = re.compile(r"\btoken=(\d+)")
 #: A raise that raced with another one under REPEATABLE READ/SERIALIZABLE is
 #: retried this many times by :func:`transaction` (before any of the caller's
 #: statements ran).
@@ -182,14 +202,47 @@ def _check_token(token: int) -> None:
         raise BadRequest(f"invalid fencing token {token!r}: an integer in 1..{_MAX_TOKEN}")
 
 
+def set_keys(conn: "psycopg.Connection[Any]", jwks: Dict[str, Any]) -> int:
+    """Installs the cluster's signing keys (its JWKS, as ``GET /v1/jwks``
+    answers it: ``client.jwks()``) as the keys proofs are checked against;
+    keys missing from it are retired, with the proofs they signed. Run it
+    after installing and after every key rotation or retirement (``palisade
+    sql keys --follow`` keeps doing it). A set older than the installed one
+    (a lower ``applied_index``) changes nothing. Answers the number of keys
+    installed (0 when the set was older). The schema's owner only."""
+    with conn.transaction():
+        row = conn.execute("SELECT palisade.set_keys(%s::jsonb)", (json.dumps(jwks),)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def allow(conn: "psycopg.Connection[Any]", role: str) -> None:
+    """Lets ``role`` fence with proof (``palisade.fence``, ``palisade.prove``):
+    nothing in the schema is callable by other roles until then. The
+    schema's owner only."""
+    with conn.transaction():
+        conn.execute("SELECT palisade.allow(%s)", (role,))
+
+
+def trust(conn: "psycopg.Connection[Any]", role: str) -> None:
+    """Lets ``role`` also call ``palisade.fence_unverified``, which believes
+    any token: such a role can write past any guard and raise any fence.
+    Only for roles trusted as much as the cluster."""
+    with conn.transaction():
+        conn.execute("SELECT palisade.trust(%s)", (role,))
+
+
 def _translate(err: "psycopg.Error", token: int) -> Optional[PalisadeError]:
-    """The SDK error for a refusal of ``palisade.fence``, ``None`` for any
-    other database error."""
+    """The SDK error for a refusal of ``palisade.fence`` (``token`` 0: read
+    it from the refusal), ``None`` for any other database error."""
     state = err.sqlstate
     message = err.diag.message_primary or str(err)
     if state == STALE_TOKEN:
-        match = _DETAIL_FENCE.search(err.diag.message_detail or "")
-        return Fenced(token, int(match.group(1)) if match else 0)
+        if token == 0:
+            match = _DETAIL_TOKEN.search(err.diag.message_detail or "")
+            token = int(match.group(1)) if match else 0
+        return Fenced(token, 0)  # the database does not tell the fence
+    if state == PROOF_REFUSED:
+        return Unauthorized(f"postgres: {message}")
     if state in (INVALID_LEASE, INVALID_TOKEN):
         return BadRequest(message)
     if state == FENCE_RACED:
@@ -197,35 +250,61 @@ def _translate(err: "psycopg.Error", token: int) -> Optional[PalisadeError]:
     return None
 
 
-def fence(target: Target, lease: str, token: int) -> int:
-    """``SELECT palisade.fence(lease, token)`` on ``target`` (a connection or a
-    cursor), for code that manages its own transactions: call it in the
-    transaction, before its writes. Answers the fence (the token).
+def prove(conn: Target, proof: str) -> int:
+    """``SELECT palisade.prove(proof)``: checks the JWT's signature and caches
+    it in the database (committed at once on a connection in autocommit, or
+    with its transaction), so ``palisade.fence`` with it costs a hash and a
+    lookup instead of a signature check (~20 ms of the database's CPU).
+    Answers its token. ``Lease.fenced`` and :func:`transaction` do this once
+    per JWT. Raises :class:`palisade.Unauthorized` when the proof is refused."""
+    try:
+        row = conn.execute("SELECT palisade.prove(%s)", (proof,)).fetchone()
+    except psycopg.Error as err:
+        mapped = _translate(err, 0)
+        if mapped is None:
+            raise
+        raise mapped from err
+    return int(row[0]) if row is not None else 0
+
+
+def fence(target: Target, lease: str, proof: str) -> int:
+    """``SELECT palisade.fence(lease, proof)`` on ``target`` (a connection or
+    a cursor), for code that manages its own transactions: call it in the
+    transaction, before its writes, with the lease's JWT. Answers the token.
 
     Raises :class:`palisade.Fenced` when the token is below the fence (another
-    holder took over: stop acting as leader), :class:`FenceRaced` (retry the
-    transaction), :class:`palisade.BadRequest` for a bad lease name or token
-    (refused before anything is sent). After a refusal the transaction is
-    aborted: roll it back."""
+    holder took over: stop acting as leader), :class:`palisade.Unauthorized`
+    when the proof is refused (``PF007``), :class:`FenceRaced` (retry the
+    transaction), :class:`palisade.BadRequest` for a bad lease name (refused
+    before anything is sent). After a refusal the transaction is aborted:
+    roll it back."""
+    check_lease_name(lease)
+    return _call_fence(target, lease, proof, None)
+
+
+def fence_unverified(target: Target, lease: str, token: int) -> int:
+    """``SELECT palisade.fence_unverified(lease, token)``: :func:`fence` without
+    proof, for a role the database trusts (:func:`trust`)."""
     check_lease_name(lease)
     _check_token(token)
     return _call_fence(target, lease, token, None)
 
 
-def _call_fence(target: Target, lease: str, token: int, idle_ms: Optional[int]) -> int:
-    """``palisade.fence(lease, token)``, with the transaction's idle timeout
-    set in the same statement (one round trip) when ``idle_ms`` is given."""
+def _call_fence(target: Target, lease: str, proof: Union[str, int], idle_ms: Optional[int]) -> int:
+    """``palisade.fence(lease, proof)`` (``fence_unverified`` for an int
+    token), with the transaction's idle timeout set in the same statement
+    (one round trip) when ``idle_ms`` is given."""
+    call = "palisade.fence_unverified(%s, %s)" if isinstance(proof, int) else "palisade.fence(%s, %s)"
     try:
         if idle_ms is None:
-            row = target.execute("SELECT palisade.fence(%s, %s)", (lease, token)).fetchone()
+            row = target.execute(f"SELECT {call}", (lease, proof)).fetchone()
         else:
             row = target.execute(
-                "SELECT palisade.fence(%s, %s), pg_catalog.set_config("
-                "'idle_in_transaction_session_timeout', %s, true)",
-                (lease, token, str(idle_ms)),
+                f"SELECT {call}, pg_catalog.set_config('idle_in_transaction_session_timeout', %s, true)",
+                (lease, proof, str(idle_ms)),
             ).fetchone()
     except psycopg.Error as err:
-        mapped = _translate(err, token)
+        mapped = _translate(err, proof if isinstance(proof, int) else 0)
         if mapped is None:
             raise
         raise mapped from err
@@ -234,41 +313,69 @@ def _call_fence(target: Target, lease: str, token: int, idle_ms: Optional[int]) 
     return int(row[0])
 
 
+#: Per connection, the last JWT :func:`prove` accepted on it.
+_proven: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def _prove_once(conn: "psycopg.Connection[Any]", proof: str) -> None:
+    """Proves ``proof`` on ``conn`` (outside any transaction: the cache entry
+    commits at once) unless it was the last one proven there."""
+    if _proven.get(conn) == proof:
+        return
+    with conn.transaction():
+        prove(conn, proof)
+    _proven[conn] = proof
+
+
 def transaction(
+    conn: "psycopg.Connection[Any]",
+    lease: str,
+    proof: str,
+    *,
+    idle_timeout: Optional[float] = None,
+) -> "contextlib.AbstractContextManager[psycopg.Cursor[Any]]":
+    """A fenced transaction on ``conn`` (which must not be in a transaction):
+    proves the JWT once per connection (:func:`prove`), begins a transaction,
+    calls ``palisade.fence(lease, proof)``, yields a cursor; commits when the
+    block ends, rolls back if it raises. Raises :class:`palisade.Fenced`
+    (nothing of the block ran) when the token is stale,
+    :class:`palisade.Unauthorized` when the proof is refused.
+    ``idle_timeout`` (seconds) sets ``idle_in_transaction_session_timeout``
+    for this transaction: a holder frozen inside it for longer loses its
+    session, so a newer holder's raise does not wait for it forever.
+    ``Lease.fenced`` is the same with the lease's own checks."""
+    return _fenced(conn, lease, lambda: proof, idle_timeout=idle_timeout, check=None, on_stale=None)
+
+
+def transaction_unverified(
     conn: "psycopg.Connection[Any]",
     lease: str,
     token: int,
     *,
     idle_timeout: Optional[float] = None,
 ) -> "contextlib.AbstractContextManager[psycopg.Cursor[Any]]":
-    """A fenced transaction on ``conn`` (which must not be in a transaction):
-    begins one, calls ``palisade.fence(lease, token)``, yields a cursor;
-    commits when the block ends, rolls back if it raises. Raises
-    :class:`palisade.Fenced` (nothing of the block ran) when the token is
-    stale. ``idle_timeout`` (seconds) sets ``idle_in_transaction_session_timeout``
-    for this transaction: a holder frozen inside it for longer loses its
-    session, so a newer holder's raise does not wait for it forever.
-    ``Lease.fenced`` is the same with the lease's own checks."""
-    return _fenced(conn, lease, token, idle_timeout=idle_timeout, check=None, on_stale=None)
+    """:func:`transaction` with a bare token (``palisade.fence_unverified``),
+    for a role the database trusts (:func:`trust`)."""
+    _check_token(token)
+    return _fenced(conn, lease, lambda: token, idle_timeout=idle_timeout, check=None, on_stale=None)
 
 
 @contextlib.contextmanager
 def _fenced(
     conn: "psycopg.Connection[Any]",
     lease: str,
-    token: int,
+    proof: Callable[[], Union[str, int]],
     *,
     idle_timeout: Optional[float],
     check: Optional[Callable[[], object]],
     on_stale: Optional[Callable[[Fenced], None]],
 ) -> Iterator["psycopg.Cursor[Any]"]:
     """The fenced transaction behind :func:`transaction` and ``Lease.fenced``:
-    ``check`` raises (a ``LeaseLost``) when the lease is not held, before the
-    transaction and before its commit; ``on_stale`` hears of a stale token."""
-    if check is not None:
-        check()
+    ``proof`` answers the JWT (or, unverified, the token) and raises (a
+    ``LeaseLost``) when the lease is not held; ``check`` raises likewise
+    before the commit; ``on_stale`` hears of a stale token."""
+    current = proof()
     check_lease_name(lease)
-    _check_token(token)
     if idle_timeout is not None and idle_timeout < 0:
         raise BadRequest("idle_timeout must be >= 0")
     status = conn.info.transaction_status
@@ -278,6 +385,8 @@ def _fenced(
             + ("in a transaction" if status != TransactionStatus.UNKNOWN else "broken")
             + f" ({status.name}): commit or roll back first"
         )
+    if isinstance(current, str):
+        _prove_once(conn, current)
     attempt = 0
     while True:
         attempt += 1
@@ -285,7 +394,7 @@ def _fenced(
         tx.__enter__()
         cur = conn.cursor()
         try:
-            _call_fence(cur, lease, token, max(1, int(idle_timeout * 1000)) if idle_timeout else None)
+            _call_fence(cur, lease, current, max(1, int(idle_timeout * 1000)) if idle_timeout else None)
             break
         except BaseException as err:
             cur.close()

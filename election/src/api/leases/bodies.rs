@@ -14,7 +14,8 @@ use crate::lease_table::command::{SecretHash, Terms};
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(in crate::api) struct AcquireRequest {
-    /// Who asks: 1..=256 characters, no control characters.
+    /// Who asks: 1..=256 characters, no control characters, no
+    /// bidirectional controls (checked in [`Checked::check`]).
     #[schema(value_type = HolderParam)]
     pub(in crate::api) holder: Holder,
     /// How long the grant lasts without renewal: within the node's
@@ -47,6 +48,15 @@ pub(in crate::api) struct AcquireRequest {
     pub(in crate::api) max_hold_ms: Option<u64>,
 }
 
+/// A holder name a request brings in (an acquire's, a handover's
+/// successor) passes [`Holder::new`]: deserializing a body checks only what
+/// a stored holder must pass, not the bidirectional controls.
+fn check_new_holder(holder: &Holder) -> Result<(), ApiError> {
+    Holder::new(holder.as_str())
+        .map(|_| ())
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
 /// The highest acquire priority.
 pub const MAX_PRIORITY: u32 = 1000;
 /// The longest lock-delay.
@@ -67,6 +77,7 @@ impl AcquireRequest {
 
 impl Checked for AcquireRequest {
     fn check(&self, config: &ElectionConfig) -> Result<(), ApiError> {
+        check_new_holder(&self.holder)?;
         let terms = self.terms();
         if terms.priority > MAX_PRIORITY {
             return Err(ApiError::BadRequest(format!(
@@ -271,6 +282,7 @@ pub(in crate::api) const HANDOVER_WINDOW_MS: (u64, u64, u64) = (500, 10_000, 60_
 impl Checked for HandoverRequest {
     fn check(&self, _config: &ElectionConfig) -> Result<(), ApiError> {
         check_token(self.token)?;
+        check_new_holder(&self.to)?;
         if self.to_principal.as_ref().is_some_and(|p| {
             p.is_empty() || p.chars().count() > 128 || p.chars().any(char::is_control)
         }) {

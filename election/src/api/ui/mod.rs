@@ -4,28 +4,38 @@
 //! the samples of `series.rs`), and one page of leases (holder, token,
 //! time left as the leader sees it), each linked to its own page
 //! (`lease.rs`). It refreshes itself every 2 s (`<meta refresh>`). Every
-//! value from a client — lease names, holders — is HTML-escaped.
+//! value from a client — lease names, holders — is HTML-escaped, and any
+//! bidirectional control in it shown as a visible `<U+202E>`.
 //!
 //! Under a policy the page needs the `read` right on its `prefix` (as the
 //! list does); a browser that cannot send `x-palisade-key` signs in through
-//! the form of `login.rs`, which sets a `palisade_key` cookie, honoured
-//! on this read-only route alone (see [`key_from_cookie`]), so no
-//! state-changing call can be made with it.
+//! the form of `login.rs`, which opens a session (`sessions.rs`) whose id
+//! alone is its cookie (`cookie.rs`), honoured on the status pages alone
+//! (`signed_in.rs`). A principal that may not read every lease sees no
+//! cluster-wide figure (the plots, the table's size): only its prefix's
+//! leases. Every answer carries the headers of `headers.rs`; the forms
+//! are accepted from this node's own origin only (`origin.rs`).
 
+mod cookie;
 pub mod gateway;
+pub(super) mod headers;
 pub(super) mod lease;
 pub(super) mod login;
+mod origin;
 mod plots;
 pub mod sampler;
 pub mod series;
+pub mod sessions;
+pub(super) mod signed_in;
 
 use std::fmt::Write as _;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
-use axum::middleware::Next;
+use axum::extract::{Query, State};
 use axum::response::{Html, IntoResponse, Response};
+use axum::Extension;
 use openraft::async_runtime::WatchReceiver;
+use palisade_serve::policy::{Principal, Right};
 use serde::Deserialize;
 
 use super::schema::ErrorBody;
@@ -35,9 +45,6 @@ use crate::lease_table::history::Transition;
 
 /// Leases on one page.
 const PAGE: usize = 200;
-
-/// The cookie the page reads the API key from (set by `login.rs`).
-pub(super) const COOKIE: &str = "palisade_key";
 
 /// `GET /ui?prefix=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -51,11 +58,17 @@ pub(super) struct UiQuery {
     after: Option<String>,
 }
 
-/// Escapes text for HTML element content and attribute values.
+/// Escapes text for HTML element content and attribute values, and shows
+/// a bidirectional control (which would reorder the text around it) as
+/// `<U+202E>`: new holders, keys and principal names cannot hold one, but
+/// older records and other sources may.
 pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
+            c if palisade_names::text::is_bidi_control(c) => {
+                let _ = write!(out, "&lt;U+{:04X}&gt;", u32::from(c));
+            }
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -67,64 +80,37 @@ pub(super) fn escape(text: &str) -> String {
     out
 }
 
-/// Middleware on `/ui` only: a `palisade_key` cookie stands for the
-/// `x-palisade-key` header when the header is absent; a browser refused
-/// for want of a (known) key is sent to the sign-in form instead
-/// (`login.rs`).
-pub(super) async fn key_from_cookie(mut request: Request, next: Next) -> Response {
-    let wants_html = request
-        .headers()
-        .get(http::header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("text/html"));
-    let header = palisade_serve::policy::KEY_HEADER;
-    if !request.headers().contains_key(header) {
-        let key = request
-            .headers()
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == COOKIE)
-            .and_then(|(_, value)| http::HeaderValue::from_str(value).ok());
-        if let Some(key) = key {
-            request.headers_mut().insert(header, key);
-        }
-    }
-    let response = next.run(request).await;
-    if wants_html && response.status() == http::StatusCode::UNAUTHORIZED {
-        return (
-            http::StatusCode::SEE_OTHER,
-            [(http::header::LOCATION, "/ui/login")],
-        )
-            .into_response();
-    }
-    response
-}
-
 #[utoipa::path(get, path = "/ui", tag = "health", params(UiQuery),
     responses((status = 200, body = String, content_type = "text/html", description = "The status page"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn page(
     State(state): State<ApiState>,
+    principal: Option<Extension<Principal>>,
     query: Result<Query<UiQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let sees_all = sees_all(&state, principal.as_ref().map(|p| &p.0));
     let mut html = head(&format!("Palisade node {}", state.config.id));
     node_section(&mut html, &state);
-    plots::section(
-        &mut html,
-        &state.series.samples(),
-        crate::signing::unix_ms(),
-    );
+    if sees_all {
+        plots::section(
+            &mut html,
+            &state.series.samples(),
+            crate::signing::unix_ms(),
+        );
+    }
     if state.config.policy.is_some() {
         html.push_str(
             "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
              <button type=\"submit\">Sign out</button></form>",
         );
     }
-    lease_section(&mut html, &state, &query.prefix, query.after.as_deref());
+    let rows = Rows {
+        prefix: &query.prefix,
+        after: query.after.as_deref(),
+        sees_all,
+    };
+    lease_section(&mut html, &state, &rows);
     if let Some(reader) = &state.ui_gateway {
         gateway_fences(&mut html, reader, &query.prefix).await;
     }
@@ -132,14 +118,22 @@ pub(super) async fn page(
     Ok(Html(html).into_response())
 }
 
+/// Whether the caller may see cluster-wide figures: with no policy anyone,
+/// under one a principal that may read every lease.
+fn sees_all(state: &ApiState, principal: Option<&Principal>) -> bool {
+    let Some(policy) = &state.config.policy else {
+        return true;
+    };
+    principal.is_some_and(|p| policy.current().allow_prefix(p, Right::Read, "").is_ok())
+}
+
 /// A page's head (it refreshes every 2 s), up to the opening `<body>`.
 fn head(title: &str) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"2\"><title>{title}</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}\
-         figcaption{{font-size:.85em;color:#333}}</style></head><body>"
+         <style>{}</style></head><body>",
+        headers::PAGE_CSS
     )
 }
 
@@ -180,8 +174,21 @@ fn node_section(html: &mut String, state: &ApiState) {
     html.push_str("</table>");
 }
 
-/// The leases under `prefix`: at most [`PAGE`] rows, and how many there are.
-fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Option<&str>) {
+/// Which leases the page lists.
+struct Rows<'a> {
+    /// Only names starting with this (the caller may read them all).
+    prefix: &'a str,
+    /// The page after this name.
+    after: Option<&'a str>,
+    /// Whether to say how many leases the whole table has
+    /// ([`sees_all`]).
+    sees_all: bool,
+}
+
+/// The leases under the prefix: at most [`PAGE`] rows, and (for a caller
+/// that may see it) how many the table has in all.
+fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
+    let (prefix, after) = (wanted.prefix, wanted.after);
     // One page and one look past it: the work is bounded by the page, never
     // by the number of leases under the prefix.
     let (mut rows, in_table) = state.shared.read(|s| {
@@ -201,9 +208,14 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
     });
     let more = rows.len() > PAGE;
     rows.truncate(PAGE);
+    let in_table = if wanted.sees_all {
+        format!(" (<span id=\"in-table\">{in_table}</span> in the table)")
+    } else {
+        String::new()
+    };
     let _ = write!(
         *html,
-        "<h2>Leases</h2><p>{} shown with prefix “{}”{} ({in_table} in the table){}</p>\
+        "<h2>Leases</h2><p>{} shown with prefix “{}”{}{in_table}{}</p>\
          <table id=\"leases\"><tr><th>lease</th><th>holder</th><th>token</th><th>time left</th><th>changes</th><th>last change</th></tr>",
         rows.len(),
         escape(prefix),
@@ -215,24 +227,7 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
         },
     );
     for (name, record) in &rows {
-        let left = record
-            .holder
-            .as_ref()
-            .and_then(|_| state.lessor.remaining_ms(name, record.token))
-            .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
-        let holder = record.holder.as_deref().map_or_else(
-            || "<i>free</i>".to_owned(),
-            |h| format!("<span class=\"holder\">{}</span>", escape(h)),
-        );
-        let _ = write!(
-            *html,
-            "<tr><td class=\"lease\"><a href=\"/ui/leases/{0}\">{0}</a></td><td>{holder}</td>\
-             <td>{1}</td><td>{left}</td><td>{2}</td><td class=\"last-change\">{3}</td></tr>",
-            escape(name.as_str()),
-            record.token,
-            record.transitions,
-            record.history.back().map_or_else(String::new, last_change),
-        );
+        lease_row(html, state, name, record);
     }
     html.push_str("</table>");
     if let Some((last, _)) = rows.last().filter(|_| more) {
@@ -243,6 +238,33 @@ fn lease_section(html: &mut String, state: &ApiState, prefix: &str, after: Optio
             query_escape(last.as_str()),
         );
     }
+}
+
+/// One lease's row.
+fn lease_row(
+    html: &mut String,
+    state: &ApiState,
+    name: &palisade_names::LeaseName,
+    record: &crate::lease_table::record::LeaseRecord,
+) {
+    let left = record
+        .holder
+        .as_ref()
+        .and_then(|_| state.lessor.remaining_ms(name, record.token))
+        .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
+    let holder = record.holder.as_deref().map_or_else(
+        || "<i>free</i>".to_owned(),
+        |h| format!("<span class=\"holder\">{}</span>", escape(h)),
+    );
+    let _ = write!(
+        *html,
+        "<tr><td class=\"lease\"><a href=\"/ui/leases/{0}\">{0}</a></td><td>{holder}</td>\
+         <td>{1}</td><td>{left}</td><td>{2}</td><td class=\"last-change\">{3}</td></tr>",
+        escape(name.as_str()),
+        record.token,
+        record.transitions,
+        record.history.back().map_or_else(String::new, last_change),
+    );
 }
 
 /// A lease's latest transition: `preempt of low (token 5), 3.2 s ago`
@@ -267,7 +289,7 @@ fn ago(now_ms: u64, at_ms: u64) -> String {
 }
 
 /// Percent-encodes `text` for a query string value.
-fn query_escape(text: &str) -> String {
+pub(super) fn query_escape(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),

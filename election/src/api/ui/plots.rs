@@ -99,8 +99,8 @@ pub(super) fn section(html: &mut String, samples: &[Sample], now_ms: u64) {
     let _ = write!(
         html,
         "<h2>Last 15 minutes</h2><p>as this node saw them, one sample every {} s \
-         (renewals: while it led); <span style=\"color:#c0392b\">dashed red</span>: \
-         the leader changed</p><div id=\"plots\" style=\"display:flex;flex-wrap:wrap;gap:1em\">",
+         (renewals: while it led); <span class=\"leader-change-note\">dashed red</span>: \
+         the leader changed</p><div id=\"plots\">",
         EVERY.as_secs()
     );
     for plot in &plots {
@@ -135,7 +135,7 @@ fn chart(html: &mut String, plot: &Plot, changes: &[(u64, Option<u64>)], now_ms:
     let y = |v: f64| TOP + inner_h - (v / top).min(1.0) * inner_h;
     let _ = write!(
         html,
-        "<figure style=\"margin:0\"><svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" \
+        "<figure><svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" \
          width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
          aria-label=\"{title}\" data-points=\"{points}\" data-peak=\"{peak}\" data-last=\"{last}\" \
          font-family=\"sans-serif\" font-size=\"10\">\

@@ -1,39 +1,70 @@
--- Palisade: fenced transactions in your own PostgreSQL (schema version 1).
+-- Palisade: fenced transactions in your own PostgreSQL (schema version 2).
 --
 -- The one canonical copy: the Python SDK ships this file as package data and
 -- the Rust SDK includes the same file. Run it as it is (psql -f, or as one
 -- statement through any driver): it is a single DO statement, so it is atomic
 -- whatever the client does around it. Installing the same version again
 -- changes nothing; a database holding a newer version is refused (PF006).
--- The role that runs it owns the schema; application roles need
--- `GRANT USAGE ON SCHEMA palisade TO app` (and nothing on the fence table:
--- palisade.fence is SECURITY DEFINER, so no client can lower a fence).
+-- It needs no extension: it runs on managed databases (RDS, Cloud SQL) too.
+--
+-- Who may do what. The role that runs this file owns the schema and is the
+-- only one that can do anything with it until it grants more:
+--   palisade.allow(role)  lets a role fence with proof: USAGE on the schema,
+--                         EXECUTE on palisade.fence(text, text) and prove.
+--   palisade.trust(role)  also lets it call palisade.fence_unverified, which
+--                         believes any token: only for roles you trust as
+--                         much as the cluster (see "Unverified mode").
+--   palisade.set_keys(jwks)  installs the cluster's signing keys (GET /v1/jwks);
+--                         `palisade sql keys` does it, and must run again after
+--                         `palisade cluster rotate-key` or a retirement.
+--   palisade.guard / guard_table / unguard: the owner only.
+-- Tables and the secret below are readable by the owner only, so no other
+-- role can read a fence, lock a fence row, or forge a guard mark.
 --
 -- What it holds
---   palisade.version          (part, version): one row per part, 'fence' here
---   palisade.fences           (lease, fence, raised_at): the highest token
---                             accepted per lease; rows are never deleted
---   palisade.fence(lease text, token bigint) -> bigint
---       Call it inside your transaction, before its writes. It refuses a
---       token below the lease's fence and otherwise raises the fence to the
---       token, in your transaction: the fence and your writes commit or roll
---       back together. A transaction with an older token cannot commit after
---       a newer one raised the fence (Palisade's S6).
+--   palisade.version    (part, version): one row per part, 'fence' here
+--   palisade.fences     (lease, fence, raised_at): the highest token accepted
+--                       per lease; rows are never deleted
+--   palisade.keys       (kid, x, ...): the cluster's Ed25519 public keys
+--   palisade.proofs     a cache of verified JWTs (sha256 of the JWT, its
+--                       lease, token, exp and key): a holder pays the
+--                       signature check once per JWT (palisade.prove)
+--   palisade.settings   one row: the guard secret, exp leeway, key set index
+--
+--   palisade.fence(lease text, proof text) -> bigint
+--       Call it inside your transaction, before its writes, with the lease's
+--       JWT as the cluster granted it. It checks the JWT (EdDSA against the
+--       installed keys, iss 'palisade', the lease claim equal to lease, exp
+--       plus a leeway not passed), refuses its token if below the lease's
+--       fence and otherwise raises the fence to it, in your transaction: the
+--       fence and your writes commit or roll back together. A transaction
+--       with an older token cannot commit after a newer one raised the fence
+--       (Palisade's S6). Answers the token.
+--   palisade.prove(proof text) -> bigint
+--       Checks the JWT's signature and caches the result (committed at once
+--       when called outside a transaction): palisade.fence then pays a hash
+--       and an index lookup for it, and transactions of older tokens of the
+--       lease are refused from then on (see Locks). The SDKs call it once per
+--       new JWT, before the transaction. A cache miss in palisade.fence
+--       verifies in place (some 20-30 ms of the database's CPU) and caches
+--       nothing.
+--   palisade.fence_unverified(lease text, token bigint) -> bigint
+--       palisade.fence without proof, for trusted roles only.
 --   palisade.guard(tbl regclass, lease_column text)
 --   palisade.guard_table(tbl regclass, lease text)
 --   palisade.unguard(tbl regclass)
 --       Triggers refusing writes (INSERT/UPDATE/DELETE, and TRUNCATE) from a
---       transaction that did not call palisade.fence for the lease: the row's
---       lease column (on the new row and on the old one), or one lease for the
---       whole table.
+--       transaction that did not pass palisade.fence for the lease: the
+--       row's lease column (on the new row and on the old one), or one lease
+--       for the whole table. Partitioned tables and tables with inheritance
+--       children are refused: guard each partition (and any attached later).
 --
 -- SQLSTATEs (class PF, never 40001/40P01, which drivers and ORMs retry)
 --   PF001  stale token: the token is below the lease's fence. Another holder
---          took over; stop acting as leader. DETAIL: lease=L token=T fence=F
---          (fence=unknown when a concurrent raise was seen through a
---          REPEATABLE READ/SERIALIZABLE snapshot).
---   PF002  guarded write from a transaction that did not call palisade.fence
---          for the row's (or table's) lease.
+--          took over; stop acting as leader. DETAIL: lease=L token=T (the
+--          fence itself is not told).
+--   PF002  guarded write from a transaction that did not pass palisade.fence
+--          for the row's (or table's) lease; or a guard that cannot be made.
 --   PF003  invalid lease name: [A-Za-z0-9._-]{1,128}, not . or .. (and not null).
 --   PF004  invalid token: must be >= 1 (and not null); above the bigint range
 --          the call is refused by the type (22003).
@@ -42,44 +73,59 @@
 --          cannot be told from this snapshot. Roll back and retry the whole
 --          transaction (the retry gets PF001 if it is stale).
 --   PF006  the database holds a newer version of this schema than this file.
+--   PF007  the proof is refused: not a JWT, a bad signature, a key this
+--          database does not trust (unknown, or retired: run `palisade sql
+--          keys`), another lease's, or expired. DETAIL: reason=...
 --
--- Locks (per lease; the advisory key is hashtextextended('palisade.fence/' || lease, 0))
---   token == fence  shared advisory lock, held to the end of the transaction:
---                   the holder's transactions do not wait for each other.
---   token >  fence  exclusive advisory lock (waits for every transaction
---                   holding the fence, i.e. older tokens in flight), then the
---                   fence row is written (created on first use).
+-- Locks (per lease, on its row of palisade.fences, which only the owner can
+-- read; no advisory lock, so no other role can take or block them)
+--   token == fence  FOR SHARE, held to the end of the transaction: the
+--                   holder's transactions do not wait for each other.
+--   token >  fence  FOR UPDATE (waits for every transaction holding the
+--                   fence, i.e. older tokens in flight), then the row is
+--                   written (created on first use).
 --   token <  fence  refused at once (PF001).
---   Lock requests queue fairly: once a raise waits, later transactions of the
---   old token queue behind it, and then see the new fence and are refused.
+--   Row locks are not queued fairly, so a raise announces itself first: once
+--   a JWT with a higher token is proven (palisade.prove, which the SDKs call
+--   before the transaction), every new transaction of an older token is
+--   refused at once (PF001), and the raise waits only for those in flight.
+--   A raise without a proven JWT (fence_unverified, or fence with a JWT not
+--   proven first) may wait while the old holder keeps starting transactions.
 --   Fence several leases in one transaction in a fixed order (sorted), or two
 --   such transactions may deadlock (40P01, which a retry resolves).
 --
 -- Isolation levels
 --   READ COMMITTED: each step reads the latest committed fence after taking
 --   its lock. REPEATABLE READ/SERIALIZABLE: the snapshot may predate a raise,
---   so the row is also locked (FOR SHARE) or written, which fails with 40001
---   when a raise committed after the snapshot; palisade.fence catches that and
---   raises PF001 when it proves the token stale (token == the fence the
---   snapshot saw), PF005 otherwise. Call palisade.fence as the first
---   statement of the transaction.
+--   so locking or writing the row fails with 40001 when a raise committed
+--   after the snapshot; palisade.fence catches that and raises PF001 when it
+--   proves the token stale (token == the fence the snapshot saw), PF005
+--   otherwise. Call palisade.fence as the first statement of the transaction.
 --
--- Guard mode uses a transaction-local setting, palisade.fenced (",lease:token"
--- per fenced lease), so it works behind a transaction-mode pooler. A client
--- can forge that setting with set_config: guard mode stops forgetting, not
--- malice. palisade.fence itself cannot be forged.
+-- Guard marks. palisade.fence leaves a transaction-local setting,
+-- palisade.fenced (",lease:token:mac" per fenced lease); mac is a hash keyed
+-- by palisade.settings' secret over this backend, this transaction's start
+-- time, the lease and the token. The guard triggers (SECURITY DEFINER)
+-- recompute it: a client that sets palisade.fenced itself cannot make a mark
+-- that passes, nor reuse one in another transaction. It works behind a
+-- transaction-mode pooler.
+--
+-- Unverified mode. palisade.fence_unverified believes the token it is given:
+-- a role allowed to call it can write past any guard and raise any fence to
+-- any value (locking the real holder out). Grant it (palisade.trust) only to
+-- roles you trust as much as the cluster, e.g. when the JWT cannot be carried
+-- to the database; everything else about the fence holds the same.
 --
 -- Call palisade.fence in the transaction itself, not in a savepoint that may
 -- be rolled back: rolling it back releases the lock and forgets the fence.
 --
--- Upgrading: a later file keeps this one's steps (under IF v_installed IS
--- NULL) and adds `IF v_installed IS NULL OR v_installed < 2 THEN ... END IF;`
--- after them. The advisory key above is part of the protocol: a version that
--- changes it must not run beside this one.
+-- Upgrading from version 1: version 1's palisade.fence(text, bigint) is
+-- dropped (old SDKs then get "function does not exist"), and its advisory
+-- locks are no longer taken: stop writers of the old SDK while installing.
 
 DO $palisade_install$
 DECLARE
-    v_file CONSTANT integer := 1;
+    v_file CONSTANT integer := 2;
     v_installed integer;
 BEGIN
     -- Concurrent installers take turns (the first creates, the rest find it done).
@@ -88,6 +134,7 @@ BEGIN
     IF pg_catalog.to_regnamespace('palisade') IS NULL THEN
         CREATE SCHEMA palisade;
     END IF;
+    REVOKE ALL ON SCHEMA palisade FROM PUBLIC;
     IF pg_catalog.to_regclass('palisade.version') IS NULL THEN
         CREATE TABLE palisade.version (
             part text PRIMARY KEY,
@@ -109,7 +156,7 @@ BEGIN
         RETURN;  -- already installed: a no-op
     END IF;
 
-    -- Version 1 -----------------------------------------------------------------
+    -- Version 1: the fence table ----------------------------------------------
     IF v_installed IS NULL THEN
         CREATE TABLE palisade.fences (
             lease text PRIMARY KEY,
@@ -118,95 +165,464 @@ BEGIN
         );
         COMMENT ON TABLE palisade.fences IS
             'Per lease, the highest fencing token a committed transaction passed to palisade.fence. Never lower or delete a row.';
-        REVOKE ALL ON TABLE palisade.fences FROM PUBLIC;
+    END IF;
 
-        CREATE FUNCTION palisade.fence(lease text, token bigint) RETURNS bigint
+    -- Version 2: proofs, keys, owner-only locks, keyed guard marks ------------
+    IF v_installed IS NULL OR v_installed < 2 THEN
+        -- Wait for transactions of version 1 that read the fences to end.
+        LOCK TABLE palisade.fences IN ACCESS EXCLUSIVE MODE;
+        REVOKE ALL ON TABLE palisade.fences, palisade.version FROM PUBLIC;
+        IF v_installed = 1 THEN
+            DROP FUNCTION palisade.fence(text, bigint);
+            DROP FUNCTION palisade.fenced_here(text);
+        END IF;
+
+        CREATE TABLE palisade.settings (
+            one boolean PRIMARY KEY DEFAULT true CHECK (one),
+            secret bytea NOT NULL,
+            exp_leeway_secs integer NOT NULL DEFAULT 1 CHECK (exp_leeway_secs >= 0),
+            keys_index bigint NOT NULL DEFAULT 0
+        );
+        COMMENT ON TABLE palisade.settings IS
+            'The guard marks'' secret, the leeway on a JWT''s exp, and the applied_index of the installed key set.';
+        -- 244 random bits from two version-4 UUIDs (gen_random_uuid: PostgreSQL's CSPRNG).
+        INSERT INTO palisade.settings (secret)
+            VALUES (pg_catalog.sha256(pg_catalog.convert_to(
+                pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, 'UTF8')));
+
+        CREATE TABLE palisade.keys (
+            kid text PRIMARY KEY,
+            x bytea NOT NULL CHECK (octet_length(x) = 32),
+            ax numeric NOT NULL,   -- the public point, decompressed once
+            ay numeric NOT NULL,
+            added_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+        );
+        COMMENT ON TABLE palisade.keys IS
+            'The cluster''s Ed25519 public keys (its JWKS), set by palisade.set_keys.';
+
+        CREATE TABLE palisade.proofs (
+            digest bytea PRIMARY KEY,   -- sha256 of the JWT
+            lease text NOT NULL,
+            token bigint NOT NULL,
+            exp bigint NOT NULL,        -- seconds since the Unix epoch
+            kid text NOT NULL REFERENCES palisade.keys (kid) ON DELETE CASCADE
+        );
+        CREATE INDEX proofs_by_lease ON palisade.proofs (lease, token);
+        COMMENT ON TABLE palisade.proofs IS
+            'JWTs whose signature palisade.prove checked, until their exp (a key''s retirement deletes them).';
+        REVOKE ALL ON TABLE palisade.settings, palisade.keys, palisade.proofs FROM PUBLIC;
+
+        -- Ed25519 (RFC 8032) verification over numeric, in PL/pgSQL ----------
+        CREATE OR REPLACE FUNCTION palisade.ed_le(b bytea) RETURNS numeric
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $le$
+        DECLARE
+            v numeric := 0;
+            i integer;
+        BEGIN  -- a little-endian byte string as a number
+            FOR i IN REVERSE length(b) - 1..0 LOOP
+                v := v * 256 + get_byte(b, i);
+            END LOOP;
+            RETURN v;
+        END
+        $le$;
+
+        CREATE OR REPLACE FUNCTION palisade.ed_bytes(n numeric) RETURNS bytea
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $bytes$
+        DECLARE
+            v bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+            i integer;
+        BEGIN  -- 0 <= n < 2^256 as 32 little-endian bytes
+            FOR i IN 0..31 LOOP
+                v := set_byte(v, i, mod(n, 256)::integer);
+                n := div(n, 256);
+            END LOOP;
+            RETURN v;
+        END
+        $bytes$;
+
+        CREATE OR REPLACE FUNCTION palisade.ed_inv(a numeric) RETURNS numeric
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $inv$
+        DECLARE  -- a^-1 mod p by Euclid (a not a multiple of p)
+            p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
+            r0 numeric := p;
+            r1 numeric := mod(mod(a, p) + p, p);
+            t0 numeric := 0;
+            t1 numeric := 1;
+            q numeric;
+            tmp numeric;
+        BEGIN
+            WHILE r1 <> 0 LOOP
+                q := div(r0, r1);
+                tmp := r0 - q * r1; r0 := r1; r1 := tmp;
+                tmp := t0 - q * t1; t0 := t1; t1 := tmp;
+            END LOOP;
+            RETURN mod(mod(t0, p) + p, p);
+        END
+        $inv$;
+
+        CREATE OR REPLACE FUNCTION palisade.ed_decompress(enc bytea) RETURNS numeric[]
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $decompress$
+        DECLARE  -- RFC 8032 5.1.3: the point {x, y}, or NULL when enc is none
+            p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
+            d CONSTANT numeric := 37095705934669439343138083508754565189542113879843219016388785533085940283555;
+            sqrt_m1 CONSTANT numeric := 19681161376707505956807079304988542015446066515923890162744021073123829784752;
+            v_sign integer;
+            y numeric;
+            u numeric;
+            v numeric;
+            v3 numeric;
+            base numeric;
+            e numeric;
+            r numeric := 1;
+            x numeric;
+            chk numeric;
+        BEGIN
+            IF octet_length(enc) <> 32 THEN
+                RETURN NULL;
+            END IF;
+            v_sign := get_byte(enc, 31) >> 7;
+            y := palisade.ed_le(set_byte(enc, 31, get_byte(enc, 31) & 127));
+            IF y >= p THEN
+                RETURN NULL;
+            END IF;
+            u := mod(y * y - 1 + p, p);
+            v := mod(d * mod(y * y, p) + 1, p);
+            v3 := mod(mod(v * v, p) * v, p);
+            -- x = u v^3 (u v^7)^((p-5)/8)
+            base := mod(mod(u * v3, p) * mod(v3 * v, p), p);
+            e := div(p - 5, 8);
+            WHILE e > 0 LOOP
+                IF mod(e, 2) = 1 THEN
+                    r := mod(r * base, p);
+                END IF;
+                base := mod(base * base, p);
+                e := div(e, 2);
+            END LOOP;
+            x := mod(mod(u * v3, p) * r, p);
+            chk := mod(v * mod(x * x, p), p);
+            IF chk = u THEN
+                NULL;
+            ELSIF chk = mod(p - u, p) THEN
+                x := mod(x * sqrt_m1, p);
+            ELSE
+                RETURN NULL;
+            END IF;
+            IF x = 0 AND v_sign = 1 THEN
+                RETURN NULL;
+            END IF;
+            IF mod(x, 2) <> v_sign THEN
+                x := p - x;
+            END IF;
+            RETURN ARRAY[x, y];
+        END
+        $decompress$;
+
+        CREATE OR REPLACE FUNCTION palisade.ed_verify(ax numeric, ay numeric, pk bytea, msg bytea, sig bytea)
+        RETURNS boolean
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $verify$
+        -- RFC 8032 5.1.7 without the cofactor (as ed25519-dalek's verify):
+        -- [S]B - [k]A, k = SHA-512(R || A || M) mod L, encodes to R. A is the
+        -- point (ax, ay) whose encoding is pk. Extended coordinates, a = -1
+        -- (Hisil-Wong-Carter-Dawson 2008), both scalars at once (Straus).
+        DECLARE
+            p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
+            l CONSTANT numeric := 7237005577332262213973186563042994240857116359379907606001950938285454250989;
+            d2 CONSTANT numeric := 16295367250680780974490674513165176452449235426866156013048779062215315747161;
+            bx CONSTANT numeric := 15112221349535400772501151409588531511454012693041857206046113283949847762202;
+            b_y CONSTANT numeric := 46316835694926478169428394003475163141307993866256225615783033603165251855960;
+            s numeric;
+            sb bytea;
+            kb bytea;
+            -- the addends, affine with t2 = 2d x y: 1 = B, 2 = -A, 3 = B - A
+            p1x numeric; p1y numeric; p1t numeric;
+            p2x numeric; p2y numeric; p2t numeric;
+            p3x numeric; p3y numeric; p3t numeric;
+            qx numeric; qy numeric; qt numeric;
+            ex numeric := 0; ey numeric := 1; ez numeric := 1; et numeric := 0;
+            fa numeric; fb numeric; fc numeric; fd numeric; fe numeric; ff numeric; fg numeric; fh numeric;
+            zi numeric;
+            i integer;
+            v_pick integer;
+            started boolean := false;
+        BEGIN
+            IF octet_length(pk) <> 32 OR octet_length(sig) <> 64 THEN
+                RETURN false;
+            END IF;
+            sb := substr(sig, 33, 32);
+            s := palisade.ed_le(sb);
+            IF s >= l THEN
+                RETURN false;
+            END IF;
+            kb := palisade.ed_bytes(mod(palisade.ed_le(sha512(substr(sig, 1, 32) || pk || msg)), l));
+            p1x := bx; p1y := b_y; p1t := mod(mod(d2 * bx, p) * b_y, p);
+            p2x := mod(p - ax, p); p2y := ay; p2t := mod(mod(d2 * p2x, p) * p2y, p);
+            -- p3 = B + (-A), then affine (one inversion)
+            fa := mod((b_y - bx) * (p2y - p2x), p); fb := mod((b_y + bx) * (p2y + p2x), p);
+            fc := mod(p1t * mod(p2x * p2y, p), p); fd := 2;
+            fe := fb - fa; ff := fd - fc; fg := fd + fc; fh := fb + fa;
+            ex := mod(fe * ff, p); ey := mod(fg * fh, p); ez := mod(ff * fg, p);
+            IF mod(ez, p) = 0 THEN
+                RETURN false;
+            END IF;
+            zi := palisade.ed_inv(ez);
+            p3x := mod(mod(ex * zi, p) + p, p); p3y := mod(mod(ey * zi, p) + p, p);
+            p3t := mod(mod(d2 * p3x, p) * p3y, p);
+            FOR i IN REVERSE 255..0 LOOP
+                IF started THEN  -- double
+                    fa := mod(ex * ex, p); fb := mod(ey * ey, p); fc := 2 * mod(ez * ez, p);
+                    fh := fa + fb; fe := fh - mod((ex + ey) * (ex + ey), p); fg := fa - fb; ff := fc + fg;
+                    ex := mod(fe * ff, p); ey := mod(fg * fh, p); et := mod(fe * fh, p); ez := mod(ff * fg, p);
+                END IF;
+                v_pick := get_bit(sb, i) + 2 * get_bit(kb, i);
+                IF v_pick <> 0 THEN
+                    IF v_pick = 1 THEN
+                        qx := p1x; qy := p1y; qt := p1t;
+                    ELSIF v_pick = 2 THEN
+                        qx := p2x; qy := p2y; qt := p2t;
+                    ELSE
+                        qx := p3x; qy := p3y; qt := p3t;
+                    END IF;
+                    IF NOT started THEN
+                        ex := qx; ey := qy; ez := 1; et := mod(qx * qy, p);
+                        started := true;
+                    ELSE  -- add
+                        fa := mod((ey - ex) * (qy - qx), p); fb := mod((ey + ex) * (qy + qx), p);
+                        fc := mod(et * qt, p); fd := 2 * ez;
+                        fe := fb - fa; ff := fd - fc; fg := fd + fc; fh := fb + fa;
+                        ex := mod(fe * ff, p); ey := mod(fg * fh, p); et := mod(fe * fh, p); ez := mod(ff * fg, p);
+                    END IF;
+                END IF;
+            END LOOP;
+            IF NOT started THEN
+                ex := 0; ey := 1; ez := 1;
+            END IF;
+            IF mod(ez, p) = 0 THEN
+                RETURN false;
+            END IF;
+            zi := palisade.ed_inv(ez);
+            ex := mod(mod(ex * zi, p) + p, p);
+            ey := mod(mod(ey * zi, p) + p, p);
+            kb := palisade.ed_bytes(ey);  -- the encoding: y, and x's parity in the top bit
+            IF mod(ex, 2) = 1 THEN
+                kb := set_byte(kb, 31, get_byte(kb, 31) | 128);
+            END IF;
+            RETURN kb = substr(sig, 1, 32);
+        END
+        $verify$;
+
+        -- Names, tokens, proofs --------------------------------------------------
+        CREATE OR REPLACE FUNCTION palisade.check_lease(lease text) RETURNS void
+        LANGUAGE plpgsql IMMUTABLE
+        AS $check_lease$
+        BEGIN
+            -- [A-Za-z0-9._-]{1,128} as a length and a cheap pattern (a counted
+            -- repetition costs PostgreSQL's regex engine some 10 us a call).
+            IF lease IS NULL OR octet_length(lease) > 128 OR lease !~ '^[A-Za-z0-9._-]+$'
+               OR lease IN ('.', '..') THEN
+                RAISE EXCEPTION 'palisade: invalid lease name %', COALESCE(quote_literal(lease), 'NULL')
+                    USING ERRCODE = 'PF003',
+                          HINT = 'A lease name is [A-Za-z0-9._-]{1,128}, not . or ..';
+            END IF;
+        END
+        $check_lease$;
+
+        CREATE OR REPLACE FUNCTION palisade.b64url(part text) RETURNS bytea
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+        AS $b64$
+            SELECT decode(rpad(translate(part, '-_', '+/'), (length(part) + 3) / 4 * 4, '='), 'base64')
+        $b64$;
+
+        CREATE OR REPLACE FUNCTION palisade.refuse_proof(reason text) RETURNS void
+        LANGUAGE plpgsql IMMUTABLE
+        AS $refuse$
+        BEGIN
+            RAISE EXCEPTION 'palisade: proof refused: %', reason
+                USING ERRCODE = 'PF007',
+                      DETAIL = 'reason=' || reason,
+                      HINT = 'Pass the lease''s JWT as the cluster granted it; after a key rotation or retirement run `palisade sql keys`.';
+        END
+        $refuse$;
+
+        -- The claims of a JWT whose signature holds, or PF007. Cached or not.
+        CREATE OR REPLACE FUNCTION palisade.verified(proof text, OUT lease text, OUT token bigint,
+                                                     OUT exp bigint, OUT kid text, OUT digest bytea,
+                                                     OUT cached boolean)
+        LANGUAGE plpgsql STABLE
+        AS $verified$
+        #variable_conflict use_variable
+        DECLARE
+            v_parts text[];
+            v_header jsonb;
+            v_claims jsonb;
+            v_key record;
+            v_sig bytea;
+            v_token numeric;
+            v_exp numeric;
+        BEGIN
+            IF proof IS NULL OR octet_length(proof) > 4096 THEN
+                PERFORM palisade.refuse_proof('not a JWT (null, or longer than 4096 bytes)');
+            END IF;
+            digest := sha256(convert_to(proof, 'UTF8'));
+            SELECT c.lease, c.token, c.exp, c.kid INTO lease, token, exp, kid
+                FROM palisade.proofs c WHERE c.digest = digest;
+            IF FOUND THEN
+                cached := true;
+                RETURN;
+            END IF;
+            cached := false;
+            v_parts := string_to_array(proof, '.');
+            IF cardinality(v_parts) <> 3 OR proof !~ '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$' THEN
+                PERFORM palisade.refuse_proof('not a JWT (three base64url parts joined by dots)');
+            END IF;
+            BEGIN
+                v_header := convert_from(palisade.b64url(v_parts[1]), 'UTF8')::jsonb;
+                v_claims := convert_from(palisade.b64url(v_parts[2]), 'UTF8')::jsonb;
+                v_sig := palisade.b64url(v_parts[3]);
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM palisade.refuse_proof('not a JWT (its header or claims are not base64url JSON)');
+            END;
+            IF jsonb_typeof(v_header) IS DISTINCT FROM 'object' OR v_header ->> 'alg' IS DISTINCT FROM 'EdDSA'
+               OR jsonb_typeof(v_header -> 'kid') IS DISTINCT FROM 'string' THEN
+                PERFORM palisade.refuse_proof('not signed with EdDSA by a named key (header alg, kid)');
+            END IF;
+            kid := v_header ->> 'kid';
+            SELECT k.x, k.ax, k.ay INTO v_key FROM palisade.keys k WHERE k.kid = kid;
+            IF NOT FOUND THEN
+                PERFORM palisade.refuse_proof(format('signed by key %s, which this database does not trust (unknown or retired)',
+                                                     quote_literal(left(kid, 64))));
+            END IF;
+            IF palisade.ed_verify(v_key.ax, v_key.ay, v_key.x,
+                                  convert_to(v_parts[1] || '.' || v_parts[2], 'UTF8'), v_sig) IS NOT TRUE THEN
+                PERFORM palisade.refuse_proof('bad signature');
+            END IF;
+            -- Signed by the cluster: the claims are its own.
+            IF jsonb_typeof(v_claims) IS DISTINCT FROM 'object' OR v_claims ->> 'iss' IS DISTINCT FROM 'palisade'
+               OR jsonb_typeof(v_claims -> 'lease') IS DISTINCT FROM 'string'
+               OR jsonb_typeof(v_claims -> 'token') IS DISTINCT FROM 'number'
+               OR jsonb_typeof(v_claims -> 'exp') IS DISTINCT FROM 'number' THEN
+                PERFORM palisade.refuse_proof('not a lease token (claims iss, lease, token, exp)');
+            END IF;
+            v_token := (v_claims ->> 'token')::numeric;
+            v_exp := (v_claims ->> 'exp')::numeric;
+            IF v_token < 1 OR v_token > 9223372036854775807 OR v_token <> trunc(v_token)
+               OR v_exp < 0 OR v_exp > 9223372036854775807 OR v_exp <> trunc(v_exp) THEN
+                PERFORM palisade.refuse_proof('its token or exp is out of range');
+            END IF;
+            lease := v_claims ->> 'lease';
+            token := v_token::bigint;
+            exp := v_exp::bigint;
+        END
+        $verified$;
+
+        CREATE OR REPLACE FUNCTION palisade.prove(proof text) RETURNS bigint
         LANGUAGE plpgsql VOLATILE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
-        AS $fence$
+        AS $prove$
+        DECLARE
+            v record;
+            v_leeway integer;
+        BEGIN
+            SELECT * INTO v FROM palisade.verified(proof);
+            SELECT s.exp_leeway_secs INTO v_leeway FROM palisade.settings s;
+            IF NOT v.cached AND v.exp + v_leeway >= extract(epoch FROM clock_timestamp()) THEN
+                INSERT INTO palisade.proofs AS c (digest, lease, token, exp, kid)
+                    VALUES (v.digest, v.lease, v.token, v.exp, v.kid)
+                    ON CONFLICT ON CONSTRAINT proofs_pkey DO NOTHING;
+                -- The lease's expired proofs go as a new one comes.
+                DELETE FROM palisade.proofs c
+                    WHERE c.lease = v.lease AND c.exp + v_leeway < extract(epoch FROM clock_timestamp());
+            END IF;
+            RETURN v.token;
+        END
+        $prove$;
+        COMMENT ON FUNCTION palisade.prove(text) IS
+            'Checks a lease JWT''s signature (PF007 if it does not hold) and caches it, so palisade.fence with it is cheap. Answers its token.';
+
+        -- The fence ---------------------------------------------------------------
+        -- Internal functions (everything but the entry points fence,
+        -- fence_unverified, prove, the triggers and the owner's tools) are
+        -- neither SECURITY DEFINER nor SET search_path: they run inside an
+        -- entry point, which pins both, and each of those costs a call.
+        CREATE OR REPLACE FUNCTION palisade.mark(secret bytea, lease text, token bigint) RETURNS text
+        LANGUAGE sql STABLE
+        AS $mark$
+            -- Keyed by the secret, bound to this backend and this transaction
+            -- (an SQL function: inlined into its caller's cached expression).
+            SELECT left(encode(sha256($1 || sha256(convert_to(
+                       pg_backend_pid()::text || '/' || extract(epoch FROM transaction_timestamp())::text
+                       || '/' || $2 || '/' || $3::text, 'UTF8'))), 'hex'), 32)
+        $mark$;
+
+        CREATE OR REPLACE FUNCTION palisade.raise(lease text, token bigint) RETURNS bigint
+        LANGUAGE plpgsql VOLATILE
+        AS $raise$
         #variable_conflict error
         DECLARE
             v_lease CONSTANT text := lease;
             v_token CONSTANT bigint := token;
-            v_key bigint;
             v_fence bigint;
             v_seen bigint;
             v_done boolean := false;
             v_set text;
+            v_announced bigint;
+            v_secret bytea;
         BEGIN
-            -- [A-Za-z0-9._-]{1,128} as a length and a cheap pattern (a counted
-            -- repetition costs PostgreSQL's regex engine some 10 us a call).
-            IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$'
-               OR v_lease IN ('.', '..') THEN
-                RAISE EXCEPTION 'palisade: invalid lease name %', COALESCE(quote_literal(v_lease), 'NULL')
-                    USING ERRCODE = 'PF003',
-                          HINT = 'A lease name is [A-Za-z0-9._-]{1,128}, not . or ..';
+            IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
+                PERFORM palisade.check_lease(v_lease);  -- raises PF003
             END IF;
             IF v_token IS NULL OR v_token < 1 THEN
                 RAISE EXCEPTION 'palisade: invalid fencing token % for lease %', COALESCE(v_token::text, 'NULL'), v_lease
                     USING ERRCODE = 'PF004',
                           HINT = 'A fencing token is the token of a Palisade grant: an integer >= 1.';
             END IF;
-            v_key := hashtextextended('palisade.fence/' || v_lease, 0);
 
-            -- A first look without a lock picks the lock mode.
-            SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease;
-            IF v_fence > v_token THEN
-                RAISE EXCEPTION 'palisade: token % is below the fence % of lease %', v_token, v_fence, v_lease
-                    USING ERRCODE = 'PF001',
-                          DETAIL = format('lease=%s token=%s fence=%s', v_lease, v_token, v_fence),
-                          HINT = 'Another holder took over the lease: stop acting as its leader.';
-            END IF;
+            -- A first look without a lock picks the lock mode. A token below
+            -- one already proven for the lease (palisade.prove, committed) is
+            -- stale too: the cluster granted a newer one. Refusing it at once
+            -- lets a raise in waiting through (row locks do not queue: the
+            -- old holder's new transactions would otherwise keep passing).
+            SELECT (SELECT f.fence FROM palisade.fences f WHERE f.lease = v_lease),
+                   (SELECT max(p.token) FROM palisade.proofs p WHERE p.lease = v_lease),
+                   s.secret
+                INTO v_fence, v_announced, v_secret
+                FROM palisade.settings s;
             v_seen := v_fence;
-
-            IF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
-                -- Every statement below reads the latest committed fence. The
-                -- try_ forms are cheap expressions; they fail at once when the
-                -- lock is taken or queued for (a raise), and then we queue too.
+            IF v_fence > v_token OR v_announced > v_token THEN
+                v_fence := GREATEST(v_fence, v_token + 1);
+                v_done := true;  -- stale: refused below
+            ELSIF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
+                -- Every statement reads the latest committed row version once
+                -- it holds the row's lock (a raise that committed meanwhile).
                 IF v_fence = v_token THEN
-                    IF NOT pg_try_advisory_xact_lock_shared(v_key) THEN
-                        PERFORM pg_advisory_xact_lock_shared(v_key);
+                    SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR SHARE;
+                ELSE
+                    IF v_fence IS NULL THEN
+                        INSERT INTO palisade.fences AS f (lease, fence) VALUES (v_lease, v_token)
+                            ON CONFLICT ON CONSTRAINT fences_pkey DO NOTHING;
                     END IF;
-                ELSIF NOT pg_try_advisory_xact_lock(v_key) THEN
-                    PERFORM pg_advisory_xact_lock(v_key);
-                END IF;
-                -- Read again under the lock: a raise may have committed since the first look.
-                SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease;
-                IF v_fence IS NULL THEN
-                    INSERT INTO palisade.fences AS f (lease, fence) VALUES (v_lease, v_token)
-                        ON CONFLICT ON CONSTRAINT fences_pkey DO NOTHING;
-                    IF NOT FOUND THEN
-                        -- Only a write around palisade.fence can get here (the
-                        -- exclusive lock keeps other first uses out).
-                        SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR UPDATE;
+                    SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR UPDATE;
+                    IF v_fence < v_token THEN
+                        UPDATE palisade.fences f SET fence = v_token, raised_at = now() WHERE f.lease = v_lease;
                     END IF;
                 END IF;
-                IF v_fence > v_token THEN
-                    RAISE EXCEPTION 'palisade: token % is below the fence % of lease %', v_token, v_fence, v_lease
-                        USING ERRCODE = 'PF001',
-                              DETAIL = format('lease=%s token=%s fence=%s', v_lease, v_token, v_fence),
-                              HINT = 'Another holder took over the lease: stop acting as its leader.';
-                ELSIF v_fence < v_token THEN
-                    UPDATE palisade.fences f SET fence = v_token, raised_at = now() WHERE f.lease = v_lease;
-                END IF;
+                v_done := true;
             ELSE
-                -- REPEATABLE READ / SERIALIZABLE: reads see the transaction's
-                -- snapshot, which may predate a raise that committed while this
-                -- call waited for its lock. Locking or writing the row fails
-                -- (40001) when it changed after the snapshot; caught here.
+                -- REPEATABLE READ / SERIALIZABLE: locking or writing a row that
+                -- changed after the snapshot fails (40001); caught here.
                 BEGIN
                     IF v_fence = v_token THEN
-                        PERFORM pg_advisory_xact_lock_shared(v_key);
                         SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR SHARE;
                     ELSE
-                        PERFORM pg_advisory_xact_lock(v_key);
                         IF v_fence IS NULL THEN
                             INSERT INTO palisade.fences AS f (lease, fence) VALUES (v_lease, v_token)
                                 ON CONFLICT ON CONSTRAINT fences_pkey DO NOTHING;
-                            IF NOT FOUND THEN
-                                SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR UPDATE;
-                            END IF;
                         END IF;
+                        SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR UPDATE;
                         IF v_fence < v_token THEN
                             UPDATE palisade.fences f SET fence = v_token, raised_at = now() WHERE f.lease = v_lease;
                         END IF;
@@ -215,15 +631,7 @@ BEGIN
                 EXCEPTION WHEN serialization_failure THEN
                     v_done := false;
                 END;
-                IF NOT v_done THEN
-                    IF v_seen = v_token THEN
-                        -- The snapshot saw the fence at our token; any change since is a raise above it.
-                        RAISE EXCEPTION 'palisade: token % is below the fence of lease % (raised by a transaction that committed after this one''s snapshot)',
-                                v_token, v_lease
-                            USING ERRCODE = 'PF001',
-                                  DETAIL = format('lease=%s token=%s fence=unknown', v_lease, v_token),
-                                  HINT = 'Another holder took over the lease: stop acting as its leader.';
-                    END IF;
+                IF NOT v_done AND v_seen IS DISTINCT FROM v_token THEN
                     RAISE EXCEPTION 'palisade: the fence of lease % changed after this transaction''s snapshot; roll back and retry the transaction',
                             v_lease
                         USING ERRCODE = 'PF005',
@@ -231,38 +639,107 @@ BEGIN
                                               current_setting('transaction_isolation')),
                               HINT = 'A retry sees the new fence: it passes, or fails with PF001 if the token is stale.';
                 END IF;
-                IF v_fence > v_token THEN  -- a first use that raced with a higher token
-                    RAISE EXCEPTION 'palisade: token % is below the fence % of lease %', v_token, v_fence, v_lease
-                        USING ERRCODE = 'PF001',
-                              DETAIL = format('lease=%s token=%s fence=%s', v_lease, v_token, v_fence),
-                              HINT = 'Another holder took over the lease: stop acting as its leader.';
-                END IF;
+                -- The snapshot saw the fence at our token; any change since is a raise above it.
+            END IF;
+            IF NOT v_done OR v_fence > v_token THEN
+                RAISE EXCEPTION 'palisade: token % of lease % is below its fence', v_token, v_lease
+                    USING ERRCODE = 'PF001',
+                          DETAIL = format('lease=%s token=%s', v_lease, v_token),
+                          HINT = 'Another holder took over the lease: stop acting as its leader.';
             END IF;
 
             -- For the guard triggers: this transaction fenced this lease.
             v_set := COALESCE(current_setting('palisade.fenced', true), '');
             IF strpos(v_set, ',' || v_lease || ':') = 0 THEN
-                v_set := set_config('palisade.fenced', v_set || ',' || v_lease || ':' || v_token::text, true);
+                PERFORM set_config('palisade.fenced',
+                                   v_set || ',' || v_lease || ':' || v_token::text || ':' || palisade.mark(v_secret, v_lease, v_token),
+                                   true);
             END IF;
             RETURN v_token;
         END
-        $fence$;
-        COMMENT ON FUNCTION palisade.fence(text, bigint) IS
-            'Call inside a transaction before its writes: refuses a token below the lease''s fence (SQLSTATE PF001), else raises the fence to it in this transaction. See palisade_fence.sql.';
+        $raise$;
 
-        -- The guard triggers. Their functions read only the transaction-local
-        -- setting palisade.fenced.
-        CREATE FUNCTION palisade.fenced_here(lease text) RETURNS boolean
-        LANGUAGE sql STABLE
+        CREATE OR REPLACE FUNCTION palisade.fence(lease text, proof text) RETURNS bigint
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $fence$
+        #variable_conflict error
+        DECLARE
+            v_lease CONSTANT text := lease;
+            v_proven text;
+            v_token bigint;
+            v_exp bigint;
+            v_leeway integer;
+        BEGIN
+            IF v_lease IS NULL OR octet_length(v_lease) > 128 OR v_lease !~ '^[A-Za-z0-9._-]+$' OR v_lease IN ('.', '..') THEN
+                PERFORM palisade.check_lease(v_lease);  -- raises PF003
+            END IF;
+            -- A proven JWT: one lookup (with the leeway); else the full check.
+            SELECT c.lease, c.token, c.exp, s.exp_leeway_secs INTO v_proven, v_token, v_exp, v_leeway
+                FROM palisade.settings s
+                LEFT JOIN palisade.proofs c ON c.digest = sha256(convert_to(proof, 'UTF8'))
+                    AND octet_length(proof) <= 4096;
+            IF v_token IS NULL THEN
+                SELECT v.lease, v.token, v.exp INTO v_proven, v_token, v_exp FROM palisade.verified(proof) v;
+            END IF;
+            IF v_proven IS DISTINCT FROM v_lease THEN
+                PERFORM palisade.refuse_proof(format('it is a proof for another lease than %s', v_lease));
+            END IF;
+            IF v_exp + v_leeway < extract(epoch FROM clock_timestamp()) THEN
+                PERFORM palisade.refuse_proof(format('it expired at %s (more than %s s ago)',
+                                                     to_timestamp(v_exp), v_leeway));
+            END IF;
+            RETURN palisade.raise(v_lease, v_token);
+        END
+        $fence$;
+        COMMENT ON FUNCTION palisade.fence(text, text) IS
+            'Call inside a transaction before its writes, with the lease''s JWT: refuses a bad proof (PF007) or a token below the lease''s fence (PF001), else raises the fence to it in this transaction. See palisade_fence.sql.';
+
+        CREATE OR REPLACE FUNCTION palisade.fence_unverified(lease text, token bigint) RETURNS bigint
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $unverified$
+        BEGIN
+            RETURN palisade.raise(lease, token);
+        END
+        $unverified$;
+        COMMENT ON FUNCTION palisade.fence_unverified(text, bigint) IS
+            'palisade.fence believing the token without proof: for roles trusted as much as the cluster (palisade.trust).';
+
+        -- Guards ------------------------------------------------------------------
+        CREATE OR REPLACE FUNCTION palisade.fenced_here(lease text) RETURNS boolean
+        LANGUAGE plpgsql STABLE
         AS $fenced$
-            SELECT $1 IS NOT NULL
-               AND strpos(COALESCE(current_setting('palisade.fenced', true), ''), ',' || $1 || ':') > 0
+        DECLARE
+            v_set text;
+            v_at integer;
+            v_entry text[];
+            v_secret bytea;
+        BEGIN
+            IF lease IS NULL OR octet_length(lease) > 128 OR lease !~ '^[A-Za-z0-9._-]+$' OR lease IN ('.', '..') THEN
+                RETURN false;  -- no such lease can have been fenced (and ',' or ':' cannot fool the parse)
+            END IF;
+            v_set := COALESCE(current_setting('palisade.fenced', true), '');
+            v_at := strpos(v_set, ',' || lease || ':');
+            IF v_at = 0 THEN
+                RETURN false;
+            END IF;
+            -- ",lease:token:mac" up to the next comma
+            v_entry := string_to_array(split_part(substr(v_set, v_at + 1), ',', 1), ':');
+            IF cardinality(v_entry) <> 3 OR v_entry[1] <> lease OR v_entry[2] !~ '^[0-9]{1,19}$'
+               OR v_entry[2]::numeric > 9223372036854775807 THEN
+                RETURN false;
+            END IF;
+            SELECT s.secret INTO v_secret FROM palisade.settings s;
+            RETURN v_entry[3] = palisade.mark(v_secret, lease, v_entry[2]::bigint);
+        END
         $fenced$;
         COMMENT ON FUNCTION palisade.fenced_here(text) IS
-            'Whether this transaction called palisade.fence for the lease (what the guard triggers check).';
+            'Whether this transaction passed palisade.fence for the lease (what the guard triggers check).';
 
-        CREATE FUNCTION palisade.guard_row_trigger() RETURNS trigger
-        LANGUAGE plpgsql
+        CREATE OR REPLACE FUNCTION palisade.guard_row_trigger() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
         AS $guard_row$
         DECLARE
             v_column text := TG_ARGV[0];
@@ -270,33 +747,34 @@ BEGIN
             v_old text;
         BEGIN
             IF TG_OP <> 'DELETE' THEN
-                v_new := pg_catalog.to_jsonb(NEW) ->> v_column;
-                IF NOT palisade.fenced_here(v_new) THEN
+                v_new := to_jsonb(NEW) ->> v_column;
+                IF palisade.fenced_here(v_new) IS NOT TRUE THEN
                     RAISE EXCEPTION 'palisade: % on %.% for lease % in a transaction that did not call palisade.fence for it',
                             TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME),
-                            COALESCE(quote_literal(v_new), 'NULL')
+                            COALESCE(quote_literal(left(v_new, 160)), 'NULL')
                         USING ERRCODE = 'PF002',
-                              DETAIL = format('table=%I.%I column=%I lease=%s', TG_TABLE_SCHEMA, TG_TABLE_NAME, v_column, v_new),
-                              HINT = 'Call palisade.fence(lease, token) first in this transaction.';
+                              DETAIL = format('table=%I.%I column=%I', TG_TABLE_SCHEMA, TG_TABLE_NAME, v_column),
+                              HINT = 'Call palisade.fence(lease, proof) first in this transaction.';
                 END IF;
             END IF;
             IF TG_OP <> 'INSERT' THEN
-                v_old := pg_catalog.to_jsonb(OLD) ->> v_column;
-                IF (TG_OP = 'DELETE' OR v_old IS DISTINCT FROM v_new) AND NOT palisade.fenced_here(v_old) THEN
+                v_old := to_jsonb(OLD) ->> v_column;
+                IF (TG_OP = 'DELETE' OR v_old IS DISTINCT FROM v_new) AND palisade.fenced_here(v_old) IS NOT TRUE THEN
                     RAISE EXCEPTION 'palisade: % on %.% of a row of lease % in a transaction that did not call palisade.fence for it',
                             TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME),
-                            COALESCE(quote_literal(v_old), 'NULL')
+                            COALESCE(quote_literal(left(v_old, 160)), 'NULL')
                         USING ERRCODE = 'PF002',
-                              DETAIL = format('table=%I.%I column=%I lease=%s', TG_TABLE_SCHEMA, TG_TABLE_NAME, v_column, v_old),
-                              HINT = 'Call palisade.fence(lease, token) first in this transaction.';
+                              DETAIL = format('table=%I.%I column=%I', TG_TABLE_SCHEMA, TG_TABLE_NAME, v_column),
+                              HINT = 'Call palisade.fence(lease, proof) first in this transaction.';
                 END IF;
             END IF;
             RETURN NULL;
         END
         $guard_row$;
 
-        CREATE FUNCTION palisade.guard_table_trigger() RETURNS trigger
-        LANGUAGE plpgsql
+        CREATE OR REPLACE FUNCTION palisade.guard_table_trigger() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
         AS $guard_table$
         BEGIN
             IF TG_NARGS <> 1 THEN  -- ('column', <name>): TRUNCATE of a table guarded by a lease column
@@ -305,26 +783,27 @@ BEGIN
                     USING ERRCODE = 'PF002',
                           HINT = 'Delete the rows in fenced transactions, or palisade.unguard the table first.';
             END IF;
-            IF NOT palisade.fenced_here(TG_ARGV[0]) THEN
+            IF palisade.fenced_here(TG_ARGV[0]) IS NOT TRUE THEN
                 RAISE EXCEPTION 'palisade: % on %.% (guarded by lease %) in a transaction that did not call palisade.fence for it',
                         TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME), quote_literal(TG_ARGV[0])
                     USING ERRCODE = 'PF002',
                           DETAIL = format('table=%I.%I lease=%s', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]),
-                          HINT = 'Call palisade.fence(lease, token) first in this transaction.';
+                          HINT = 'Call palisade.fence(lease, proof) first in this transaction.';
             END IF;
             RETURN NULL;
         END
         $guard_table$;
 
-        CREATE FUNCTION palisade.unguard(tbl regclass) RETURNS void
+        CREATE OR REPLACE FUNCTION palisade.unguard(tbl regclass) RETURNS void
         LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp
         AS $unguard$
         DECLARE
             v_name name;
         BEGIN
             FOR v_name IN
-                SELECT t.tgname FROM pg_catalog.pg_trigger t
-                WHERE t.tgrelid = tbl AND NOT t.tgisinternal
+                SELECT t.tgname FROM pg_trigger t
+                WHERE t.tgrelid = tbl AND NOT t.tgisinternal AND t.tgparentid = 0
                   AND t.tgname IN ('palisade_guard', 'palisade_guard_truncate', 'palisade_guard_table')
             LOOP
                 EXECUTE format('DROP TRIGGER %I ON %s', v_name, tbl);
@@ -333,18 +812,43 @@ BEGIN
         $unguard$;
         COMMENT ON FUNCTION palisade.unguard(regclass) IS 'Removes the palisade guard triggers of the table.';
 
-        CREATE FUNCTION palisade.guard(tbl regclass, lease_column text) RETURNS void
+        CREATE OR REPLACE FUNCTION palisade.guardable(tbl regclass) RETURNS void
         LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp
+        AS $guardable$
+        BEGIN
+            IF tbl IS NULL THEN
+                RAISE EXCEPTION 'palisade.guard: the table must not be null' USING ERRCODE = '22004';
+            END IF;
+            IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) = 'p' THEN
+                RAISE EXCEPTION 'palisade.guard: % is partitioned; guard each of its partitions instead (and every partition attached later)', tbl
+                    USING ERRCODE = 'PF002',
+                          HINT = 'Statement and TRUNCATE triggers of a partitioned table do not reach its partitions.';
+            END IF;
+            IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) <> 'r' THEN
+                RAISE EXCEPTION 'palisade.guard: % is not a table', tbl USING ERRCODE = '42809';
+            END IF;
+            IF EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = tbl) THEN
+                RAISE EXCEPTION 'palisade.guard: % has inheritance children, whose writes its triggers would not see; guard each table instead', tbl
+                    USING ERRCODE = 'PF002';
+            END IF;
+        END
+        $guardable$;
+
+        CREATE OR REPLACE FUNCTION palisade.guard(tbl regclass, lease_column text) RETURNS void
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp
         AS $guard$
         DECLARE
             v_column_type oid;
             v_type oid;
             v_base oid;
         BEGIN
-            IF tbl IS NULL OR lease_column IS NULL THEN
-                RAISE EXCEPTION 'palisade.guard: table and lease column must not be null' USING ERRCODE = '22004';
+            PERFORM palisade.guardable(tbl);
+            IF lease_column IS NULL THEN
+                RAISE EXCEPTION 'palisade.guard: the lease column must not be null' USING ERRCODE = '22004';
             END IF;
-            SELECT a.atttypid INTO v_column_type FROM pg_catalog.pg_attribute a
+            SELECT a.atttypid INTO v_column_type FROM pg_attribute a
                 WHERE a.attrelid = tbl AND a.attname = lease_column AND a.attnum > 0 AND NOT a.attisdropped;
             IF NOT FOUND THEN
                 RAISE EXCEPTION 'palisade.guard: table % has no column %', tbl, quote_ident(lease_column)
@@ -352,7 +856,7 @@ BEGIN
             END IF;
             v_base := v_column_type;
             LOOP  -- through domains to the base type
-                SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype END INTO v_type FROM pg_catalog.pg_type t WHERE t.oid = v_base;
+                SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype END INTO v_type FROM pg_type t WHERE t.oid = v_base;
                 EXIT WHEN v_type IS NULL;
                 v_base := v_type;
             END LOOP;
@@ -371,18 +875,13 @@ BEGIN
         COMMENT ON FUNCTION palisade.guard(regclass, text) IS
             'Refuses writes to the table (PF002) unless the transaction called palisade.fence for the row''s lease (in lease_column; the old row''s too). TRUNCATE is refused.';
 
-        CREATE FUNCTION palisade.guard_table(tbl regclass, lease text) RETURNS void
+        CREATE OR REPLACE FUNCTION palisade.guard_table(tbl regclass, lease text) RETURNS void
         LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp
         AS $guard_table_fn$
         BEGIN
-            IF tbl IS NULL THEN
-                RAISE EXCEPTION 'palisade.guard_table: table must not be null' USING ERRCODE = '22004';
-            END IF;
-            IF lease IS NULL OR octet_length(lease) > 128 OR lease !~ '^[A-Za-z0-9._-]+$' OR lease IN ('.', '..') THEN
-                RAISE EXCEPTION 'palisade: invalid lease name %', COALESCE(quote_literal(lease), 'NULL')
-                    USING ERRCODE = 'PF003',
-                          HINT = 'A lease name is [A-Za-z0-9._-]{1,128}, not . or ..';
-            END IF;
+            PERFORM palisade.guardable(tbl);
+            PERFORM palisade.check_lease(lease);
             PERFORM palisade.unguard(tbl);
             EXECUTE format('CREATE TRIGGER palisade_guard_table BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
                            'FOR EACH STATEMENT EXECUTE FUNCTION palisade.guard_table_trigger(%L)', tbl, lease);
@@ -390,6 +889,78 @@ BEGIN
         $guard_table_fn$;
         COMMENT ON FUNCTION palisade.guard_table(regclass, text) IS
             'Refuses every write to the table (PF002) unless the transaction called palisade.fence for this lease.';
+
+        -- Keys and roles ------------------------------------------------------------
+        CREATE OR REPLACE FUNCTION palisade.set_keys(jwks jsonb) RETURNS integer
+        LANGUAGE plpgsql VOLATILE
+        SET search_path = pg_catalog, pg_temp
+        AS $set_keys$
+        DECLARE
+            v_index numeric := COALESCE((jwks ->> 'applied_index')::numeric, 0);
+            v_key jsonb;
+            v_x bytea;
+            v_point numeric[];
+            v_kids text[] := '{}';
+        BEGIN
+            IF jsonb_typeof(jwks -> 'keys') IS DISTINCT FROM 'array' OR jsonb_array_length(jwks -> 'keys') = 0 THEN
+                RAISE EXCEPTION 'palisade.set_keys: not a JWKS with at least one key' USING ERRCODE = '22023';
+            END IF;
+            IF v_index < (SELECT s.keys_index FROM palisade.settings s) THEN
+                RETURN 0;  -- an older key set than the one installed: nothing changes
+            END IF;
+            FOR v_key IN SELECT * FROM jsonb_array_elements(jwks -> 'keys') LOOP
+                IF v_key ->> 'kty' IS DISTINCT FROM 'OKP' OR v_key ->> 'crv' IS DISTINCT FROM 'Ed25519'
+                   OR jsonb_typeof(v_key -> 'kid') IS DISTINCT FROM 'string'
+                   OR jsonb_typeof(v_key -> 'x') IS DISTINCT FROM 'string'
+                   OR (v_key ->> 'x') !~ '^[A-Za-z0-9_-]{43}$' THEN
+                    RAISE EXCEPTION 'palisade.set_keys: key % is not an Ed25519 JWK (kty OKP, crv Ed25519, kid, x)',
+                            left(v_key::text, 200) USING ERRCODE = '22023';
+                END IF;
+                v_x := palisade.b64url(v_key ->> 'x');
+                v_point := palisade.ed_decompress(v_x);
+                IF v_point IS NULL THEN
+                    RAISE EXCEPTION 'palisade.set_keys: key % is not a point of Ed25519', v_key ->> 'kid'
+                        USING ERRCODE = '22023';
+                END IF;
+                INSERT INTO palisade.keys AS k (kid, x, ax, ay) VALUES (v_key ->> 'kid', v_x, v_point[1], v_point[2])
+                    ON CONFLICT (kid) DO UPDATE SET x = EXCLUDED.x, ax = EXCLUDED.ax, ay = EXCLUDED.ay
+                    WHERE k.x IS DISTINCT FROM EXCLUDED.x;
+                v_kids := v_kids || (v_key ->> 'kid');
+            END LOOP;
+            -- Retired keys go, and with them the proofs they signed.
+            DELETE FROM palisade.keys k WHERE k.kid <> ALL (v_kids);
+            UPDATE palisade.settings SET keys_index = v_index::bigint;
+            RETURN cardinality(v_kids);
+        END
+        $set_keys$;
+        COMMENT ON FUNCTION palisade.set_keys(jsonb) IS
+            'Installs the cluster''s JWKS (GET /v1/jwks) as the keys proofs are checked against; keys not in it are retired. An older set (applied_index) changes nothing.';
+
+        CREATE OR REPLACE FUNCTION palisade.allow(role name) RETURNS void
+        LANGUAGE plpgsql VOLATILE
+        SET search_path = pg_catalog, pg_temp
+        AS $allow$
+        BEGIN
+            EXECUTE format('GRANT USAGE ON SCHEMA palisade TO %I', role);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION palisade.fence(text, text), palisade.prove(text) TO %I', role);
+        END
+        $allow$;
+        COMMENT ON FUNCTION palisade.allow(name) IS 'Lets a role fence with proof (palisade.fence, palisade.prove).';
+
+        CREATE OR REPLACE FUNCTION palisade.trust(role name) RETURNS void
+        LANGUAGE plpgsql VOLATILE
+        SET search_path = pg_catalog, pg_temp
+        AS $trust$
+        BEGIN
+            PERFORM palisade.allow(role);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION palisade.fence_unverified(text, bigint) TO %I', role);
+        END
+        $trust$;
+        COMMENT ON FUNCTION palisade.trust(name) IS
+            'Lets a role call palisade.fence_unverified, which believes any token: only for roles trusted as much as the cluster.';
+
+        -- Nothing is callable but by the owner until palisade.allow / trust.
+        REVOKE ALL ON ALL FUNCTIONS IN SCHEMA palisade FROM PUBLIC;
     END IF;
 
     INSERT INTO palisade.version AS v (part, version) VALUES ('fence', v_file)

@@ -1,0 +1,583 @@
+//! The database fence trusts only what the cluster granted (S6), tried as
+//! an attacker would, against a real PostgreSQL and a real cluster: a role
+//! without the lease can neither write past a guard, raise, read nor block
+//! a fence; a forged, altered or borrowed JWT is refused; partitions and
+//! TRUNCATE are guarded; a key rotation and a retirement reach the
+//! database through `palisade sql keys`; and the Ed25519 check written in
+//! SQL agrees with ed25519-dalek.
+
+use crate::support;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ed25519_dalek::{Signer, SigningKey};
+use palisade_client::postgres::{self, tokio_postgres};
+use palisade_client::{Client, Error};
+use serde_json::{json, Value};
+use support::pg::PgServer;
+use support::{http_client, node_setup, sdk, Cluster};
+
+/// Clusters are heavy on a 2-core machine: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn sqlstate(err: &tokio_postgres::Error) -> String {
+    err.code().map(|c| c.code().to_owned()).unwrap_or_default()
+}
+
+/// The SQLSTATE, message and detail of a refusal, for assertions.
+fn refusal(err: &tokio_postgres::Error) -> (String, String) {
+    let text = match err.as_db_error() {
+        Some(db) => format!("{} {}", db.message(), db.detail().unwrap_or("")),
+        None => err.to_string(),
+    };
+    (sqlstate(err), text)
+}
+
+async fn connect_as(pg: &PgServer, role: &str) -> tokio_postgres::Client {
+    let url = pg.url().replacen("postgres@", &format!("{role}@"), 1);
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+fn palisade(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("PALISADE_ELECTION")
+        .output()
+        .expect("run palisade")
+}
+
+fn succeeded(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `palisade sql keys` for `pg` from `cluster`.
+fn sync_keys(pg: &PgServer, cluster: &Cluster) -> String {
+    let urls = cluster.urls().join(",");
+    succeeded(&palisade(&[
+        "sql",
+        "keys",
+        "--url",
+        &pg.url(),
+        "--election",
+        &urls,
+    ]))
+}
+
+/// The JWT's three parts, decoded where they are JSON.
+fn parts(jwt: &str) -> (Value, Value, String) {
+    let mut split = jwt.split('.');
+    let json = |part: Option<&str>| -> Value {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(part.expect("part"))
+            .expect("base64url");
+        serde_json::from_slice(&bytes).expect("json")
+    };
+    let header = json(split.next());
+    let claims = json(split.next());
+    (header, claims, split.next().expect("signature").to_owned())
+}
+
+fn encode(value: &Value) -> String {
+    URL_SAFE_NO_PAD.encode(value.to_string())
+}
+
+/// A JWT with `header` and `claims`, signed by `key`.
+fn sign(key: &SigningKey, header: &Value, claims: &Value) -> String {
+    let signed = format!("{}.{}", encode(header), encode(claims));
+    let signature = key.sign(signed.as_bytes());
+    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature.to_bytes()))
+}
+
+fn attacker_key() -> SigningKey {
+    SigningKey::from_bytes(&rand::random::<[u8; 32]>())
+}
+
+/// A fresh database with the schema and the cluster's keys, roles `app`
+/// (allowed to fence: `--grant app`) and `mallory` (nothing), both with
+/// every privilege on the tables the test makes; proofs' `exp` given an
+/// hour of leeway, so only what the test means refuses them.
+async fn database(pg: &PgServer, cluster: &Cluster) -> tokio_postgres::Client {
+    let db = pg.connect().await;
+    db.batch_execute("CREATE ROLE app LOGIN; CREATE ROLE mallory LOGIN;")
+        .await
+        .expect("roles");
+    let urls = cluster.urls().join(",");
+    let out = succeeded(&palisade(&[
+        "sql",
+        "install",
+        "--url",
+        &pg.url(),
+        "--election",
+        &urls,
+        "--grant",
+        "app",
+    ]));
+    assert!(out.contains("signing key(s) installed"), "{out}");
+    assert!(out.contains("app may fence with proof"), "{out}");
+    db.batch_execute(
+        "UPDATE palisade.settings SET exp_leeway_secs = 3600;
+         CREATE TABLE shop (id serial PRIMARY KEY, lease text, v int);
+         CREATE TABLE ledger (v int);
+         SELECT palisade.guard('shop', 'lease');
+         SELECT palisade.guard_table('ledger', 'orders');
+         GRANT ALL ON shop, ledger TO app, mallory;
+         GRANT ALL ON SEQUENCE shop_id_seq TO app, mallory;",
+    )
+    .await
+    .expect("tables");
+    db
+}
+
+/// Whether `number` appears in `text` as a number of its own.
+fn mentions(text: &str, number: u64) -> bool {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| word.parse() == Ok(number))
+}
+
+async fn fence_of(db: &tokio_postgres::Client, lease: &str) -> i64 {
+    db.query_one(
+        "SELECT fence FROM palisade.fences WHERE lease = $1",
+        &[&lease],
+    )
+    .await
+    .expect("fence row")
+    .get(0)
+}
+
+/// What a role with no grant, and a role allowed to fence but holding no
+/// lease, can do against a holder: nothing that writes, raises, reads or
+/// blocks a fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_the_lease_can_neither_write_raise_read_nor_block_a_fence() {
+    let _serial = SERIAL.lock().await;
+    let Some(pg) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start(dir.path());
+    cluster.leader(&http_client()).await;
+    let owner = database(&pg, &cluster).await;
+    let client = sdk(&cluster, None);
+    let a = client
+        .acquire(
+            "orders",
+            "A",
+            Duration::from_secs(5),
+            Some(Duration::from_secs(10)),
+        )
+        .await
+        .expect("A acquires");
+    let a_jwt = a.jwt().expect("held");
+    let a_token = a.token();
+
+    // The holder, as `app`, writes through both guards; its mark is kept.
+    let mut holder = connect_as(&pg, "app").await;
+    let tx = a.fenced_transaction(&mut holder).await.expect("A fences");
+    tx.execute("INSERT INTO shop (lease, v) VALUES ('orders', 1)", &[])
+        .await
+        .expect("A writes a row");
+    tx.execute("INSERT INTO ledger VALUES (1)", &[])
+        .await
+        .expect("A writes the table");
+    let mark: String = tx
+        .query_one("SELECT current_setting('palisade.fenced')", &[])
+        .await
+        .expect("mark")
+        .get(0);
+    tx.commit().await.expect("A commits");
+    assert_eq!(fence_of(&owner, "orders").await, a.token() as i64);
+
+    // mallory: no EXECUTE, no read, and no forged or replayed mark passes.
+    let mallory = connect_as(&pg, "mallory").await;
+    for sql in [
+        format!("SELECT palisade.fence('orders', '{a_jwt}')"),
+        "SELECT palisade.fence_unverified('orders', 9223372036854775807)".into(),
+        "SELECT fence FROM palisade.fences".into(),
+        "SELECT palisade.set_keys('{}')".into(),
+    ] {
+        let err = mallory.query(sql.as_str(), &[]).await.expect_err(&sql);
+        assert_eq!(sqlstate(&err), "42501", "{sql}: {err}");
+    }
+    for (setting, write) in [
+        (
+            mark.as_str(),
+            "INSERT INTO shop (lease, v) VALUES ('orders', 2)",
+        ),
+        (mark.as_str(), "INSERT INTO ledger VALUES (2)"),
+        (
+            ",orders:1:00000000000000000000000000000000",
+            "UPDATE shop SET v = 3",
+        ),
+        ("", "TRUNCATE shop"),
+        ("", "DELETE FROM ledger"),
+    ] {
+        mallory.batch_execute("BEGIN").await.expect("begin");
+        mallory
+            .execute(
+                "SELECT set_config('palisade.fenced', $1, true)",
+                &[&setting],
+            )
+            .await
+            .expect("set_config is open to every role");
+        let err = mallory.execute(write, &[]).await.expect_err(write);
+        assert_eq!(sqlstate(&err), postgres::UNFENCED_WRITE, "{write}: {err}");
+        mallory.batch_execute("ROLLBACK").await.expect("rollback");
+    }
+
+    // app may call palisade.fence, but with no proof of its own nothing passes.
+    let mut app = connect_as(&pg, "app").await;
+    let (header, claims, signature) = parts(&a_jwt);
+    let mut raised = claims.clone();
+    raised["token"] = json!(i64::MAX);
+    let mut other_lease = claims.clone();
+    other_lease["lease"] = json!("ledger");
+    let forged = [
+        // Signed by the attacker under the cluster's key id.
+        sign(&attacker_key(), &header, &raised),
+        // The holder's signature on claims it did not sign.
+        format!("{}.{}.{signature}", encode(&header), encode(&raised)),
+        format!("{}.{}.{signature}", encode(&header), encode(&other_lease)),
+        // An unsigned token ("alg": "none"), and junk.
+        format!("{}.{}.", encode(&json!({"alg": "none"})), encode(&raised)),
+        "x.y.z".into(),
+        String::new(),
+    ];
+    for proof in &forged {
+        for lease in ["orders", "ledger"] {
+            let tx = app.transaction().await.expect("begin");
+            let err = tx
+                .query_one("SELECT palisade.fence($1, $2)", &[&lease, proof])
+                .await
+                .expect_err("a forged proof");
+            let (state, text) = refusal(&err);
+            assert_eq!(state, postgres::PROOF_REFUSED, "{proof}: {text}");
+            assert!(!text.contains("fence="), "{text}");
+            assert!(!mentions(&text, a.token()), "learned the fence: {text}");
+        }
+    }
+    // A's genuine JWT names its own lease only.
+    let tx = app.transaction().await.expect("begin");
+    let err = postgres::fence(&tx, "ledger", &a_jwt).await;
+    assert!(matches!(err, Err(Error::Unauthorized(_))), "{err:?}");
+    drop(tx);
+    assert_eq!(fence_of(&owner, "orders").await, a.token() as i64);
+
+    // Locks mallory can take (the advisory keys of schema 1) do not stall B's raise.
+    mallory
+        .batch_execute(
+            "SELECT pg_advisory_lock_shared(hashtextextended('palisade.fence/orders', 0));
+             SELECT pg_advisory_lock(hashtextextended('palisade.fence/orders', 0));",
+        )
+        .await
+        .expect("advisory locks are open to every role");
+    a.release().await.expect("A releases");
+    let b = client
+        .acquire(
+            "orders",
+            "B",
+            Duration::from_secs(5),
+            Some(Duration::from_secs(10)),
+        )
+        .await
+        .expect("B acquires");
+    let mut b_conn = connect_as(&pg, "app").await;
+    b_conn
+        .batch_execute("SET statement_timeout = 10000")
+        .await
+        .expect("timeout");
+    let started = Instant::now();
+    let tx = b
+        .fenced_transaction(&mut b_conn)
+        .await
+        .expect("B raises the fence");
+    tx.commit().await.expect("B commits");
+    eprintln!(
+        "B's raise took {:?} while mallory held the advisory locks",
+        started.elapsed()
+    );
+    assert_eq!(fence_of(&owner, "orders").await, b.token() as i64);
+
+    // A's genuine JWT, now stale: PF001, and the refusal does not tell B's token.
+    let tx = app.transaction().await.expect("begin");
+    let stale = tx
+        .query_one("SELECT palisade.fence('orders', $1)", &[&a_jwt])
+        .await
+        .expect_err("stale");
+    let (state, text) = refusal(&stale);
+    assert_eq!(state, postgres::STALE_TOKEN, "{text}");
+    assert!(!mentions(&text, b.token()), "learned the fence: {text}");
+    assert_eq!(
+        postgres::fence_error(&stale, 0),
+        Error::Fenced {
+            token: a_token,
+            fence: 0
+        }
+    );
+}
+
+/// Guards cannot be escaped through partitions, inheritance children,
+/// TRUNCATE, or a lease column holding what looks like several leases.
+#[tokio::test]
+async fn partitions_truncate_and_odd_lease_values_are_guarded() {
+    let Some(pg) = PgServer::start() else { return };
+    let mut db = pg.connect().await;
+    postgres::install(&db).await.expect("install");
+    db.batch_execute(
+        "CREATE TABLE parted (lease text, v int) PARTITION BY LIST (lease);
+         CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a');
+         CREATE TABLE parent (lease text); CREATE TABLE child () INHERITS (parent);
+         CREATE TABLE rows (lease text, v int);",
+    )
+    .await
+    .expect("tables");
+    for (sql, needle) in [
+        ("SELECT palisade.guard('parted', 'lease')", "is partitioned"),
+        (
+            "SELECT palisade.guard_table('parted', 'a')",
+            "is partitioned",
+        ),
+        (
+            "SELECT palisade.guard('parent', 'lease')",
+            "inheritance children",
+        ),
+    ] {
+        let err = db.execute(sql, &[]).await.expect_err(sql);
+        let (state, text) = refusal(&err);
+        assert_eq!(state, postgres::UNFENCED_WRITE, "{sql}: {text}");
+        assert!(text.contains(needle), "{sql}: {text}");
+    }
+    db.batch_execute(
+        "SELECT palisade.guard('parted_a', 'lease');
+         SELECT palisade.guard('rows', 'lease');",
+    )
+    .await
+    .expect("a partition is guarded as a table");
+    for write in [
+        "INSERT INTO parted_a VALUES ('a', 1)",
+        "INSERT INTO parted VALUES ('a', 1)",
+        "TRUNCATE parted_a",
+        "TRUNCATE parted",
+    ] {
+        let err = db.execute(write, &[]).await.expect_err(write);
+        assert_eq!(sqlstate(&err), postgres::UNFENCED_WRITE, "{write}: {err}");
+    }
+
+    let tx = db.transaction().await.expect("begin");
+    postgres::fence_unverified(&tx, "a", 1)
+        .await
+        .expect("fence a");
+    postgres::fence_unverified(&tx, "b", 1)
+        .await
+        .expect("fence b");
+    for lease in ["a:1,b", "a:1", ",a", "b,", "a:1:x"] {
+        tx.batch_execute("SAVEPOINT s").await.expect("savepoint");
+        let err = tx
+            .execute("INSERT INTO rows VALUES ($1, 1)", &[&lease])
+            .await
+            .expect_err(lease);
+        assert_eq!(sqlstate(&err), postgres::UNFENCED_WRITE, "{lease}: {err}");
+        tx.batch_execute("ROLLBACK TO SAVEPOINT s")
+            .await
+            .expect("rollback to");
+    }
+    tx.execute("INSERT INTO parted VALUES ('a', 2)", &[])
+        .await
+        .expect("a fenced write through the parent");
+    tx.execute("INSERT INTO rows VALUES ('b', 2)", &[])
+        .await
+        .expect("a fenced row");
+    tx.commit().await.expect("commit");
+}
+
+/// A JWT signed by a rotated-in key is refused until `palisade sql keys`
+/// installs the key, then accepted; once the cluster retires the old key,
+/// `palisade sql keys` removes it and a JWT it signed (even one proven and
+/// cached before) is refused — as the gateway does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_and_retirement_reach_the_database() {
+    let _serial = SERIAL.lock().await;
+    let Some(pg) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Tokens live at most 1 s: a rotated-out key retires some 4 s later.
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            setup.args = vec!["--max-ttl-ms".into(), "1000".into()];
+            setup
+        })
+        .collect();
+    let cluster = Cluster::start_with(dir.path(), setups);
+    cluster.leader(&http_client()).await;
+    let mut db = database(&pg, &cluster).await;
+    let client = sdk(&cluster, None);
+    let old = client
+        .acquire("old", "h", Duration::from_millis(1000), None)
+        .await
+        .expect("acquire");
+    let old_jwt = old.jwt().expect("held");
+    postgres::prove(&db, &old_jwt)
+        .await
+        .expect("proven and cached");
+    drop(old);
+
+    let kid = client.rotate_key().await.expect("rotate");
+    let new = client
+        .acquire("new", "h", Duration::from_millis(1000), None)
+        .await
+        .expect("acquire");
+    let new_jwt = new.jwt().expect("held");
+    assert_eq!(parts(&new_jwt).0["kid"], json!(kid));
+    let refused = fence_once(&mut db, "new", new_jwt.clone()).await;
+    assert!(
+        matches!(&refused, Err(Error::Unauthorized(m)) if m.contains("does not trust")),
+        "{refused:?}"
+    );
+    let out = sync_keys(&pg, &cluster);
+    assert!(out.contains(&kid), "{out}");
+    assert_eq!(
+        fence_once(&mut db, "new", new_jwt.clone()).await,
+        Ok(new.token())
+    );
+    assert_eq!(
+        fence_once(&mut db, "old", old_jwt.clone()).await.map(drop),
+        Ok(())
+    );
+
+    let old_kid = parts(&old_jwt).0["kid"].as_str().expect("kid").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while published(&client).await.contains(&old_kid) {
+        assert!(Instant::now() < deadline, "the old key was never retired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    sync_keys(&pg, &cluster);
+    let refused = fence_once(&mut db, "old", old_jwt).await;
+    assert!(
+        matches!(&refused, Err(Error::Unauthorized(m)) if m.contains("does not trust")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        fence_once(&mut db, "new", new_jwt.clone()).await.map(drop),
+        Ok(())
+    );
+
+    // Once its exp (plus the leeway, 0 here) has passed, a JWT is refused.
+    db.batch_execute("UPDATE palisade.settings SET exp_leeway_secs = 0")
+        .await
+        .expect("leeway");
+    let exp = parts(&new_jwt).1["exp"].as_u64().expect("exp");
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        <= exp
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = fence_once(&mut db, "new", new_jwt).await;
+    assert!(
+        matches!(&refused, Err(Error::Unauthorized(m)) if m.contains("expired")),
+        "{refused:?}"
+    );
+}
+
+/// `palisade.fence(lease, jwt)` in a transaction rolled back.
+async fn fence_once(
+    db: &mut tokio_postgres::Client,
+    lease: &str,
+    jwt: String,
+) -> Result<u64, Error> {
+    let tx = db.transaction().await.expect("begin");
+    let fenced = postgres::fence(&tx, lease, &jwt).await;
+    tx.rollback().await.expect("rollback");
+    fenced
+}
+
+async fn published(client: &Client) -> Vec<String> {
+    let jwks = client.jwks().await.expect("jwks");
+    jwks["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .filter_map(|k| k["kid"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `palisade.ed_verify` (RFC 8032 in PL/pgSQL) against ed25519-dalek:
+/// RFC 8032's first test vector, then random keys and messages, each with
+/// its signature, a changed message, a changed R, S + L, and another key.
+#[tokio::test]
+async fn the_sql_ed25519_check_agrees_with_dalek() {
+    let Some(pg) = PgServer::start() else { return };
+    let db = pg.connect().await;
+    postgres::install(&db).await.expect("install");
+    let verify = |pk: Vec<u8>, msg: Vec<u8>, sig: Vec<u8>| {
+        let db = &db;
+        async move {
+            let row = db
+                .query_one(
+                    "SELECT palisade.ed_verify(p[1], p[2], $1, $2, $3)
+                     FROM (SELECT palisade.ed_decompress($1) AS p) z",
+                    &[&pk, &msg, &sig],
+                )
+                .await
+                .expect("verify");
+            row.get::<_, Option<bool>>(0)
+        }
+    };
+    let hex = |s: &str| -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    };
+    let rfc_pk = hex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+    let rfc_sig = hex(
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+    );
+    assert_eq!(
+        verify(rfc_pk.clone(), vec![], rfc_sig.clone()).await,
+        Some(true)
+    );
+    assert_eq!(verify(rfc_pk, vec![0], rfc_sig).await, Some(false));
+
+    // L, little-endian: S + L is the same scalar, refused as non-canonical.
+    let l = hex("edd3f55c1a631258d69cf7a2def9de1400000000000000000000000000000010");
+    for round in 0..12u8 {
+        let key = attacker_key();
+        let pk = key.verifying_key().to_bytes().to_vec();
+        let msg: Vec<u8> = (0..(round as usize * 7)).map(|_| rand::random()).collect();
+        let sig = key.sign(&msg).to_bytes().to_vec();
+        assert_eq!(
+            verify(pk.clone(), msg.clone(), sig.clone()).await,
+            Some(true)
+        );
+        let mut other = msg.clone();
+        other.push(round);
+        assert_eq!(verify(pk.clone(), other, sig.clone()).await, Some(false));
+        let mut bad_r = sig.clone();
+        bad_r[usize::from(round) % 32] ^= 1;
+        assert_eq!(verify(pk.clone(), msg.clone(), bad_r).await, Some(false));
+        let mut s_plus_l = sig.clone();
+        let mut carry = 0u16;
+        for i in 0..32 {
+            let sum = u16::from(s_plus_l[32 + i]) + u16::from(l[i]) + carry;
+            s_plus_l[32 + i] = sum as u8;
+            carry = sum >> 8;
+        }
+        assert_eq!(verify(pk.clone(), msg.clone(), s_plus_l).await, Some(false));
+        let stranger = attacker_key().verifying_key().to_bytes().to_vec();
+        assert_eq!(verify(stranger, msg, sig).await, Some(false));
+    }
+}
