@@ -73,9 +73,15 @@ pub enum ApiError {
     #[error("{0}")]
     TooManyWaiters(String),
     /// 429 `over_share`: the caller's principal (or address) holds its
-    /// share of this node's request seats.
-    #[error("{0}")]
-    OverShare(String),
+    /// share of this node's request seats; `Retry-After` says when a seat
+    /// of that pool is due to be free (`palisade_serve::admission`).
+    #[error("{message}")]
+    OverShare {
+        /// What to say.
+        message: String,
+        /// When to ask again, in whole seconds (at least 1).
+        retry_after_secs: u64,
+    },
     /// 429 `too_many_leases`: the table is at the cluster's cap on leases
     /// and this acquire names a new one.
     #[error("{0}")]
@@ -96,6 +102,14 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// 429 `over_share` with the default `Retry-After` of 1 s.
+    pub(crate) fn over_share(message: impl Into<String>) -> Self {
+        ApiError::OverShare {
+            message: message.into(),
+            retry_after_secs: 1,
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
@@ -114,7 +128,7 @@ impl ApiError {
             ApiError::TooManyWaiters(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters"),
             ApiError::TooManyLeases(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases"),
             ApiError::OverQuota(_) => (StatusCode::TOO_MANY_REQUESTS, "over_quota"),
-            ApiError::OverShare(_) => (StatusCode::TOO_MANY_REQUESTS, "over_share"),
+            ApiError::OverShare { .. } => (StatusCode::TOO_MANY_REQUESTS, "over_share"),
             ApiError::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -146,15 +160,24 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, body) = self.status_and_body();
+        let retry_after = match &self {
+            ApiError::OverShare {
+                retry_after_secs, ..
+            } => Some(http::HeaderValue::from((*retry_after_secs).max(1))),
+            _ if matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            ) =>
+            {
+                Some(http::HeaderValue::from_static("1"))
+            }
+            _ => None,
+        };
         let mut response = (status, Json(body)).into_response();
-        if matches!(
-            status,
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-        ) {
-            response.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            );
+        if let Some(retry_after) = retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, retry_after);
         }
         response
     }

@@ -69,6 +69,7 @@ pub struct ElectionMetrics {
     leases_held: Gauge,
     leases_in_table: Gauge,
     waiters: Gauge,
+    policy_generation: Gauge,
 }
 
 /// What a scrape reads from the node at that moment.
@@ -90,6 +91,9 @@ pub struct Snapshot {
     pub leases_in_table: u64,
     /// Blocking calls waiting on this node.
     pub waiters: u64,
+    /// Policies put in force since the start (1 + reloads that loaded; 0
+    /// without a policy).
+    pub policy_generation: u64,
 }
 
 impl Default for ElectionMetrics {
@@ -120,6 +124,7 @@ impl Default for ElectionMetrics {
             leases_held: Gauge::default(),
             leases_in_table: Gauge::default(),
             waiters: Gauge::default(),
+            policy_generation: Gauge::default(),
             registry: Registry::default(),
         };
         this.register_counters(&mut registry);
@@ -258,6 +263,12 @@ impl ElectionMetrics {
                 "Blocking acquires and watches waiting on this node",
                 &self.waiters,
             ),
+            (
+                "palisade_policy_generation",
+                "Access policies put in force since the start: 1, plus one per SIGHUP reload \
+                 that loaded (0 without a policy)",
+                &self.policy_generation,
+            ),
         ];
         for (name, help, gauge) in gauges {
             registry.register(name, help, gauge.clone());
@@ -304,6 +315,7 @@ impl ElectionMetrics {
         set(&self.leases_held, now.leases_held);
         set(&self.leases_in_table, now.leases_in_table);
         set(&self.waiters, now.waiters);
+        set(&self.policy_generation, now.policy_generation);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);

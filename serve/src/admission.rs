@@ -22,9 +22,17 @@
 //! flow arrives it finds seats, and the first one's share shrinks as its
 //! requests end. Over its share a request is refused at once (the server
 //! answers 429 with `Retry-After`), never queued without end.
+//!
+//! A seat whose holder knows when it will give it back at the latest (a
+//! renewal stream: at its idle or stall deadline) says so
+//! ([`Seat::free_by`]); a refusal in its pool then carries the earliest of
+//! those times ([`OverShare::retry_after`]), so `Retry-After` says when a
+//! seat will really be free rather than a guess.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use palisade_names::sync::lock;
 
@@ -85,7 +93,7 @@ impl Seats {
 
 /// Why a request was not admitted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flow} is over its share of this server's {kind} seats ({held} held of {capacity}); retry shortly")]
+#[error("{flow} is over its share of this server's {kind} seats ({held} held of {capacity}); retry in {} s", retry_after.as_secs())]
 pub struct OverShare {
     /// The flow refused.
     pub flow: String,
@@ -95,6 +103,10 @@ pub struct OverShare {
     pub held: usize,
     /// The pool's capacity.
     pub capacity: usize,
+    /// When to ask again, in whole seconds (at least 1): when the first
+    /// seat of the pool whose holder said when it gives it back
+    /// ([`Seat::free_by`]) is due, rounded up; 1 s when none said.
+    pub retry_after: Duration,
 }
 
 /// One pool of seats and who holds them.
@@ -103,6 +115,9 @@ struct Pool {
     capacity: usize,
     in_use: usize,
     by_flow: HashMap<String, usize>,
+    /// When seats that said so will be given back at the latest, by seat
+    /// (milliseconds after the admission's epoch, updated by the holder).
+    due: HashMap<u64, Arc<AtomicU64>>,
 }
 
 impl Pool {
@@ -144,6 +159,12 @@ impl Pool {
     fn held(&self, flow: &str) -> usize {
         self.by_flow.get(flow).copied().unwrap_or(0)
     }
+
+    /// When the first seat that said when it is given back is due, in
+    /// milliseconds after the epoch.
+    fn first_due(&self) -> Option<u64> {
+        self.due.values().map(|at| at.load(Ordering::Relaxed)).min()
+    }
 }
 
 #[derive(Debug)]
@@ -152,6 +173,8 @@ struct Pools {
     short: Pool,
     long: Pool,
     stream: Pool,
+    /// The id of the last seat that said when it is given back.
+    next_id: u64,
 }
 
 impl Pools {
@@ -169,20 +192,57 @@ impl Pools {
 #[derive(Debug, Clone)]
 pub struct Admission {
     pools: Arc<Mutex<Pools>>,
+    /// What seats' due times count from.
+    epoch: Instant,
+}
+
+/// `at` in milliseconds after `epoch`.
+fn millis(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A seat held by an admitted request; given back on drop.
 #[derive(Debug)]
 pub struct Seat {
     pools: Arc<Mutex<Pools>>,
+    /// Its admission's epoch (a copy: no shared count to bump per seat).
+    epoch: Instant,
     /// The pool it was taken from (a renewal may sit in a short seat).
     kind: Kind,
     flow: String,
+    /// Its id and due time in its pool, once its holder said when it gives
+    /// it back ([`Seat::free_by`]).
+    due: OnceLock<(u64, Arc<AtomicU64>)>,
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        lock(&self.pools).pool(self.kind).give_back(&self.flow);
+        let mut pools = lock(&self.pools);
+        let pool = pools.pool(self.kind);
+        pool.give_back(&self.flow);
+        if let Some((id, _)) = self.due.get() {
+            pool.due.remove(id);
+        }
+    }
+}
+
+impl Seat {
+    /// Says that this seat will be given back by `at` at the latest (its
+    /// holder ends then whatever happens, unless it says a later time
+    /// again): refusals in its pool tell their callers to retry when the
+    /// first such seat is due. The first call registers the seat in its
+    /// pool; later ones are one atomic store.
+    pub fn free_by(&self, at: Instant) {
+        let millis = millis(self.epoch, at);
+        let (_, due) = self.due.get_or_init(|| {
+            let due = Arc::new(AtomicU64::new(millis));
+            let mut pools = lock(&self.pools);
+            pools.next_id += 1;
+            let id = pools.next_id;
+            pools.pool(self.kind).due.insert(id, due.clone());
+            (id, due)
+        });
+        due.store(millis, Ordering::Relaxed);
     }
 }
 
@@ -195,7 +255,9 @@ impl Admission {
                 short: Pool::new(seats.short),
                 long: Pool::new(seats.long),
                 stream: Pool::new(seats.stream),
+                next_id: 0,
             })),
+            epoch: Instant::now(),
         }
     }
 
@@ -215,12 +277,19 @@ impl Admission {
                 pools.pool(pool).take(flow);
                 Ok(Seat {
                     pools: self.pools.clone(),
+                    epoch: self.epoch,
                     kind: pool,
                     flow: flow.to_owned(),
+                    due: OnceLock::new(),
                 })
             }
             None => {
                 let pool = pools.pool(kind);
+                let retry_after = pool.first_due().map_or(1, |due| {
+                    let left = due.saturating_sub(millis(self.epoch, Instant::now()));
+                    left.div_ceil(1000).max(1)
+                });
+                let retry_after = Duration::from_secs(retry_after);
                 Err(OverShare {
                     flow: flow.to_owned(),
                     kind: match kind {
@@ -231,6 +300,7 @@ impl Admission {
                     },
                     held: pool.held(flow),
                     capacity: pool.capacity,
+                    retry_after,
                 })
             }
         }
@@ -340,6 +410,47 @@ mod tests {
         assert_eq!(refused.kind, "long");
         assert_eq!(refused.capacity, 4);
         assert_eq!(refused.held, 3);
+    }
+
+    #[test]
+    fn a_refusal_says_when_the_first_seat_is_due() {
+        let admission = admission(4);
+        let seats = fill(&admission, "a", Kind::Stream);
+        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        assert_eq!(
+            refused.retry_after,
+            Duration::from_secs(1),
+            "no seat said: 1 s"
+        );
+        let now = Instant::now();
+        seats[0].free_by(now + Duration::from_secs(100));
+        seats[1].free_by(now + Duration::from_millis(2_300));
+        seats[2].free_by(now + Duration::from_secs(50));
+        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        assert_eq!(
+            refused.retry_after,
+            Duration::from_secs(3),
+            "the first due, rounded up"
+        );
+        seats[1].free_by(now + Duration::from_secs(40));
+        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        assert_eq!(refused.retry_after, Duration::from_secs(40), "moved");
+        assert_eq!(
+            admission.admit("a", Kind::Long).map(|_| ()),
+            Ok(()),
+            "other pools are not affected"
+        );
+        let mut seats = seats;
+        seats.remove(1);
+        let _again = admission
+            .admit("a", Kind::Stream)
+            .expect("the seat given back");
+        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        assert_eq!(
+            refused.retry_after,
+            Duration::from_secs(50),
+            "a seat given back no longer counts"
+        );
     }
 
     #[test]

@@ -108,6 +108,12 @@ pub struct ElectionArgs {
     /// `wait_ms` (up to the API's 60 000) are cut to it.
     #[arg(long, default_value_t = 60_000)]
     max_wait_ms: u64,
+    /// A request body must arrive within this of its handler's first read
+    /// (else 408), a renewal stream's frame whole within it, and a renewal
+    /// stream whose answers the client does not take within it is ended
+    /// and its seat freed.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    body_deadline_ms: u64,
     /// A free lease's record is forgotten this long after it was freed, in ms
     /// (GET and watch then answer 404 for it; a later grant still gets a
     /// higher token).
@@ -213,6 +219,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     config.max_waiters = args.max_waiters;
     config.max_requests = args.max_requests as usize;
     config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
+    config.body_deadline = Duration::from_millis(args.body_deadline_ms);
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     config.max_leases = args.max_leases;
     config.max_leases_per_principal = args

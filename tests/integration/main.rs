@@ -20,6 +20,8 @@ mod cli;
 mod client_trust;
 #[path = "../cut_leader.rs"]
 mod cut_leader;
+#[path = "../deaf_streams_free_their_seats.rs"]
+mod deaf_streams_free_their_seats;
 #[path = "../election_cluster.rs"]
 mod election_cluster;
 #[path = "../end_to_end.rs"]
@@ -54,6 +56,8 @@ mod postgres_trust;
 mod renew_stream;
 #[path = "../retired_key_lag.rs"]
 mod retired_key_lag;
+#[path = "../revocation_reaches_open_calls.rs"]
+mod revocation_reaches_open_calls;
 #[path = "../sdk.rs"]
 mod sdk;
 #[path = "../seed_semantics.rs"]

@@ -239,6 +239,19 @@ pub fn node_setup(dir: &Path, id: u64, host: &str) -> NodeSetup {
     }
 }
 
+/// Election timing slower than the default (heartbeat 100 ms, election
+/// timeout 600..1200 ms, so ttls from 2 s), for tests whose attack must run
+/// on one leader for seconds: on a loaded machine the default's 60..120 ms
+/// timeout moves leadership every few seconds.
+pub const STEADY_LEADER: [&str; 6] = [
+    "--heartbeat-ms",
+    "100",
+    "--election-timeout-ms",
+    "600..1200",
+    "--min-ttl-ms",
+    "2000",
+];
+
 /// Runs `palisade certs init` into `dir`: certificates for nodes 1..=4 (a
 /// [`Cluster`] runs 1..=3; node 4's is for tests of a non-member).
 pub fn make_certs(dir: &Path) {

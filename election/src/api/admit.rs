@@ -82,7 +82,10 @@ pub(super) fn seat(
             .admission_refusals
             .get_or_create(&labels)
             .inc();
-        ApiError::OverShare(over.to_string())
+        ApiError::OverShare {
+            message: over.to_string(),
+            retry_after_secs: over.retry_after.as_secs(),
+        }
     })
 }
 

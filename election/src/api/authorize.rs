@@ -1,27 +1,27 @@
 //! Who may call what ([`palisade_serve::policy`]): a middleware per kind of
 //! route, run before a request is forwarded to the leader and again on the
 //! leader (the key travels with the forwarded request; a principal known by
-//! its client certificate is named in [`PRINCIPAL_HEADER`]). A node without
-//! a policy lets every call through.
+//! its client certificate is named in `credential.rs`'s
+//! `PRINCIPAL_HEADER`). A node without a policy lets every call through.
+//! A call that may stay open ([`Lasting::Open`]) carries a
+//! [`Revocation`], so a reload that takes away what let it through ends
+//! it (`revocation.rs`).
 
 use std::collections::HashMap;
 
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use palisade_serve::policy::{Principal, Right};
+use palisade_serve::policy::Right;
 use palisade_serve::PeerCertificate;
 use serde::Deserialize;
 
+use super::credential::{identify, Check, Credential, Presented};
+use super::revocation::Revocation;
 use super::state::ApiState;
 use super::ui::sessions::SessionPrincipal;
 use crate::error::ApiError;
 use crate::peer::gate::PeerId;
-
-/// The header a follower names the principal it identified by client
-/// certificate in, when it forwards a keyless request (trusted only from
-/// an authenticated peer: the leader cannot see the client's certificate).
-pub const PRINCIPAL_HEADER: &str = "x-palisade-principal";
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy)]
@@ -36,65 +36,65 @@ pub(super) enum Need {
     Known,
 }
 
-/// The middleware (`from_fn_with_state((state, need), authorize)`): lets a
-/// request through only if its principal has `need`; 401 or 403 otherwise.
+/// Whether a route's calls answer at once or may stay open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lasting {
+    /// Answered at once: a call keeps the policy it started with.
+    Brief,
+    /// May stay open (a watch, a waiting acquire, the renewal stream): a
+    /// reload that would refuse the call ends it.
+    Open,
+}
+
+/// The middleware (`from_fn_with_state((state, need, lasting), authorize)`):
+/// lets a request through only if its principal has `need`; 401 or 403
+/// otherwise.
 pub(super) async fn authorize(
-    State((state, need)): State<(ApiState, Need)>,
+    State((state, need, lasting)): State<(ApiState, Need, Lasting)>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(policy) = state.config.policy.as_ref().map(|p| p.current()) else {
+    let Some(live) = state.config.policy.as_ref() else {
         return next.run(request).await;
     };
+    // A call that may stay open subscribes before it is decided, so that
+    // no reload falls between the decision and the subscription.
+    let changes = (lasting == Lasting::Open).then(|| live.subscribe());
+    let policy = match &changes {
+        Some(changes) => changes.borrow().clone(),
+        None => live.current(),
+    };
     let (mut parts, body) = request.into_parts();
-    let verdict = match identify(&policy, &parts) {
-        Ok(principal) => allowed(&policy, &principal, need, &mut parts)
-            .await
-            .map(|()| principal),
+    let presented = Presented {
+        headers: &parts.headers,
+        from_peer: parts.extensions.get::<PeerId>().is_some(),
+        session: parts
+            .extensions
+            .get::<SessionPrincipal>()
+            .map(|SessionPrincipal(p)| p),
+        certificate: parts.extensions.get::<PeerCertificate>(),
+    };
+    let verdict = match identify(&policy, &presented) {
+        Ok(principal) => match check(need, &mut parts).await {
+            Ok(check) => check
+                .allows(&policy, &principal)
+                .map(|()| (principal, check)),
+            Err(err) => Err(err),
+        },
         Err(denied) => Err(denied),
     };
     match verdict {
-        Ok(principal) => {
+        Ok((principal, check)) => {
+            if let Some(changes) = changes {
+                let credential = Credential::of(&parts);
+                let revocation = Revocation::new(principal.clone(), credential, check, changes);
+                parts.extensions.insert(revocation);
+            }
             parts.extensions.insert(principal);
             next.run(Request::from_parts(parts, body)).await
         }
         Err(err) => err.into_response(),
     }
-}
-
-/// The caller: by API key; else, on a request a peer forwarded, the
-/// principal that peer identified (by certificate; the peer's own
-/// certificate is not the caller's); else, on a status page, by its
-/// session ([`SessionPrincipal`]); else by the client certificate the
-/// connection verified. A cookie is never read here.
-fn identify(
-    policy: &palisade_serve::policy::Policy,
-    parts: &http::request::Parts,
-) -> Result<Principal, ApiError> {
-    let keyless = !parts
-        .headers
-        .contains_key(palisade_serve::policy::KEY_HEADER);
-    if parts.extensions.get::<PeerId>().is_some() {
-        let named = parts
-            .headers
-            .get(PRINCIPAL_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|_| keyless)
-            .and_then(|name| policy.principal(name));
-        return match named {
-            Some(principal) => Ok(principal),
-            None => Ok(policy.authenticate(&parts.headers)?),
-        };
-    }
-    // A status-page session (only the status pages' middleware sets it;
-    // a key, when sent, wins).
-    if let Some(SessionPrincipal(principal)) = parts.extensions.get::<SessionPrincipal>() {
-        if keyless && policy.principal(&principal.0).is_some() {
-            return Ok(principal.clone());
-        }
-    }
-    let certificate = parts.extensions.get::<PeerCertificate>();
-    Ok(policy.identify(&parts.headers, certificate.map(|c| c.0.as_ref()))?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,21 +103,17 @@ struct PrefixQuery {
     prefix: String,
 }
 
-async fn allowed(
-    policy: &palisade_serve::policy::Policy,
-    principal: &Principal,
-    need: Need,
-    parts: &mut http::request::Parts,
-) -> Result<(), ApiError> {
+/// What `need` asks of this request: its lease or prefix read from it.
+async fn check(need: Need, parts: &mut http::request::Parts) -> Result<Check, ApiError> {
     match need {
         Need::Lease(right) => {
-            let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, &())
+            let Path(mut params) = Path::<HashMap<String, String>>::from_request_parts(parts, &())
                 .await
                 .map_err(|e| ApiError::BadRequest(format!("bad lease name: {e}")))?;
             let name = params
-                .get("name")
+                .remove("name")
                 .ok_or_else(|| ApiError::Internal("an authorized route without {name}".into()))?;
-            Ok(policy.allow(principal, right, name)?)
+            Ok(Check::Lease(right, name))
         }
         Need::Prefix(right) => {
             // An unparsable query is the handler's 400 to give; here it can
@@ -125,9 +121,9 @@ async fn allowed(
             let prefix = Query::<PrefixQuery>::try_from_uri(&parts.uri)
                 .map(|Query(q)| q.prefix)
                 .unwrap_or_default();
-            Ok(policy.allow_prefix(principal, right, &prefix)?)
+            Ok(Check::Prefix(right, prefix))
         }
-        Need::Cluster => Ok(policy.allow_cluster(principal)?),
-        Need::Known => Ok(()),
+        Need::Cluster => Ok(Check::Cluster),
+        Need::Known => Ok(Check::Known),
     }
 }

@@ -210,6 +210,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
         leases_held: held,
         leases_in_table: records,
         waiters: state.waiting(),
+        policy_generation: state.config.policy.as_ref().map_or(0, |p| p.generation()),
     };
     (
         [(

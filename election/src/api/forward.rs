@@ -17,6 +17,7 @@ use palisade_serve::policy::Principal;
 use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER, OVER_SHARE_HEADER};
 use super::extract::read_body;
 use super::leases::acquire::answerable_at_once;
+use super::revocation::{unless_revoked, Revocation};
 use super::state::ApiState;
 use crate::error::ApiError;
 use crate::lease_table::command::SecretHash;
@@ -58,7 +59,14 @@ pub(super) async fn leader_only(
         ))
         .into_response();
     }
-    match forward(&state, request, leader, &addr, hops + 1).await {
+    // A waiting call forwarded ends when a reload here revokes what let it
+    // through (the leader checks it against its own policy too).
+    let mut revocation = request.extensions().get::<Revocation>().cloned();
+    let forwarded = forward(&state, request, leader, &addr, hops + 1);
+    match unless_revoked(revocation.as_mut(), forwarded)
+        .await
+        .and_then(|r| r)
+    {
         Ok(mut response) => {
             response
                 .headers_mut()
@@ -124,7 +132,7 @@ fn forwarding_seat(
         None => Kind::Short,
     };
     match seat(state, &state.forwarding, &flow, kind) {
-        Err(ApiError::OverShare(_))
+        Err(ApiError::OverShare { .. })
             if kind == Kind::Long && acquire_at_once(state, parts, body) =>
         {
             Ok((short()?, true))
@@ -204,7 +212,7 @@ async fn forward(
         .contains_key(palisade_serve::policy::KEY_HEADER)
     {
         if let Some(Principal(name)) = parts.extensions.get::<Principal>() {
-            outgoing = outgoing.header(super::authorize::PRINCIPAL_HEADER, name);
+            outgoing = outgoing.header(super::credential::PRINCIPAL_HEADER, name);
         }
     }
     let unreachable =

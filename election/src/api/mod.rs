@@ -5,7 +5,9 @@
 //! - [`reads`]: one lease and the list (leader, quorum-confirmed), and the
 //!   watch (any node, its applied state);
 //! - [`cluster`]: the cluster view, JWKS and health (any node);
-//! - [`authorize`]: who may call what (the policy file), before forwarding;
+//! - [`authorize`]: who may call what (the policy file), before forwarding,
+//!   with [`credential`] (identifying the caller, checking its right) and
+//!   [`revocation`] (a reload ends the open calls it would refuse);
 //! - [`extract`]: the shared preamble (lease name, bounded checked JSON body);
 //! - [`state`]: [`ApiState`], what every handler shares.
 //!
@@ -14,12 +16,14 @@
 mod admit;
 mod authorize;
 mod cluster;
+mod credential;
 mod extract;
 mod forward;
 mod history;
 mod leases;
 pub mod openapi;
 mod reads;
+mod revocation;
 mod schema;
 pub mod state;
 #[cfg(test)]
@@ -31,7 +35,7 @@ use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
 use palisade_serve::policy::Right;
 
-use authorize::{authorize, Need};
+use authorize::{authorize, Lasting, Need};
 use palisade_serve::admission::Kind;
 
 pub use extract::MAX_BODY_BYTES;
@@ -45,7 +49,8 @@ pub use ui::sessions::Sessions as UiSessions;
 use crate::error::ApiError;
 
 /// The layers of a route, outermost first: `authorize` (who may call it,
-/// checked before forwarding), `admit` (the caller's share of seats in
+/// checked before forwarding; a call that may stay open, `lasting`, is
+/// checked again at every reload), `admit` (the caller's share of seats in
 /// `kind`'s pool), then, for `leader`, `forward::leader_only` (run here, or
 /// forwarded to the leader).
 fn guarded(
@@ -54,6 +59,7 @@ fn guarded(
     need: Need,
     kind: Kind,
     leader: bool,
+    lasting: Lasting,
 ) -> MethodRouter<ApiState> {
     let route = if leader {
         route.route_layer(from_fn_with_state(state.clone(), forward::leader_only))
@@ -62,22 +68,53 @@ fn guarded(
     };
     route
         .route_layer(from_fn_with_state((state.clone(), kind), admit::admit))
-        .route_layer(from_fn_with_state((state.clone(), need), authorize))
+        .route_layer(from_fn_with_state(
+            (state.clone(), need, lasting),
+            authorize,
+        ))
+}
+
+/// The lease routes whose calls may stay open (a waiting acquire, the
+/// renewal stream, the watch): a reload that would refuse such a call
+/// ends it (`revocation.rs`).
+fn open_routes(state: &ApiState) -> Router<ApiState> {
+    let open = |route, need, kind, leader| guarded(state, route, need, kind, leader, Lasting::Open);
+    Router::new()
+        .route(
+            "/v1/leases/{name}/acquire",
+            open(
+                post(leases::acquire::acquire),
+                Need::Lease(Right::Acquire),
+                Kind::Short,
+                true,
+            ),
+        )
+        .route(
+            "/v1/renew/stream",
+            // The leader's alone, but never forwarded: a follower refuses
+            // it (503) and the client renews through `/v1/renew`.
+            open(
+                post(leases::stream::renew_stream),
+                Need::Known,
+                Kind::Renew,
+                false,
+            ),
+        )
+        .route(
+            "/v1/leases/{name}/watch",
+            open(
+                get(reads::watch),
+                Need::Lease(Right::Read),
+                Kind::Long,
+                false,
+            ),
+        )
 }
 
 /// The lease routes: every call on a lease, the batch renewal and the list.
 fn lease_routes(state: &ApiState) -> Router<ApiState> {
-    let leader_needs = |route, need, kind| guarded(state, route, need, kind, true);
-    let needs = |route, need, kind| guarded(state, route, need, kind, false);
-    Router::new()
-        .route(
-            "/v1/leases/{name}/acquire",
-            leader_needs(
-                post(leases::acquire::acquire),
-                Need::Lease(Right::Acquire),
-                Kind::Short,
-            ),
-        )
+    let leader_needs = |route, need, kind| guarded(state, route, need, kind, true, Lasting::Brief);
+    open_routes(state)
         .route(
             "/v1/leases/{name}/renew",
             leader_needs(
@@ -90,12 +127,6 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
             "/v1/renew",
             // Each renewal's right is checked in the handler.
             leader_needs(post(leases::renew::renew_batch), Need::Known, Kind::Renew),
-        )
-        .route(
-            "/v1/renew/stream",
-            // The leader's alone, but never forwarded: a follower refuses
-            // it (503) and the client renews through `/v1/renew`.
-            needs(post(leases::stream::renew_stream), Need::Known, Kind::Renew),
         )
         .route(
             "/v1/leases/{name}/release",
@@ -137,10 +168,6 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
                 Kind::Short,
             ),
         )
-        .route(
-            "/v1/leases/{name}/watch",
-            needs(get(reads::watch), Need::Lease(Right::Read), Kind::Long),
-        )
 }
 
 /// The status pages: `/ui` and a lease's page read a session cookie
@@ -148,7 +175,7 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
 /// list; signing in and out take a seat of the address's share (no
 /// principal yet). Every answer carries `ui/headers.rs`'s headers.
 fn ui_routes(state: &ApiState) -> Router<ApiState> {
-    let needs = |route, need, kind| guarded(state, route, need, kind, false);
+    let needs = |route, need, kind| guarded(state, route, need, kind, false, Lasting::Brief);
     let session = || from_fn_with_state(state.clone(), ui::signed_in::session_from_cookie);
     let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
     Router::new()
@@ -175,8 +202,8 @@ fn ui_routes(state: &ApiState) -> Router<ApiState> {
 /// ([`guarded`]); health, keys and the document are open to all; under a
 /// policy `/metrics` needs a known principal (its labels name principals).
 pub fn router(state: ApiState) -> Router {
-    let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true);
-    let needs = |route, need, kind| guarded(&state, route, need, kind, false);
+    let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true, Lasting::Brief);
+    let needs = |route, need, kind| guarded(&state, route, need, kind, false, Lasting::Brief);
     lease_routes(&state)
         .route(
             "/v1/cluster/rotate-key",

@@ -4,12 +4,13 @@
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use http::HeaderValue;
 use palisade_names::{FencingToken, Holder, LeaseName};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{check_wait, LeasePath};
+use super::revocation::{unless_revoked, Revocation};
 use super::schema::{LeaseNameParam, ReadErrors};
 use super::state::ApiState;
 use crate::error::ApiError;
@@ -193,15 +194,18 @@ pub(super) struct WatchQuery {
 /// A blocking query: answers as soon as the lease's `modify_index` exceeds
 /// `index` (at once if it already does), or after `wait_ms` with the current
 /// state. Served from this node's applied state. The answer's
-/// `X-Palisade-Index` header is the `index` for the next call.
+/// `X-Palisade-Index` header is the `index` for the next call. A policy
+/// reload that would refuse the call ends it at once (401 or 403).
 #[utoipa::path(get, path = "/v1/leases/{name}/watch", tag = "leases",
     params(("name" = LeaseNameParam, Path, description = "The lease"), WatchQuery),
     responses(ReadErrors, (status = 200, body = LeaseView, headers(("x-palisade-index" = u64, description = "The index for the next watch")))))]
 pub(super) async fn watch(
     State(state): State<ApiState>,
+    revocation: Option<Extension<Revocation>>,
     LeasePath(lease): LeasePath,
     query: Result<Query<WatchQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let mut revocation = revocation.map(|Extension(r)| r);
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
     let wait_ms = query.wait_ms.unwrap_or(30_000);
     let wait = check_wait(wait_ms, &state.config)?;
@@ -221,6 +225,7 @@ pub(super) async fn watch(
                 .insert(INDEX_HEADER, HeaderValue::from(index));
             return Ok(response);
         }
-        let _ = tokio::time::timeout_at(deadline, bell.rung()).await;
+        let rung = tokio::time::timeout_at(deadline, bell.rung());
+        let _ = unless_revoked(revocation.as_mut(), rung).await?;
     }
 }

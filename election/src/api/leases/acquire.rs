@@ -11,6 +11,7 @@ use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow, OVER_SHARE_HEADER};
 use super::super::extract::LeaseCall;
+use super::super::revocation::{unless_revoked, Revocation};
 use super::super::schema::{LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
 use super::answer::*;
@@ -32,6 +33,7 @@ use palisade_names::{FencingToken, GrantSecret, LeaseName};
 pub(in crate::api) async fn acquire(
     State(state): State<ApiState>,
     principal: Option<Extension<Principal>>,
+    revocation: Option<Extension<Revocation>>,
     flow: Option<Extension<Flow>>,
     peer: Option<Extension<PeerId>>,
     headers: HeaderMap,
@@ -92,6 +94,7 @@ pub(in crate::api) async fn acquire(
         body,
         bell,
         principal: principal.map(|Extension(Principal(name))| name),
+        revocation: revocation.map(|Extension(r)| r),
     };
     match (call.run().await, refused) {
         // It would have had to wait: the refusal of its seat is the answer.
@@ -140,10 +143,9 @@ fn waiting_seat(
 /// peer's word counts.
 fn over_share_upstream(from_peer: bool, headers: &HeaderMap) -> Option<ApiError> {
     (from_peer && headers.contains_key(OVER_SHARE_HEADER)).then(|| {
-        ApiError::OverShare(
+        ApiError::over_share(
             "over its share of the forwarding node's seats for calls that wait; \
-             retry shortly"
-                .into(),
+             retry shortly",
         )
     })
 }
@@ -209,6 +211,9 @@ struct Acquisition {
     bell: Bell,
     /// The caller's principal, under a policy.
     principal: Option<String>,
+    /// What let the call through, under a policy: a reload that revokes it
+    /// ends the call's waits, and it proposes nothing after.
+    revocation: Option<Revocation>,
 }
 
 /// What to do after a step of the call.
@@ -226,6 +231,9 @@ impl Acquisition {
             let Some(delay_seen) = self.wait_out_lock_delay().await? else {
                 continue;
             };
+            if let Some(revocation) = &self.revocation {
+                revocation.check_now()?;
+            }
             let command = Command::Acquire {
                 lease: self.lease.clone(),
                 holder: self.body.holder.clone(),
@@ -274,10 +282,11 @@ impl Acquisition {
             holder: &self.body.holder,
             principal: self.principal.as_deref(),
         };
-        if self.waits
-            && wait_until(state, lease, who, &mut self.bell, Turn::Mine, self.deadline).await?
-        {
-            return Ok(());
+        if self.waits {
+            let turn = wait_until(state, lease, who, &mut self.bell, Turn::Mine, self.deadline);
+            if unless_revoked(self.revocation.as_mut(), turn).await?? {
+                return Ok(());
+            }
         }
         Err(handed_to_earlier_waiter(state, lease, &self.bell))
     }
@@ -285,7 +294,7 @@ impl Acquisition {
     /// A lease freed by the expiry of a grant with a lock-delay is held back
     /// until the delay has passed on this leader's clock: the `delay_seen`
     /// to propose, or `None` after sleeping the delay out (look again).
-    async fn wait_out_lock_delay(&self) -> Result<Option<u64>, ApiError> {
+    async fn wait_out_lock_delay(&mut self) -> Result<Option<u64>, ApiError> {
         match lock_delay_left(&self.state, &self.lease) {
             Ok(seen) => Ok(Some(seen)),
             Err(left) => {
@@ -299,7 +308,7 @@ impl Acquisition {
                         retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
                     });
                 }
-                tokio::time::sleep(left).await;
+                unless_revoked(self.revocation.as_mut(), tokio::time::sleep(left)).await?;
                 Ok(None)
             }
         }
@@ -371,7 +380,11 @@ impl Acquisition {
                     holder,
                     principal: self.principal.as_deref(),
                 };
-                match wait_until(state, lease, who, &mut self.bell, Turn::Any, until).await {
+                let expired = wait_until(state, lease, who, &mut self.bell, Turn::Any, until);
+                match unless_revoked(self.revocation.as_mut(), expired)
+                    .await
+                    .and_then(|waited| waited)
+                {
                     Ok(true) => Step::Again,
                     Ok(false) => Step::Answer(Err(lasting.unwrap_or_else(|| {
                         ApiError::NoQuorum(format!(
@@ -398,7 +411,11 @@ impl Acquisition {
             holder: &self.body.holder,
             principal: self.principal.as_deref(),
         };
-        match wait_until(state, lease, who, &mut self.bell, Turn::Mine, deadline).await {
+        let turn = wait_until(state, lease, who, &mut self.bell, Turn::Mine, deadline);
+        match unless_revoked(self.revocation.as_mut(), turn)
+            .await
+            .and_then(|waited| waited)
+        {
             Ok(true) => Step::Again,
             Ok(false) => Step::Answer(Err(held_now(state, lease, &self.bell, holder, token))),
             Err(deposed) => Step::Answer(Err(deposed)),

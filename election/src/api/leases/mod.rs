@@ -1,7 +1,7 @@
 //! The calls that change who holds a lease: acquire, renew, release,
 //! handover, revoke — one file per call, the bodies they share
-//! (`bodies.rs`), the queue of waiting acquires (`queue.rs`) and the renewal
-//! rule (`extend.rs`).
+//! (`bodies.rs`), the queue of waiting acquires (`queue.rs`), the renewal
+//! rule (`extend.rs`) and the answer side of a renewal stream (`outbox.rs`).
 //!
 //! An acquire proposes `Acquire` and, once it applies, starts the grant's
 //! deadline in the lessor and signs the JWT. A renewal writes nothing: it
@@ -13,6 +13,7 @@ mod answer;
 pub mod bodies;
 mod extend;
 pub mod handover;
+mod outbox;
 mod queue;
 pub mod release;
 pub mod renew;

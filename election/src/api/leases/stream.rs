@@ -14,23 +14,26 @@
 //! renews nothing; a stream saves the per-request work (headers, routing,
 //! admission, a request's bookkeeping), not the round.
 //!
-//! Bounds: only the leader serves a stream (elsewhere a 503 at once: the
-//! client renews through `POST /v1/renew`, which is forwarded); a stream
-//! holds a seat of the caller's share of the `stream` pool for as long as
-//! its answer is open, and each frame a `renew` seat while it is answered;
-//! at most [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once
-//! (the next is read only then), so at most that many answers wait for a
-//! client that does not read them, and one that takes no answer within the
-//! body deadline has its stream ended and its seat freed at once (hyper
-//! never polls an answer it cannot send again, so a seat held by the answer
-//! would stay taken for as long as the client kept its connection up; the
+//! Bounds: only the leader serves a stream, over HTTP/2 only (elsewhere a
+//! 503 at once: the client renews through `POST /v1/renew`, which is
+//! forwarded; over HTTP/1.1 a 400); a stream holds a seat of the caller's
+//! share of the `stream` pool for as long as its answer is open, and each
+//! frame a `renew` seat while it is answered; at most
+//! [`MAX_FRAMES_IN_FLIGHT`] frames of a stream are answered at once (the
+//! next is read only then), so at most that many answers wait for a client
+//! that does not read them; a stream whose lines are not taken within the
+//! body deadline (an HTTP/2 window the client never opens, however little
+//! it sent: `outbox.rs`) is ended and its seat freed at once (hyper never
+//! polls an answer it cannot send again, so a seat held by the answer would
+//! stay taken for as long as the client kept its connection up; the
 //! connection itself is left alone: other requests share it); a frame is
 //! at most 64 KiB and must arrive whole within the body deadline; a stream
 //! ends after [`IDLE`] without a frame (blank lines do not count), after
-//! [`LIFETIME`] in any case, and when its node stops leading. An unreadable
-//! frame ends the stream with a last line naming the error (no `id`).
+//! [`LIFETIME`] in any case, when its node stops leading, and when a policy
+//! reload revokes the key (or the principal) it was opened with
+//! (`revocation.rs`). A stream that ends early, for an unreadable frame or
+//! any of these, sends a last line naming why (no `id`).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,17 +43,19 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use bytes::BytesMut;
 use futures::StreamExt;
-use http::{header, HeaderMap};
+use http::{header, HeaderMap, Version};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
-use palisade_serve::admission::{Kind, Seat};
+use palisade_serve::admission::Kind;
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
 use super::super::extract::{has_media_type, parse_json, MAX_BODY_BYTES};
+use super::super::revocation::{revoked, Revocation};
 use super::super::state::ApiState;
 use super::bodies::{check_renewals, BatchRenewal, RenewResult};
+use super::outbox::{watchdog, Answer, Outbox};
 use super::renew::{all_ended, renew_each};
 use crate::error::ApiError;
 use crate::raft::Acting;
@@ -102,11 +107,9 @@ impl FrameAnswer {
         }
     }
 
-    /// The answer as one line.
+    /// The answer as one line (its newline goes apart: `outbox.rs`).
     fn line(&self) -> Bytes {
-        let mut line = serde_json::to_vec(self).unwrap_or_default();
-        line.push(b'\n');
-        line.into()
+        serde_json::to_vec(self).unwrap_or_default().into()
     }
 }
 
@@ -115,6 +118,8 @@ pub(in crate::api) async fn renew_stream(
     State(state): State<ApiState>,
     principal: Option<Extension<Principal>>,
     flow: Option<Extension<Flow>>,
+    revocation: Option<Extension<Revocation>>,
+    version: Version,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -122,6 +127,13 @@ pub(in crate::api) async fn renew_stream(
         return Err(ApiError::BadRequest(format!(
             "Content-Type must be {NDJSON}: one JSON frame per line"
         )));
+    }
+    if version != Version::HTTP_2 {
+        // Only HTTP/2 shows whether the client takes its answers (its
+        // flow-control window) and finds a peer gone (pings).
+        return Err(ApiError::BadRequest(
+            "the renewal stream is served over HTTP/2 only; renew through POST /v1/renew".into(),
+        ));
     }
     match state.acting_now().await {
         Acting::Leads => {}
@@ -134,37 +146,27 @@ pub(in crate::api) async fn renew_stream(
         ));
     };
     // A stream counts until its client has its whole answer, or until it is
-    // given up on (see `Renewer::give_up`).
-    let seat = Arc::new(std::sync::Mutex::new(Some(seat(
-        &state,
-        &state.admission,
-        &flow,
-        Kind::Stream,
-    )?)));
+    // given up on (`Outbox::give_up`).
+    let seat = seat(&state, &state.admission, &flow, Kind::Stream)?;
+    let ends = Instant::now() + LIFETIME;
+    let deadline = state.config.body_deadline;
+    let first_idle = (Instant::now() + IDLE).min(ends);
+    let outbox = Arc::new(Outbox::new(seat, flow.label(), deadline, first_idle));
     state.shared.metrics.renew_streams.inc();
     let (lines, answers) = mpsc::channel::<Bytes>(1);
+    let revocation = revocation.map(|Extension(r)| r);
     let renewer = Arc::new(Renewer {
         state,
         principal: principal.map(|Extension(p)| p),
         flow,
-        stop: Notify::new(),
-        seat: seat.clone(),
+        revocation: revocation.clone(),
+        outbox: outbox.clone(),
+        ends,
     });
-    tokio::spawn(renewer.read(body.into_data_stream(), lines));
-    let answers = futures::stream::unfold((answers, seat), |(mut answers, seat)| async move {
-        let line = answers.recv().await?;
-        Some((Ok::<_, Infallible>(line), (answers, seat)))
-    });
-    Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(answers)).into_response())
-}
-
-/// Frees a renewal stream's seat now, whatever its answer still holds
-/// (dropped after the lock is released).
-fn free_seat(seat: &std::sync::Mutex<Option<Seat>>, flow: &str, why: &str) {
-    let taken = seat.lock().map(|mut seat| seat.take());
-    if matches!(taken, Ok(Some(_))) {
-        tracing::debug!(flow, why, "a renewal stream's seat is freed");
-    }
+    tokio::spawn(watchdog(Arc::downgrade(&outbox)));
+    tokio::spawn(renewer.read(body.into_data_stream(), lines, revocation));
+    let answer = Body::from_stream(Answer::new(answers, outbox));
+    Ok(([(header::CONTENT_TYPE, NDJSON)], answer).into_response())
 }
 
 /// 503: this node does not lead (or stopped leading).
@@ -180,54 +182,51 @@ fn not_leading() -> ApiError {
 struct Renewer {
     state: ApiState,
     principal: Option<Principal>,
+    /// Whose seats its frames take.
     flow: Flow,
-    /// Told when the client took no answer within the body deadline.
-    stop: Notify,
-    /// The stream's seat, shared with its answer.
-    seat: Arc<std::sync::Mutex<Option<Seat>>>,
+    /// What let the stream through, under a policy: each frame is checked
+    /// against the policy in force before it renews anything.
+    revocation: Option<Revocation>,
+    /// The answer's lines and the stream's seat.
+    outbox: Arc<Outbox>,
+    /// When the stream stops reading in any case ([`LIFETIME`]).
+    ends: Instant,
 }
 
 impl Renewer {
-    /// Reads and answers frames (see [`Renewer::read_frames`]); then, however
-    /// the stream ended, gives its client the body deadline to take the rest
-    /// of its answer, and frees the seat if it has not. An answer hyper
-    /// cannot send (an HTTP/2 window the client never opens) is never polled
-    /// again, so it would hold its seat for as long as the connection lives:
-    /// the answers' own timeout sees only a client that leaves more than the
-    /// answer can hold unsent, not one that sends a single line.
-    async fn read(self: Arc<Self>, data: BodyDataStream, lines: mpsc::Sender<Bytes>) {
+    /// Reads and answers frames (see [`Renewer::read_frames`]); then,
+    /// however the stream ended, waits for the frames being answered. The
+    /// seat goes with the answer once its client has taken every line, or
+    /// is freed by the watchdog (`outbox.rs`) when lines wait untaken for
+    /// the body deadline.
+    async fn read(
+        self: Arc<Self>,
+        data: BodyDataStream,
+        lines: mpsc::Sender<Bytes>,
+        revocation: Option<Revocation>,
+    ) {
         let frames = Arc::new(Semaphore::new(MAX_FRAMES_IN_FLIGHT));
-        self.read_frames(&frames, data, lines).await;
+        self.read_frames(&frames, data, lines, revocation).await;
         let all = u32::try_from(MAX_FRAMES_IN_FLIGHT).unwrap_or(u32::MAX);
         let _answered = frames.acquire_many(all).await;
-        let deadline = self.state.config.body_deadline;
-        // Only the answer may keep the seat alive meanwhile.
-        let seat = Arc::downgrade(&self.seat);
-        let flow = self.flow.label().to_owned();
-        drop(self);
-        if seat.strong_count() == 0 {
-            return; // the answer has ended: its seat went with it
-        }
-        tokio::time::sleep(deadline).await;
-        if let Some(seat) = seat.upgrade() {
-            free_seat(&seat, &flow, "its last lines were not taken");
-        }
+        self.outbox.reading_until(None);
     }
 
     /// Reads frames until the body ends, idles, breaks, outlives
-    /// [`LIFETIME`], is told to stop, or the node stops leading, answering
-    /// each on its own task into `lines`.
+    /// [`LIFETIME`], is told to stop, the node stops leading, or a reload
+    /// revokes what let the stream through, answering each on its own task
+    /// into `lines`.
     async fn read_frames(
         self: &Arc<Self>,
         frames: &Arc<Semaphore>,
         mut data: BodyDataStream,
         lines: mpsc::Sender<Bytes>,
+        mut revocation: Option<Revocation>,
     ) {
         let mut buffer = BytesMut::new();
         let deadline = self.state.config.body_deadline;
-        let ends = Instant::now() + LIFETIME;
+        let mut idle_until = (Instant::now() + IDLE).min(self.ends);
         loop {
-            let idle_until = (Instant::now() + IDLE).min(ends);
             let next = async {
                 let permit = frames.clone().acquire_owned().await.ok()?;
                 let frame = next_frame(&mut data, &mut buffer, deadline, idle_until).await;
@@ -239,8 +238,13 @@ impl Renewer {
                     Some((_, Err(err))) => return self.last_line(&lines, &err, deadline).await,
                     _ => return,
                 },
-                () = self.stop.notified() => return,
+                () = self.outbox.stop.notified() => return,
+                err = revoked(revocation.as_mut()) => {
+                    return self.last_line(&lines, &err, deadline).await;
+                }
             };
+            idle_until = (Instant::now() + IDLE).min(self.ends);
+            self.outbox.reading_until(Some(idle_until));
             if !self.state.is_leader() {
                 return self.last_line(&lines, &not_leading(), deadline).await;
             }
@@ -251,32 +255,29 @@ impl Renewer {
             let (renewer, lines) = (self.clone(), lines.clone());
             tokio::spawn(async move {
                 let answer = renewer.answer(frame).await;
-                let sent = tokio::time::timeout(deadline, lines.send(answer.line())).await;
-                if sent.is_err() {
-                    renewer.give_up();
-                }
+                renewer.send(&lines, answer.line(), deadline).await;
                 drop(permit);
             });
         }
     }
 
-    /// A client that takes no answers: its stream ends and its seat is
-    /// freed now. What its answer still holds (at most two lines) goes when
-    /// the client reads it or its connection closes.
-    fn give_up(&self) {
-        self.stop.notify_one();
-        free_seat(&self.seat, self.flow.label(), "its answers were not taken");
-    }
-
-    /// Sends the line that ends a stream early; gives up after `deadline`.
-    async fn last_line(&self, lines: &mpsc::Sender<Bytes>, err: &ApiError, deadline: Duration) {
-        let line = FrameAnswer::failed(None, err).line();
+    /// Sends one line of the answer; a client that leaves it unsent for
+    /// `deadline` (the answer holds one line and hyper another) is given
+    /// up on.
+    async fn send(&self, lines: &mpsc::Sender<Bytes>, line: Bytes, deadline: Duration) {
+        self.outbox.handed();
         if tokio::time::timeout(deadline, lines.send(line))
             .await
             .is_err()
         {
-            self.give_up();
+            self.outbox.give_up("its answers were not taken");
         }
+    }
+
+    /// Sends the line that ends a stream early.
+    async fn last_line(&self, lines: &mpsc::Sender<Bytes>, err: &ApiError, deadline: Duration) {
+        self.send(lines, FrameAnswer::failed(None, err).line(), deadline)
+            .await;
     }
 
     /// Answers one frame: a renewal seat, a quorum round that started after
@@ -292,6 +293,9 @@ impl Renewer {
             Ok(seat) => seat,
             Err(err) => return FrameAnswer::failed(id, &err),
         };
+        if let Some(Err(err)) = self.revocation.as_ref().map(Revocation::check_now) {
+            return FrameAnswer::failed(id, &err);
+        }
         if !all_ended(state, &frame.renewals) {
             if let Err(err) = state.confirm_leadership().await {
                 return FrameAnswer::failed(id, &err);
