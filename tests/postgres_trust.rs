@@ -399,6 +399,64 @@ async fn partitions_truncate_and_odd_lease_values_are_guarded() {
         .await
         .expect("a fenced row");
     tx.commit().await.expect("commit");
+
+    // A genuine mark that outlived its lock (a savepoint rolled back) does
+    // not pass once another token raised the fence meanwhile.
+    let other = pg.connect().await;
+    let tx = db.transaction().await.expect("begin");
+    tx.batch_execute("SAVEPOINT s").await.expect("savepoint");
+    postgres::fence_unverified(&tx, "sp", 1)
+        .await
+        .expect("fence");
+    let mark: String = tx
+        .query_one("SELECT current_setting('palisade.fenced')", &[])
+        .await
+        .expect("mark")
+        .get(0);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT s")
+        .await
+        .expect("rollback to");
+    tx.execute("SELECT set_config('palisade.fenced', $1, true)", &[&mark])
+        .await
+        .expect("the mark put back");
+    other
+        .batch_execute("BEGIN; SET LOCAL lock_timeout = 5000; SELECT palisade.fence_unverified('sp', 2); COMMIT;")
+        .await
+        .expect("the raise does not wait: the savepoint's lock is gone");
+    let err = tx
+        .execute("INSERT INTO rows VALUES ('sp', 1)", &[])
+        .await
+        .expect_err("a write under a mark whose fence was raised");
+    assert_eq!(sqlstate(&err), postgres::UNFENCED_WRITE, "{err}");
+    drop(tx);
+
+    // The guard reads the lease column alone: a cast another column's type
+    // defines never runs as the schema's owner.
+    db.batch_execute(
+        "CREATE TABLE cast_log (who text);
+         CREATE TYPE mood AS ENUM ('x');
+         CREATE FUNCTION mood_json(mood) RETURNS json LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO cast_log VALUES (current_user); RETURN '\"x\"'; END $$;
+         CREATE CAST (mood AS json) WITH FUNCTION mood_json(mood);
+         CREATE TABLE moods (lease text, m mood);
+         SELECT palisade.guard('moods', 'lease');",
+    )
+    .await
+    .expect("a table with a cast of its own");
+    let tx = db.transaction().await.expect("begin");
+    postgres::fence_unverified(&tx, "a", 1)
+        .await
+        .expect("fence");
+    tx.execute("INSERT INTO moods VALUES ('a', 'x')", &[])
+        .await
+        .expect("a fenced write");
+    tx.commit().await.expect("commit");
+    let casts: i64 = db
+        .query_one("SELECT count(*) FROM cast_log", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(casts, 0, "the guard ran a user's cast");
 }
 
 /// A JWT signed by a rotated-in key is refused until `palisade sql keys`

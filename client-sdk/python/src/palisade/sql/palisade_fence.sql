@@ -134,6 +134,21 @@ BEGIN
     IF pg_catalog.to_regnamespace('palisade') IS NULL THEN
         CREATE SCHEMA palisade;
     END IF;
+    -- A schema (or anything in it) another role made first would let that
+    -- role run code as this one, or keep rights in it: refuse to install there.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n
+               WHERE n.nspname = 'palisade' AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                  WHERE c.relnamespace = 'palisade'::regnamespace
+                    AND c.relowner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                  WHERE p.pronamespace = 'palisade'::regnamespace
+                    AND p.proowner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION 'palisade: schema palisade (or something in it) is owned by another role than %; refusing to install into it',
+                current_user
+            USING ERRCODE = '42501',
+                  HINT = 'Install as the role that owns the schema, or drop the schema first.';
+    END IF;
     REVOKE ALL ON SCHEMA palisade FROM PUBLIC;
     IF pg_catalog.to_regclass('palisade.version') IS NULL THEN
         CREATE TABLE palisade.version (
@@ -715,13 +730,15 @@ BEGIN
 
         -- Guards ------------------------------------------------------------------
         CREATE OR REPLACE FUNCTION palisade.fenced_here(lease text) RETURNS boolean
-        LANGUAGE plpgsql STABLE
+        LANGUAGE plpgsql VOLATILE
         AS $fenced$
         DECLARE
             v_set text;
             v_at integer;
             v_entry text[];
             v_secret bytea;
+            v_lease text;
+            v_fence bigint;
         BEGIN
             IF lease IS NULL OR octet_length(lease) > 128 OR lease !~ '^[A-Za-z0-9._-]+$' OR lease IN ('.', '..') THEN
                 RETURN false;  -- no such lease can have been fenced (and ',' or ':' cannot fool the parse)
@@ -738,7 +755,25 @@ BEGIN
                 RETURN false;
             END IF;
             SELECT s.secret INTO v_secret FROM palisade.settings s;
-            RETURN v_entry[3] = palisade.mark(v_secret, lease, v_entry[2]::bigint);
+            IF v_entry[3] IS DISTINCT FROM palisade.mark(v_secret, lease, v_entry[2]::bigint) THEN
+                RETURN false;
+            END IF;
+            -- A genuine mark is not enough: it may outlive the lock palisade.fence
+            -- took (a savepoint rolled back, or a mark carried into a later
+            -- transaction of the same query message, which shares its start
+            -- time). Hold the fence row again and require it at the mark's token:
+            -- a raise in flight is waited for, a raise committed refuses.
+            v_lease := lease;
+            IF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
+                SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR SHARE;
+            ELSE
+                BEGIN
+                    SELECT f.fence INTO v_fence FROM palisade.fences f WHERE f.lease = v_lease FOR SHARE;
+                EXCEPTION WHEN serialization_failure THEN
+                    RETURN false;  -- raised after this transaction's snapshot
+                END;
+            END IF;
+            RETURN v_fence IS NOT DISTINCT FROM v_entry[2]::bigint;
         END
         $fenced$;
         COMMENT ON FUNCTION palisade.fenced_here(text) IS
@@ -753,8 +788,20 @@ BEGIN
             v_new text;
             v_old text;
         BEGIN
+            -- Only the lease column is read, and only while it is text or
+            -- varchar: this runs as the schema's owner, and to_jsonb(NEW) (or
+            -- a cast) would run any cast a table's owner defined for another
+            -- column's type, as the schema's owner.
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                           WHERE a.attrelid = TG_RELID AND a.attname = v_column AND NOT a.attisdropped
+                             AND (a.atttypid IN ('text'::regtype, 'varchar'::regtype)
+                                  OR (t.typtype = 'd' AND t.typbasetype IN ('text'::regtype, 'varchar'::regtype)))) THEN
+                RAISE EXCEPTION 'palisade: the lease column % of %.% is no longer text or varchar; guard the table again',
+                        quote_ident(v_column), quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+                    USING ERRCODE = 'PF002';
+            END IF;
             IF TG_OP <> 'DELETE' THEN
-                v_new := to_jsonb(NEW) ->> v_column;
+                EXECUTE format('SELECT ($1).%I', v_column) INTO v_new USING NEW;
                 IF palisade.fenced_here(v_new) IS NOT TRUE THEN
                     RAISE EXCEPTION 'palisade: % on %.% for lease % in a transaction that did not call palisade.fence for it',
                             TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME),
@@ -765,7 +812,7 @@ BEGIN
                 END IF;
             END IF;
             IF TG_OP <> 'INSERT' THEN
-                v_old := to_jsonb(OLD) ->> v_column;
+                EXECUTE format('SELECT ($1).%I', v_column) INTO v_old USING OLD;
                 IF (TG_OP = 'DELETE' OR v_old IS DISTINCT FROM v_new) AND palisade.fenced_here(v_old) IS NOT TRUE THEN
                     RAISE EXCEPTION 'palisade: % on %.% of a row of lease % in a transaction that did not call palisade.fence for it',
                             TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME),
