@@ -107,8 +107,12 @@
 -- by palisade.settings' secret over this backend, this transaction's start
 -- time, the lease and the token. The guard triggers (SECURITY DEFINER)
 -- recompute it: a client that sets palisade.fenced itself cannot make a mark
--- that passes, nor reuse one in another transaction. It works behind a
--- transaction-mode pooler.
+-- that passes. A genuine mark is not enough either: the guard takes the
+-- lease's fence row FOR SHARE again and needs it at the mark's token, so a
+-- mark that outlived its lock (a savepoint rolled back, a later transaction
+-- of the same query message) passes only while no higher token raised the
+-- fence. The row guard reads only the lease column (never the whole row:
+-- it runs as the schema's owner). It works behind a transaction-mode pooler.
 --
 -- Unverified mode. palisade.fence_unverified believes the token it is given:
 -- a role allowed to call it can write past any guard and raise any fence to
