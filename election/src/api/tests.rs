@@ -648,8 +648,8 @@ async fn a_full_table_refuses_new_names_only() {
 }
 
 /// Blocking acquirers of a held lease are served first come, first served,
-/// and each handoff costs one log entry (the release, then the head's
-/// acquire: tokens two apart), not one per waiter; a waiter whose wait ends
+/// and each handoff costs one log entry (the head's acquire, the entry
+/// right after the release), not one per waiter; a waiter whose wait ends
 /// hears who holds the lease now; a watch wakes only for its own lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_freed_lease_goes_to_the_longest_waiter_with_one_entry() {
@@ -690,14 +690,32 @@ async fn a_freed_lease_goes_to_the_longest_waiter_with_one_entry() {
         assert_eq!(status, StatusCode::OK, "{grant}");
         assert_eq!(grant["holder"], format!("w{i}"), "first come, first served");
         let next = grant["token"].as_u64().expect("token");
-        // Each waiter's first try was an entry (answered Held); after that,
-        // a handoff is the release and the head's acquire.
-        let expected = if i == 0 {
-            other_index + 5 + 2
-        } else {
-            token + 2
-        };
-        assert_eq!(next, expected, "release + one acquire per handoff");
+        // The handoff is the release and the head's acquire, one entry
+        // after it: no other waiter proposed in between. Read from the
+        // lease's history, so an entry elsewhere in the log (another lease,
+        // the leader's duties) does not count.
+        let (status, history) = node.call(Method::GET, "/v1/leases/q/history", None).await;
+        assert_eq!(status, StatusCode::OK, "{history}");
+        let last: Vec<(&str, u64, u64)> = history["history"]
+            .as_array()
+            .expect("history")
+            .iter()
+            .rev()
+            .take(2)
+            .map(|t| {
+                let field = |k: &str| t[k].as_u64().expect("number");
+                (
+                    t["cause"].as_str().expect("cause"),
+                    field("index"),
+                    field("token"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            last,
+            [("acquire", next, next), ("release", next - 1, token)],
+            "release + one acquire per handoff: {history}"
+        );
         (holder, token) = (format!("w{i}"), next);
         secret = grant["secret"].as_str().expect("secret").to_owned();
     }
