@@ -34,7 +34,7 @@ enum Command {
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Run one node of the election cluster.
-    Election(election::ElectionArgs),
+    Election(Box<election::ElectionArgs>),
     /// Run the storage gateway.
     Gateway(gateway::GatewayArgs),
     /// Acquire, renew, release, inspect and watch leases.
@@ -71,7 +71,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev(args) => dev::run(args).await,
         Command::Certs(command) => certs::run(command),
         Command::Policy(command) => policy::run(command),
-        Command::Election(args) => election::run(args).await,
+        Command::Election(args) => election::run(*args).await,
         Command::Gateway(args) => gateway::run(args).await,
         Command::Lease(command) => lease::run(command).await,
         Command::Run(args) => run::run(args).await,

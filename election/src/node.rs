@@ -308,7 +308,10 @@ fn api_state(
         raft,
         proposer,
         shared,
-        lessor: Arc::new(Lessor::default()),
+        // The longest any leader answers renewals on its lease.
+        lessor: Arc::new(Lessor::with_takeover_grace(Duration::from_millis(
+            config.raft_election_timeout().1,
+        ))),
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
         config,
@@ -317,6 +320,7 @@ fn api_state(
         signer: Arc::new(Mutex::new(None)),
         jwts: Arc::default(),
         reads,
+        handoff: Arc::default(),
         series: Arc::default(),
         sessions,
         ui_gateway,
@@ -350,6 +354,7 @@ fn spawn_duties(state: &ApiState) -> Duties {
         tokio::spawn(leader.run()),
         tokio::spawn(place_leadership(
             state.raft.clone(),
+            state.handoff.clone(),
             state.forwarder.clone(),
             config.id,
             config.placement,

@@ -85,6 +85,12 @@ pub struct ElectionArgs {
     /// Election timeout range, in ms: MIN..MAX.
     #[arg(long, default_value = "60..120", value_parser = parse_range)]
     election_timeout_ms: (u64, u64),
+    /// Taken off the leader lease renewals are answered on (the minimum
+    /// election timeout), for clock-rate drift between nodes; default a
+    /// tenth of it (covers 5%). Every voter must share
+    /// --election-timeout-ms.
+    #[arg(long)]
+    lease_margin_ms: Option<u64>,
     /// Shortest lease ttl accepted, in ms.
     #[arg(long, default_value_t = 500)]
     min_ttl_ms: u64,
@@ -211,6 +217,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         Duration::from_millis(args.election_timeout_ms.0),
         Duration::from_millis(args.election_timeout_ms.1),
     );
+    config.lease_margin = args.lease_margin_ms.map(Duration::from_millis);
     config.ttl_range = (
         Duration::from_millis(args.min_ttl_ms),
         Duration::from_millis(args.max_ttl_ms),

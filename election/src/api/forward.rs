@@ -40,7 +40,7 @@ pub(super) async fn leader_only(
 ) -> Response {
     match state.acting_now().await {
         Acting::Leads => return next.run(request).await,
-        Acting::Lapsed { since } => return lapsed(since).into_response(),
+        Acting::Lapsed { since } => return super::state::lapsed(since).into_response(),
         Acting::Follows => {}
     }
     let hops: u32 = request
@@ -75,16 +75,6 @@ pub(super) async fn leader_only(
         }
         Err(err) => err.into_response(),
     }
-}
-
-/// 503 from a leader that lost its quorum: openraft would refuse its
-/// proposals, and the voters may be electing another leader already.
-pub(super) fn lapsed(since: Option<Duration>) -> ApiError {
-    let since = since.map_or("this term".to_owned(), |d| format!("{} ms", d.as_millis()));
-    ApiError::NoQuorum(format!(
-        "this node was leader but no quorum has acknowledged it for {since}; \
-         another node may be elected: retry (any node)"
-    ))
 }
 
 /// How long a forwarded call may legitimately take beyond the quorum

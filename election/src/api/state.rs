@@ -10,21 +10,20 @@ use crate::config::ElectionConfig;
 use crate::error::ApiError;
 use crate::leader::lessor::Lessor;
 use crate::raft::applied::SharedState;
+use crate::raft::lease::{self, Handoff, RaftFacts, Refusal};
 use crate::raft::propose::Proposer;
 use crate::raft::read_batcher::ReadBatcher;
 use crate::raft::{Acting, NodeId, Raft};
 use crate::signing::{Signer, TokenCache};
 
-/// How long a leader whose lease lapsed waits for a quorum's
-/// acknowledgement before it refuses calls (`ApiState::acting_now`),
-/// counted from the last one: three leases (by then its followers' election
-/// timers, at most one lease each, have fired), but at least a second. A
-/// loaded machine's fsyncs stall acknowledgements for hundreds of
-/// milliseconds, longer than a 60-120 ms lease; refusing at three leases
-/// turned such stalls into 503s that cost the fault suite's preemptions
-/// their bound, where the proposer alone waits them out.
-fn silence_limit(lease: std::time::Duration) -> std::time::Duration {
-    (lease * 3).max(std::time::Duration::from_secs(1))
+/// 503 from a leader that lost its quorum: openraft would refuse its
+/// proposals, and the voters may be electing another leader already.
+pub(in crate::api) fn lapsed(since: Option<std::time::Duration>) -> ApiError {
+    let since = since.map_or("this term".to_owned(), |d| format!("{} ms", d.as_millis()));
+    ApiError::NoQuorum(format!(
+        "this node was leader but no quorum has acknowledged it for {since}; \
+         another node may be elected: retry (any node)"
+    ))
 }
 
 /// What every handler shares: one `Arc`, so the clone axum makes for every
@@ -67,8 +66,11 @@ pub struct ApiParts {
     pub signer: Arc<Mutex<Option<Signer>>>,
     /// JWTs renewals answer again while they cover the renewed deadline.
     pub jwts: Arc<TokenCache>,
-    /// Shares quorum confirmations between concurrent renewals and reads.
+    /// Shares quorum confirmations between concurrent reads.
     pub reads: Arc<ReadBatcher>,
+    /// Set before this node hands leadership over (placement): renewals
+    /// stop here for that term.
+    pub handoff: Arc<Handoff>,
     /// The gateway the status page reads (`--ui-gateway`), its client built
     /// once.
     pub ui_gateway: Option<super::ui::gateway::GatewayReader>,
@@ -144,7 +146,7 @@ impl ApiState {
     }
 
     /// [`ApiState::acting`], but a leader whose lease lapsed less than
-    /// [`silence_limit`] ago waits until then for a quorum to acknowledge a
+    /// its patience ([`ElectionConfig::patience`]) ago waits until then for a quorum to acknowledge a
     /// heartbeat: a stall of the loaded machine (a follower's fsync, a busy
     /// core) is waited out, as the proposer and the read rounds wait it
     /// out; a leader cut off or deposed is refused once its followers can
@@ -158,7 +160,7 @@ impl ApiState {
         // No acknowledgement yet in this term (just elected, or cut off
         // since): one lease for the first, not the whole limit per call.
         let wait = match since {
-            Some(since) => silence_limit(lease).saturating_sub(since),
+            Some(since) => self.config.patience().saturating_sub(since),
             None => lease,
         };
         if wait.is_zero() {
@@ -186,6 +188,28 @@ impl ApiState {
                 self.config.max_waiters
             ))
         })
+    }
+
+    /// Waits until this node may answer a renewal on its leader lease
+    /// (`raft::lease`): at once while a quorum acknowledged an append sent
+    /// less than the lease (less the margin) ago; after the next
+    /// acknowledgement when the last is older; refused when it does not
+    /// lead, hands leadership over, or no quorum answered it within its
+    /// patience.
+    pub(super) async fn confirm_lease(&self) -> Result<(), ApiError> {
+        let rule = self.config.renew_lease();
+        let mut facts = RaftFacts::new(&self.raft, &self.handoff);
+        lease::confirm(&rule, &mut facts)
+            .await
+            .map_err(|refusal| match refusal {
+                Refusal::Follows => ApiError::NoQuorum(
+                    "this node does not lead: renew at the leader (any node forwards)".into(),
+                ),
+                Refusal::HandingOff { to } => ApiError::NoQuorum(format!(
+                    "this node is handing leadership to node {to}: renew there"
+                )),
+                Refusal::Lapsed { since } => lapsed(since),
+            })
     }
 
     /// Confirms with a quorum that this node still leads and that its state

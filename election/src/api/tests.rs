@@ -647,6 +647,29 @@ async fn a_full_table_refuses_new_names_only() {
     );
 }
 
+/// The last two transitions of `lease`'s history, newest first, as
+/// `(cause, index, token)`, read from the history rather than counted in
+/// the log (an entry elsewhere in the log, another lease's or the leader's
+/// duties', does not count); and the whole history.
+async fn last_two_transitions(node: &Node, lease: &str) -> (Vec<(String, u64, u64)>, Value) {
+    let uri = format!("/v1/leases/{lease}/history");
+    let (status, history) = node.call(Method::GET, &uri, None).await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    let last = history["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .rev()
+        .take(2)
+        .map(|t| {
+            let field = |k: &str| t[k].as_u64().expect("number");
+            let cause = t["cause"].as_str().expect("cause").to_owned();
+            (cause, field("index"), field("token"))
+        })
+        .collect();
+    (last, history)
+}
+
 /// Blocking acquirers of a held lease are served first come, first served,
 /// and each handoff costs one log entry (the head's acquire, the entry
 /// right after the release), not one per waiter; a waiter whose wait ends
@@ -691,29 +714,14 @@ async fn a_freed_lease_goes_to_the_longest_waiter_with_one_entry() {
         assert_eq!(grant["holder"], format!("w{i}"), "first come, first served");
         let next = grant["token"].as_u64().expect("token");
         // The handoff is the release and the head's acquire, one entry
-        // after it: no other waiter proposed in between. Read from the
-        // lease's history, so an entry elsewhere in the log (another lease,
-        // the leader's duties) does not count.
-        let (status, history) = node.call(Method::GET, "/v1/leases/q/history", None).await;
-        assert_eq!(status, StatusCode::OK, "{history}");
-        let last: Vec<(&str, u64, u64)> = history["history"]
-            .as_array()
-            .expect("history")
-            .iter()
-            .rev()
-            .take(2)
-            .map(|t| {
-                let field = |k: &str| t[k].as_u64().expect("number");
-                (
-                    t["cause"].as_str().expect("cause"),
-                    field("index"),
-                    field("token"),
-                )
-            })
-            .collect();
+        // after it: no other waiter proposed in between.
+        let (last, history) = last_two_transitions(&node, "q").await;
         assert_eq!(
             last,
-            [("acquire", next, next), ("release", next - 1, token)],
+            [
+                ("acquire".to_owned(), next, next),
+                ("release".to_owned(), next - 1, token)
+            ],
             "release + one acquire per handoff: {history}"
         );
         (holder, token) = (format!("w{i}"), next);

@@ -72,6 +72,9 @@ struct State {
     /// The next reconcile scans the whole table, whatever its size: set on
     /// promotion, when nothing is tracked yet.
     scan_now: bool,
+    /// What the leases held at this leader's takeover get beyond a full
+    /// ttl, until the first full scan has tracked them all.
+    grace: Duration,
 }
 
 /// A full scan of the table at least every this many incremental
@@ -116,6 +119,9 @@ pub enum RenewRefused {
 #[derive(Debug, Default)]
 pub struct Lessor {
     state: Mutex<State>,
+    /// Added to the full ttl a new leader gives the leases it finds held
+    /// (`Lessor::with_takeover_grace`).
+    takeover_grace: Duration,
     /// The term this node leads (`None`: it does not), as
     /// [`Lessor::promote`] and [`Lessor::demote`] last set it.
     leadership: tokio::sync::watch::Sender<Option<u64>>,
@@ -174,6 +180,21 @@ impl State {
 }
 
 impl Lessor {
+    /// A lessor whose new leader gives the leases it finds held a full ttl
+    /// *and* `grace` from its takeover (etcd's `lessor.Promote` adds its
+    /// election timeout the same way). Renewals are answered on the leader
+    /// lease (`raft::lease`), which a voter keeps only in memory: one that
+    /// restarts can vote at once (openraft's own TODO), so a new leader may
+    /// take over before the old leader's lease has passed; the grace (at
+    /// least that lease) keeps every deadline the old leader gave short of
+    /// the new leader's.
+    pub fn with_takeover_grace(grace: Duration) -> Self {
+        Self {
+            takeover_grace: grace,
+            ..Self::default()
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         palisade_names::sync::lock(&self.state)
     }
@@ -191,6 +212,7 @@ impl Lessor {
             // The next reconcile scans the whole table: until it does,
             // no lease of this term can expire.
             state.scan_now = true;
+            state.grace = self.takeover_grace;
         }
         drop(state);
         self.leadership
@@ -277,8 +299,12 @@ impl Lessor {
                 }
             }
             // Not tracked yet (fresh leader, or a grant committed by an
-            // earlier leader): a full ttl from now, as reconcile would give.
-            _ => state.track(lease, token, now, ttl, false),
+            // earlier leader): a full ttl from now, and the takeover's grace
+            // before the first scan, as reconcile would give.
+            _ => {
+                let grace = state.grace;
+                state.track(lease, token, now, ttl + grace, false)
+            }
         }
         Ok(())
     }
@@ -364,6 +390,7 @@ impl Lessor {
         }
         state.since_full_scan = 0;
         state.scan_now = false;
+        let grace = std::mem::take(&mut state.grace);
         let now = Instant::now();
         state.deadlines.retain(|lease, tracked| {
             table.leases.get(lease).is_some_and(|r| {
@@ -384,7 +411,7 @@ impl Lessor {
                     freed.push((reclaim::free_since(record, now), lease, record.modify_index));
                 }
             } else if !state.deadlines.contains_key(lease) {
-                let ttl = Duration::from_millis(record.ttl_ms);
+                let ttl = Duration::from_millis(record.ttl_ms) + grace;
                 state.track(lease, record.token, now, ttl, record.reserved);
             }
         }

@@ -18,9 +18,12 @@
 //! impossible, under a steady write load.
 //!
 //! Placement only ever *moves* leadership between healthy nodes; who wins an
-//! election after a crash is still Raft's random timing. And a transfer is as
-//! safe as any change of leader: the new leader gives every held lease a
-//! full ttl from its own clock before it may expire one.
+//! election after a crash is still Raft's random timing. A transfer's vote
+//! is granted inside the voters' leader lease, so the old leader stops
+//! answering renewals on that lease *before* it asks for the transfer
+//! ([`Handoff`]): every renewal it answered was sent before the new leader
+//! took over, and the new leader gives every held lease a full ttl from its
+//! own clock before it may expire one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +34,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::config::Placement;
 use crate::peer::dialer::PeerDialer;
 use crate::peer::standing::Standing;
+use crate::raft::lease::Handoff;
 use crate::raft::{NodeId, Raft};
 
 /// One fellow voter as the leader saw it in one check.
@@ -109,6 +113,7 @@ impl Tracker {
 /// `placement.every`, and a transfer when [`Tracker::check`] picks a node.
 pub async fn place_leadership(
     raft: Arc<Raft>,
+    handoff: Arc<Handoff>,
     dialer: PeerDialer,
     me: NodeId,
     placement: Placement,
@@ -168,6 +173,9 @@ pub async fn place_leadership(
             "handing Raft leadership to a caught-up member of higher priority"
         );
         transfers.inc();
+        // Renewals stop here first: the target's vote is granted inside
+        // the lease they are answered on.
+        handoff.begin(metrics.current_term, to);
         if let Err(err) = raft.trigger().transfer_leader(to).await {
             tracing::warn!(%err, to, "leadership transfer failed");
         }

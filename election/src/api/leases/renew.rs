@@ -1,6 +1,7 @@
 //! `POST /v1/leases/{name}/renew` and `POST /v1/renew` (a batch): no log
-//! write; leadership confirmed with a quorum, then the grant is extended by
-//! the renewal rule (`extend.rs`).
+//! write and no quorum round of their own: answered on the leader lease
+//! (`raft::lease`), then the grant is extended by the renewal rule
+//! (`extend.rs`).
 
 use axum::extract::State;
 use axum::Json;
@@ -18,7 +19,7 @@ use crate::error::ApiError;
 use crate::leader::lessor::RenewRefused;
 use crate::lease_table::command::SecretHash;
 
-/// Extends a grant by its ttl (leader confirmed with a quorum).
+/// Extends a grant by its ttl (on the leader lease).
 #[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
     params(("name" = LeaseNameParam, Path, description = "The lease")),
     request_body = HolderToken,
@@ -44,13 +45,14 @@ pub(in crate::api) async fn renew_now(
     if let Some(ended) = ended(state, &lease, &body.holder, body.token, presented.as_ref()) {
         return answer_extended(state, lease, body, ended);
     }
-    // A renewal writes nothing, but only a confirmed leader may answer it.
-    state.confirm_leadership().await?;
+    // A renewal writes nothing, but only a leader whose lease holds may
+    // answer it.
+    state.confirm_lease().await?;
     renew_confirmed(state, lease, body)
 }
 
 /// Whether every one of `renewals` names a grant that ended for good
-/// ([`ended`]): their answers need no quorum round.
+/// ([`ended`]): their answers need no leader lease.
 pub(in crate::api) fn all_ended(state: &ApiState, renewals: &[BatchRenewal]) -> bool {
     renewals.iter().all(|r| {
         let presented = r.secret.as_ref().map(SecretHash::of);
@@ -58,8 +60,8 @@ pub(in crate::api) fn all_ended(state: &ApiState, renewals: &[BatchRenewal]) -> 
     })
 }
 
-/// Renews `body`'s grant of `lease` on a leader that confirmed its
-/// leadership after the renewal arrived.
+/// Renews `body`'s grant of `lease` on a leader whose lease held after the
+/// renewal arrived.
 pub(in crate::api) fn renew_confirmed(
     state: &ApiState,
     lease: LeaseName,
@@ -108,7 +110,7 @@ fn answer_extended(
     }
 }
 
-/// Renews many grants with one quorum confirmation (a client's "session"
+/// Renews many grants with one look at the leader lease (a client's "session"
 /// of leases, like the many keys of one etcd lease). Each renewal is
 /// answered on its own, exactly as `/v1/leases/{name}/renew` would answer
 /// it; the request fails as a whole only when it is malformed or
@@ -124,7 +126,7 @@ pub(in crate::api) async fn renew_batch(
 ) -> Result<Json<RenewResults>, ApiError> {
     let started = std::time::Instant::now();
     if !all_ended(&state, &body.renewals) {
-        state.confirm_leadership().await?;
+        state.confirm_lease().await?;
     }
     let results = renew_each(&state, principal.as_deref(), body.renewals, started);
     Ok(Json(RenewResults { results }))

@@ -9,10 +9,12 @@
 //! message the whole frame failed with (503 when leadership cannot be
 //! confirmed, 429 over the caller's share, 400 for a frame outside the
 //! rules). Frames are answered in the order their confirmations finish,
-//! each naming its id. Every frame waits for a quorum round that started
-//! after it arrived, exactly as a batch request does, so a deposed leader
-//! renews nothing; a stream saves the per-request work (headers, routing,
-//! admission, a request's bookkeeping), not the round.
+//! each naming its id. Every frame is answered on the leader lease, exactly
+//! as a batch request is (`raft::lease`: at once while a quorum
+//! acknowledged the leader recently enough, after the next acknowledgement
+//! otherwise), so a deposed leader renews nothing; a stream saves the
+//! per-request work (headers, routing, admission, a request's
+//! bookkeeping).
 //!
 //! Bounds: only the leader serves a stream, over HTTP/2 only (elsewhere a
 //! 503 at once: the client renews through `POST /v1/renew`, which is
@@ -138,7 +140,7 @@ pub(in crate::api) async fn renew_stream(
     match state.acting_now().await {
         Acting::Leads => {}
         Acting::Follows => return Err(not_leading()),
-        Acting::Lapsed { since } => return Err(crate::api::forward::lapsed(since)),
+        Acting::Lapsed { since } => return Err(crate::api::state::lapsed(since)),
     }
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal(
@@ -280,8 +282,8 @@ impl Renewer {
             .await;
     }
 
-    /// Answers one frame: a renewal seat, a quorum round that started after
-    /// the frame arrived, then each renewal as `POST /v1/renew` would.
+    /// Answers one frame: a renewal seat, the leader lease, then each
+    /// renewal as `POST /v1/renew` would.
     async fn answer(&self, frame: RenewFrame) -> FrameAnswer {
         let started = Instant::now();
         let id = Some(frame.id);
@@ -297,7 +299,7 @@ impl Renewer {
             return FrameAnswer::failed(id, &err);
         }
         if !all_ended(state, &frame.renewals) {
-            if let Err(err) = state.confirm_leadership().await {
+            if let Err(err) = state.confirm_lease().await {
                 return FrameAnswer::failed(id, &err);
             }
         }

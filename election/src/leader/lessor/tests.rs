@@ -592,3 +592,47 @@ async fn a_new_leader_scans_a_big_table_at_once() {
         "due at its ttl (as many as a reconcile sends)"
     );
 }
+
+/// A new leader gives the leases it finds held a full ttl and the
+/// takeover's grace (the old leader's renewals on its lease may reach past
+/// a quick takeover), renewed before the first scan or not; the next
+/// promotion grants the grace again.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_adds_its_grace_to_the_leases_it_finds_held() {
+    let lessor = Lessor::with_takeover_grace(Duration::from_millis(120));
+    let table = table_with("a", "x", 3, 1000);
+    lessor.promote(1);
+    // Renewed before the first scan: the grace counts too.
+    let mut early = table_with("b", "y", 4, 1000);
+    early.apply(5, &acquire("a", "x", 1000));
+    lessor
+        .renew(
+            &name("b"),
+            FencingToken(4),
+            Duration::from_millis(1000),
+            None,
+        )
+        .expect("renewed");
+    assert!(lessor.reconcile(&early).is_empty());
+    tokio::time::advance(Duration::from_millis(1119)).await;
+    assert!(
+        lessor.reconcile(&early).is_empty(),
+        "ttl + grace not yet out"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let mut due = lessor.reconcile(&early);
+    due.sort();
+    assert_eq!(
+        due,
+        vec![(name("a"), FencingToken(5)), (name("b"), FencingToken(4))]
+    );
+    lessor.promote(2);
+    assert!(lessor.reconcile(&table).is_empty());
+    tokio::time::advance(Duration::from_millis(1119)).await;
+    assert!(
+        lessor.reconcile(&table).is_empty(),
+        "a new term, a new grace"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(lessor.reconcile(&table), vec![(name("a"), FencingToken(3))]);
+}
