@@ -18,8 +18,6 @@ mod cert_principals;
 mod cli;
 #[path = "../client_trust.rs"]
 mod client_trust;
-#[path = "../cut_leader.rs"]
-mod cut_leader;
 #[path = "../deaf_streams_free_their_seats.rs"]
 mod deaf_streams_free_their_seats;
 #[path = "../election_cluster.rs"]
@@ -38,6 +36,8 @@ mod gateway_postgres_tls;
 mod impersonation;
 #[path = "../key_rotation.rs"]
 mod key_rotation;
+#[path = "../leader_lease.rs"]
+mod leader_lease;
 #[path = "../lease_history.rs"]
 mod lease_history;
 #[path = "../membership.rs"]
