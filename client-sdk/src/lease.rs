@@ -45,6 +45,7 @@ struct Shared {
     state: Mutex<State>,
     /// The last JWT `palisade.prove` accepted (cached in the database), so
     /// fenced transactions prove each JWT once.
+    #[cfg(feature = "postgres")]
     proven: Mutex<Option<String>>,
     /// Flips to true once, when the lease is lost or released.
     lost: watch::Sender<bool>,
@@ -107,6 +108,7 @@ impl Lease {
             renewals,
             id: grant.id(),
             ttl,
+            #[cfg(feature = "postgres")]
             proven: Mutex::new(None),
             state: Mutex::new(State {
                 jwt,
