@@ -350,13 +350,22 @@ impl Lease {
     /// # Errors
     /// [`Error::LeaseLost`] if it was no longer held; [`Error::Unavailable`].
     pub async fn release(self) -> Result<(), Error> {
+        // Drop then sees the lease marked lost and does not release again.
+        self.release_shared().await
+    }
+
+    /// As [`Lease::release`], through a handle others share (an `Arc` a
+    /// server's connections still hold): stops renewing and releases now;
+    /// the handle answers as lost from then on, and dropping it later
+    /// releases nothing.
+    ///
+    /// # Errors
+    /// As [`Lease::release`].
+    pub async fn release_shared(&self) -> Result<(), Error> {
         self.renewer.abort();
         let was_held = self.shared.held_jwt().is_ok();
         self.shared.mark_let_go("released".into());
-        let shared = self.shared.clone();
-        // Drop sees the lease marked lost and does not release a second time.
-        drop(self);
-        let released = shared.transport.release_grant(&shared.id).await;
+        let released = self.shared.transport.release_grant(&self.shared.id).await;
         match released {
             Err(Error::LeaseLost(_)) if !was_held => Ok(()),
             other => other,

@@ -78,9 +78,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         shutdown.await;
     }
     server.abort();
-    if let Ok(lease) = Arc::try_unwrap(lease) {
-        let _ = lease.release().await;
-    }
+    // Released now, though open connections may still hold the handle
+    // (dropped later, it would be released after the runtime is gone).
+    let _ = lease.release_shared().await;
     Ok(ExitCode::from(if lost { 3 } else { 0 }))
 }
 
