@@ -393,9 +393,16 @@ fn no_command_panics_on_a_closed_stdout() {
         .spawn()
         .expect("watch");
     let stderr = lines_of(watch.stderr.take().expect("stderr"));
+    // At once, not when the first watch request (30 s) ends.
+    let asked = Instant::now();
     wait_for(&stderr, "the not-yet notice", |l| {
         l.contains("does not exist yet") && l.contains("waiting")
     });
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        asked.elapsed()
+    );
     let grant = dev.acquire("fresh", "A");
     let stdout = watch.stdout.take().expect("stdout");
     read_then_close(stdout, |l| l.contains("fresh held by A"));

@@ -523,7 +523,19 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
 async fn watch(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
     let client = endpoints.client()?;
     let mut index = 0;
+    // A watch of a lease never granted waits (up to its wait) before it
+    // answers 404: a read says at once whether there is one.
     let mut said_missing = false;
+    match client.get(lease).await {
+        Err(Error::NotFound(_)) => {
+            say_missing(lease);
+            said_missing = true;
+        }
+        Err(err @ (Error::BadRequest(_) | Error::Unauthorized(_) | Error::Forbidden(_))) => {
+            return Ok(fail(&err));
+        }
+        _ => {}
+    }
     let shutdown = crate::shutdown::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -539,10 +551,7 @@ async fn watch(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
             Ok(_) => {}
             Err(Error::NotFound(_)) => {
                 if !said_missing {
-                    eprintln!(
-                        "lease {lease} does not exist yet (never granted, or forgotten since \
-                         its release); waiting for its first grant (Ctrl-C stops)"
-                    );
+                    say_missing(lease);
                     said_missing = true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -556,4 +565,11 @@ async fn watch(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+fn say_missing(lease: &str) {
+    eprintln!(
+        "lease {lease} does not exist yet (never granted, or forgotten since its release); \
+         waiting for its first grant (Ctrl-C stops)"
+    );
 }
