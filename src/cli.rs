@@ -97,4 +97,98 @@ mod tests {
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
     }
+
+    /// Every `palisade ...` command in README.md's shell blocks parses, as
+    /// written (a flag the README names that does not exist fails here);
+    /// `tests/first_day.rs` runs the proxy line against `palisade dev`.
+    #[test]
+    fn every_command_in_the_readme_parses() {
+        use clap::Parser;
+        let readme = include_str!("../README.md");
+        // What the blocks export (DATABASE_URL_FILE for `sql install`),
+        // as a reader's shell would have it. No other test of this binary
+        // reads these variables.
+        for line in readme.lines() {
+            if let Some((name, _)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+                if name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                    std::env::set_var(name, "a".repeat(64));
+                }
+            }
+        }
+        let commands = readme_commands(readme);
+        assert!(commands.len() > 30, "{commands:?}");
+        for command in commands {
+            let words = shell_words(&command);
+            if let Err(err) = Cli::try_parse_from(&words) {
+                panic!("README: `{command}` does not parse: {err}");
+            }
+        }
+    }
+
+    /// The `palisade` commands of `readme`'s `sh` blocks: continuation
+    /// lines joined, comments cut, `;`-separated commands apart.
+    fn readme_commands(readme: &str) -> Vec<String> {
+        let mut commands = Vec::new();
+        let mut in_shell = false;
+        let mut pending = String::new();
+        for line in readme.lines() {
+            if line.starts_with("```") {
+                in_shell = line == "```sh" && !in_shell;
+                continue;
+            }
+            if !in_shell {
+                continue;
+            }
+            let line = match line.find(" #") {
+                Some(at) => &line[..at],
+                None => line,
+            };
+            pending.push_str(line.trim_end_matches('\\'));
+            if line.ends_with('\\') {
+                pending.push(' ');
+                continue;
+            }
+            for command in std::mem::take(&mut pending).split(" ; ") {
+                let command = command.trim();
+                if command.starts_with("palisade ") {
+                    commands.push(command.to_owned());
+                }
+            }
+        }
+        commands
+    }
+
+    /// `command` split as a shell would split these simple lines (single
+    /// and double quotes); `$VAR` words become a placeholder every flag
+    /// accepts (a 64-hex secret).
+    fn shell_words(command: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut quote = None;
+        for c in command.chars() {
+            match (quote, c) {
+                (None, '\'' | '"') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, c) if c.is_whitespace() => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                (_, c) => word.push(c),
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        words
+            .into_iter()
+            .map(|w| {
+                if w.starts_with('$') {
+                    "a".repeat(64)
+                } else {
+                    w
+                }
+            })
+            .collect()
+    }
 }

@@ -2,12 +2,14 @@
 //!
 //! `main` parses flags (`cli.rs`; a bad flag is a one-line error and exit
 //! code 2) and hands over to one module per command under `commands/`.
-//! `logging.rs` sets up the log lines, `shutdown.rs` the signal servers
-//! stop on.
+//! `logging.rs` sets up the log lines, `output.rs` prints on stdout (a
+//! closed stdout stops a command, it never panics), `shutdown.rs` the
+//! signal servers stop on.
 
 mod cli;
 mod commands;
 mod logging;
+mod output;
 mod shutdown;
 
 use std::process::ExitCode;

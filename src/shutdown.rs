@@ -1,7 +1,16 @@
-//! [`shutdown_signal`]: what every server command stops on.
+//! [`shutdown_signal`]: what every long-running command stops on.
+
+/// Resolves on SIGINT or SIGTERM, or once stdout is closed (the reader of
+/// `palisade lease watch orders | head -1` went away: see `output.rs`).
+pub async fn shutdown_signal() {
+    tokio::select! {
+        () = signal() => {}
+        () = crate::output::closed() => tracing::debug!("stdout closed; stopping"),
+    }
+}
 
 /// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+async fn signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

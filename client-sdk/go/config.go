@@ -173,7 +173,9 @@ func loadClientCert(cfg Config) ([]tls.Certificate, error) {
 // default the palisade dev nodes on 127.0.0.1:7001-7003), PALISADE_GATEWAY
 // (default http://127.0.0.1:8080), PALISADE_CA (a PEM CA file),
 // PALISADE_CLIENT_CERT and PALISADE_CLIENT_KEY (a client certificate),
-// PALISADE_API_KEY or PALISADE_API_KEY_FILE (the key is the first line).
+// PALISADE_API_KEY or PALISADE_API_KEY_FILE (the key is the first line; with
+// both set the key wins, as in the CLI and the Rust and Python SDKs; a Config
+// field set after this call beats both).
 // It fails with ErrBadRequest when the CA or key file is unusable.
 func ConfigFromEnv() (Config, error) {
 	v := func(name string) string { return strings.TrimSpace(os.Getenv(name)) }

@@ -170,7 +170,7 @@ impl Client {
     /// # Errors
     /// [`Error::LeaseLost`] if `token` is not the current grant.
     pub async fn revoke(&self, lease: &str, token: u64) -> Result<(), Error> {
-        let path = format!("/v1/leases/{lease}/revoke");
+        let path = format!("/v1/leases/{}/revoke", checked(lease)?);
         let body = json!({ "token": token });
         let answer = self
             .transport
@@ -187,7 +187,7 @@ impl Client {
     /// # Errors
     /// [`Error::NotFound`] if never granted.
     pub async fn get(&self, lease: &str) -> Result<LeaseInfo, Error> {
-        let path = format!("/v1/leases/{lease}");
+        let path = format!("/v1/leases/{}", checked(lease)?);
         self.get_json(&path, Duration::ZERO).await?.parse()
     }
 
@@ -201,7 +201,7 @@ impl Client {
         struct History {
             history: Vec<Transition>,
         }
-        let path = format!("/v1/leases/{lease}/history");
+        let path = format!("/v1/leases/{}/history", checked(lease)?);
         let history: History = self.get_json(&path, Duration::ZERO).await?.parse()?;
         Ok(history.history)
     }
@@ -211,6 +211,17 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`].
     pub async fn list(&self) -> Result<Vec<LeaseInfo>, Error> {
+        self.list_prefix("").await
+    }
+
+    /// Every lease whose name starts with `prefix`, in name order (fetched
+    /// page by page). Under a policy a principal may list only a prefix
+    /// inside its rights (`orders.` for a principal of `orders.*`).
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] for a prefix outside the caller's rights;
+    /// [`Error::Unavailable`].
+    pub async fn list_prefix(&self, prefix: &str) -> Result<Vec<LeaseInfo>, Error> {
         #[derive(serde::Deserialize)]
         struct Page {
             leases: Vec<LeaseInfo>,
@@ -218,12 +229,13 @@ impl Client {
             next: Option<String>,
         }
         let mut leases = Vec::new();
-        let mut path = "/v1/leases".to_owned();
+        let prefix = crate::model::encode_key(prefix);
+        let mut path = format!("/v1/leases?prefix={prefix}");
         loop {
             let page: Page = self.get_json(&path, Duration::ZERO).await?.parse()?;
             leases.extend(page.leases);
             match page.next {
-                Some(after) => path = format!("/v1/leases?after={after}"),
+                Some(after) => path = format!("/v1/leases?prefix={prefix}&after={after}"),
                 None => return Ok(leases),
             }
         }
@@ -236,7 +248,8 @@ impl Client {
     /// [`Error::NotFound`] if never granted.
     pub async fn watch(&self, lease: &str, index: u64, wait: Duration) -> Result<LeaseInfo, Error> {
         let path = format!(
-            "/v1/leases/{lease}/watch?index={index}&wait_ms={}",
+            "/v1/leases/{}/watch?index={index}&wait_ms={}",
+            checked(lease)?,
             wait.as_millis()
         );
         // The request itself lasts up to `wait`.
@@ -354,4 +367,12 @@ impl Client {
             .election(reqwest::Method::GET, path, None, extra)
             .await
     }
+}
+
+/// `lease` if it is a valid lease name, for a request path; a
+/// [`Error::BadRequest`] saying what is wrong otherwise (a name with '/'
+/// would reach another route and be answered "no such route").
+fn checked(lease: &str) -> Result<&str, Error> {
+    palisade_names::LeaseName::new(lease).map_err(|e| Error::BadRequest(e.to_string()))?;
+    Ok(lease)
 }

@@ -70,9 +70,24 @@ impl Shared {
 
     /// Marks the lease lost with `error` as what later calls answer.
     fn mark_lost_as(&self, error: Error) {
+        self.mark_gone(error, false);
+    }
+
+    /// Marks the lease let go on purpose (`released`, `dropped`, `handed
+    /// over`): later calls answer it as lost, but it is said at INFO, not
+    /// warned about as a loss.
+    fn mark_let_go(&self, reason: String) {
+        self.mark_gone(Error::LeaseLost(reason), true);
+    }
+
+    fn mark_gone(&self, error: Error, on_purpose: bool) {
         let mut state = self.state();
         if state.lost.is_none() {
-            tracing::warn!(lease = %self.id.lease, token = self.id.token, %error, "lease lost");
+            let (lease, token) = (&self.id.lease, self.id.token);
+            match (on_purpose, &error) {
+                (true, Error::LeaseLost(how)) => tracing::info!(%lease, token, "lease {how}"),
+                _ => tracing::warn!(%lease, token, %error, "lease lost"),
+            }
             state.lost = Some(error);
         }
         drop(state);
@@ -316,7 +331,7 @@ impl Lease {
         let was_held = self.shared.held_jwt();
         self.renewer.abort();
         self.shared
-            .mark_lost(format!("handed over to {successor:?}"));
+            .mark_let_go(format!("handed over to {successor:?}"));
         was_held?;
         let handed = self
             .shared
@@ -337,13 +352,22 @@ impl Lease {
     /// # Errors
     /// [`Error::LeaseLost`] if it was no longer held; [`Error::Unavailable`].
     pub async fn release(self) -> Result<(), Error> {
+        // Drop then sees the lease marked lost and does not release again.
+        self.release_shared().await
+    }
+
+    /// As [`Lease::release`], through a handle others share (an `Arc` a
+    /// server's connections still hold): stops renewing and releases now;
+    /// the handle answers as lost from then on, and dropping it later
+    /// releases nothing.
+    ///
+    /// # Errors
+    /// As [`Lease::release`].
+    pub async fn release_shared(&self) -> Result<(), Error> {
         self.renewer.abort();
         let was_held = self.shared.held_jwt().is_ok();
-        self.shared.mark_lost("released".into());
-        let shared = self.shared.clone();
-        // Drop sees the lease marked lost and does not release a second time.
-        drop(self);
-        let released = shared.transport.release_grant(&shared.id).await;
+        self.shared.mark_let_go("released".into());
+        let released = self.shared.transport.release_grant(&self.shared.id).await;
         match released {
             Err(Error::LeaseLost(_)) if !was_held => Ok(()),
             other => other,
@@ -359,7 +383,7 @@ impl Drop for Lease {
         // through an outage could land after this holder acquired the same
         // token again.
         let held = self.shared.held_jwt().is_ok();
-        self.shared.mark_lost("dropped".into());
+        self.shared.mark_let_go("dropped".into());
         if !held {
             return;
         }

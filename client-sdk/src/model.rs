@@ -19,6 +19,15 @@ pub struct LeaseInfo {
     pub transitions: u64,
     /// Log index of the last change (for [`crate::Client::watch`]).
     pub modify_index: u64,
+    /// Time left until the leader's deadline for the current grant, when
+    /// the lease is held and the answering leader tracks it (`None` for a
+    /// free lease, or from a watch a follower answered).
+    #[serde(default)]
+    pub expires_in_ms: Option<u64>,
+    /// The current grant was revoked (or preempted): renewals are refused
+    /// and it ends at its deadline.
+    #[serde(default)]
+    pub revoked: bool,
 }
 
 /// A grant as the cluster answers it.

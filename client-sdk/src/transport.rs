@@ -137,6 +137,10 @@ impl Transport {
         let started = Instant::now();
         let mut attempts = 0u32;
         let mut backoff = Duration::from_millis(20);
+        // The last error a server answered (503, 429): kept to be shown
+        // when a later attempt fails without an answer (no_quorum would
+        // hide behind "connection refused" of a node that is down).
+        let mut answered: Option<String> = None;
         loop {
             let index = self.preferred();
             let url = self.url(index, path);
@@ -167,17 +171,29 @@ impl Transport {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     let body: Value = response.json().await.unwrap_or(Value::Null);
-                    format!("{url}: {status} {}", body["message"].as_str().unwrap_or(""))
+                    let answer = format!(
+                        "{url}: {status} {}: {}",
+                        body["error"].as_str().unwrap_or("error"),
+                        body["message"].as_str().unwrap_or("")
+                    );
+                    answered = Some(answer.clone());
+                    answer
                 }
-                Err(err) => format!("{url}: {err}"),
+                Err(err) => format!("{url}: {}", error_chain(&err)),
             };
             self.pass_over(index);
             let elapsed = started.elapsed();
             if elapsed + backoff > self.config.retry_budget + extra {
+                let last = match answered {
+                    Some(answer) if answer != failure => {
+                        format!("{failure} (the last server answer: {answer})")
+                    }
+                    _ => failure,
+                };
                 return Err(Error::Unavailable {
                     attempts,
                     elapsed,
-                    last: failure,
+                    last,
                 });
             }
             let jitter =
@@ -373,6 +389,22 @@ pub(crate) fn grant_body(id: &GrantId, with_index: bool) -> Value {
         body["grant_index"] = json!(grant_index);
     }
     body
+}
+
+/// `err` with its causes: reqwest says "error sending request" and keeps
+/// why (connection refused, a timeout, a TLS failure) in its sources.
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

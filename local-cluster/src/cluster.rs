@@ -233,6 +233,16 @@ impl Cluster {
         self.running_nodes().find_map(Node::exited)
     }
 
+    /// Every running node that has exited on its own: its id and exit
+    /// status (it stays counted as running until [`Cluster::start_node`] or
+    /// [`Cluster::kill`]).
+    pub fn exited_nodes(&mut self) -> Vec<(u64, ExitStatus)> {
+        (1..)
+            .zip(self.nodes.iter_mut())
+            .filter_map(|(id, node)| Some((id, node.as_mut()?.exited()?)))
+            .collect()
+    }
+
     /// Node `id`'s client URL.
     ///
     /// # Panics

@@ -86,6 +86,13 @@ impl LeaseName {
                 "lease name may not be {name:?}"
             )));
         }
+        if name.contains('/') {
+            return Err(NameError::InvalidKey(format!(
+                "lease name {name:?} has '/': a lease name is one segment \
+                 (A-Z a-z 0-9 . _ -); keys under a lease, such as orders/state, \
+                 name objects at the gateway, not leases"
+            )));
+        }
         if let Some(bad) = name
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))

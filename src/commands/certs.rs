@@ -1,5 +1,6 @@
 //! `palisade certs init`: a cluster's CA and certificates in one directory.
 
+use crate::output::say;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +67,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<ExitCode> {
             };
             let authority = palisade_serve::certs::Authority::load(&args.dir)?;
             for path in authority.write_node(&args.dir, args.id, &layout)? {
-                println!("{}", path.display());
+                say!("{}", path.display());
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -76,7 +77,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     if args.keep_existing && args.dir.join("ca.pem").exists() {
-        println!("{}: a CA exists; kept", args.dir.display());
+        say!("{}: a CA exists; kept", args.dir.display());
         return Ok(ExitCode::SUCCESS);
     }
     let layout = Layout {
@@ -86,7 +87,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<ExitCode> {
     };
     let written = init(&args.dir, &layout)?;
     for path in &written {
-        println!("{}", path.display());
+        say!("{}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

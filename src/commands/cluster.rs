@@ -1,8 +1,11 @@
 //! `palisade cluster status|rotate-key|add|remove`, on the SDK.
 
+use crate::output::say;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Subcommand;
+use palisade_client::{Client, Error};
 
 use super::lease::{fail, print, Endpoints};
 
@@ -94,14 +97,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
 /// client and peer address); `--json` prints the first answering node's
 /// whole document with every node's under `"nodes"`.
 async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
-    let mut views = Vec::new();
-    for url in &endpoints.election {
-        let one = Endpoints {
-            election: vec![url.clone()],
-            ..endpoints.clone()
-        };
-        views.push((url.clone(), one.client()?.cluster().await));
-    }
+    let views = ask_every_node(endpoints).await?;
     let answered: Vec<&serde_json::Value> =
         views.iter().filter_map(|(_, v)| v.as_ref().ok()).collect();
     let Some(first) = answered.first() else {
@@ -122,7 +118,7 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
                 Err(err) => serde_json::json!({ "url": url, "error": err.to_string() }),
             })
             .collect();
-        println!("{document}");
+        say!("{document}");
         return Ok(ExitCode::SUCCESS);
     }
     let commit = answered
@@ -130,9 +126,14 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         .filter_map(|v| v["commit_index"].as_u64())
         .max()
         .unwrap_or(0);
-    println!(
+    say!(
         "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} PEER",
-        "NODE", "ROLE", "TERM", "APPLIED", "LAG", "CLIENT"
+        "NODE",
+        "ROLE",
+        "TERM",
+        "APPLIED",
+        "LAG",
+        "CLIENT"
     );
     for (url, view) in &views {
         match view {
@@ -146,7 +147,7 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
                     .find(|m| m["id"].as_u64() == Some(id))
                     .and_then(|m| m["addr"].as_str())
                     .unwrap_or("-");
-                println!(
+                say!(
                     "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} {peer}",
                     id,
                     view["state"].as_str().unwrap_or("?"),
@@ -156,18 +157,56 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
                     url,
                 );
             }
-            Err(err) => println!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
+            Err(err) => say!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
         }
     }
     let leader = answered
         .iter()
         .find_map(|v| v["leader"].as_u64())
         .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
-    println!("leader: {leader}; commit index {commit}");
+    say!("leader: {leader}; commit index {commit}");
     if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
         print_members(view);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `cluster status` waits for one node: nodes are asked all at
+/// once, so an unreachable one costs this once, not once per node.
+const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every endpoint's own `/v1/cluster`, asked concurrently, each once
+/// within [`NODE_TIMEOUT`] (no retries: a node that does not answer is
+/// shown unreachable), in the order given.
+async fn ask_every_node(
+    endpoints: &Endpoints,
+) -> anyhow::Result<Vec<(String, Result<serde_json::Value, Error>)>> {
+    let mut asks = Vec::new();
+    for url in &endpoints.election {
+        let mut config = Endpoints {
+            election: vec![url.clone()],
+            ..endpoints.clone()
+        }
+        .config()?;
+        config.request_timeout = NODE_TIMEOUT;
+        config.retry_budget = Duration::ZERO;
+        let client = Client::new(config);
+        asks.push(tokio::spawn(async move {
+            let asked = tokio::time::timeout(NODE_TIMEOUT * 2, client.cluster()).await;
+            asked.unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    attempts: 1,
+                    elapsed: NODE_TIMEOUT * 2,
+                    last: "no answer".into(),
+                })
+            })
+        }));
+    }
+    let mut views = Vec::new();
+    for (url, ask) in endpoints.election.iter().zip(asks) {
+        views.push((url.clone(), ask.await?));
+    }
+    Ok(views)
 }
 
 /// The membership as the acting leader `view` sees it: voters and
@@ -175,9 +214,12 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
 /// how far behind the leader's log it is.
 fn print_members(view: &serde_json::Value) {
     let last = view["last_log_index"].as_u64().unwrap_or(0);
-    println!(
+    say!(
         "\n{:<5} {:<8} {:<12} {:>8}  PEER",
-        "NODE", "KIND", "REACHABLE", "LAG"
+        "NODE",
+        "KIND",
+        "REACHABLE",
+        "LAG"
     );
     let replication = view["replication"].as_array().cloned().unwrap_or_default();
     for member in view["members"].as_array().into_iter().flatten() {
@@ -202,7 +244,7 @@ fn print_members(view: &serde_json::Value) {
             None if member["id"] == view["node_id"] => "0".to_owned(),
             None => "all".to_owned(),
         };
-        println!(
+        say!(
             "{:<5} {:<8} {:<12} {:>8}  {}",
             member["id"].as_u64().unwrap_or(0),
             kind,

@@ -2,8 +2,10 @@
 //! nodes and a gateway, as child processes of this binary on loopback — with
 //! the endpoints and a copy-paste walkthrough printed once it is ready.
 //! With `--postgres`: a throwaway PostgreSQL (`dev_postgres.rs`) and two
-//! gateways sharing it.
+//! gateways sharing it. A process of the cluster that dies is reported and
+//! started again, within a limit (`dev_supervise.rs`).
 
+use crate::output::say;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,6 +45,10 @@ pub struct DevArgs {
     /// certs/ca.pem (`--ca`, PALISADE_CA), which dev prints.
     #[arg(long)]
     tls: bool,
+    /// A process that died is restarted at most 3 times within this many
+    /// seconds; once more and dev leaves it down (and says so).
+    #[arg(long, default_value_t = 60, hide = true)]
+    restart_window_secs: u64,
 }
 
 /// The cluster and its gateways, stopped like Ctrl-C would stop them
@@ -190,10 +196,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         ca: trusted,
     };
     print_walkthrough(&root, &urls);
-    crate::shutdown::shutdown_signal().await;
-    println!("stopping the cluster...");
+    let mut supervisor =
+        super::dev_supervise::Supervisor::new(Duration::from_secs(args.restart_window_secs));
+    let shutdown = crate::shutdown::shutdown_signal();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = tick.tick() => {
+                let Running { cluster, gateways, .. } = &mut running;
+                supervisor.check(&exe, &root, cluster, gateways);
+            }
+        }
+    }
+    say!("stopping the cluster...");
     drop(running);
-    println!("stopped");
+    say!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 /// Waits until node 1 has the signing key and `gateway` answers healthy
@@ -257,27 +276,46 @@ fn print_walkthrough(root: &std::path::Path, urls: &Urls<'_>) {
         ),
         None => String::new(),
     };
+    let mut exports = Vec::new();
+    if let Some(ca) = ca {
+        exports.push(format!(
+            "PALISADE_CA={}",
+            shell_word(&ca.display().to_string())
+        ));
+    }
+    exports.extend([
+        format!("PALISADE_ELECTION={}", elections.join(",")),
+        format!("PALISADE_GATEWAY={gateway}"),
+        format!(
+            "PALISADE_API_KEY_FILE={}",
+            shell_word(&root.join("admin.key").display().to_string())
+        ),
+    ]);
+    let exports = exports.join(" ");
     let (tls, curl) = match ca {
         Some(ca) => (
             format!(
-                "\n  clients speak TLS: trust {ca} (the CLI and SDKs read PALISADE_CA)\n\n  \
-                 export PALISADE_CA={ca} PALISADE_ELECTION={all} PALISADE_GATEWAY={gateway}\n",
+                "\n  clients speak TLS: trust {ca} (the CLI and SDKs read PALISADE_CA)",
                 ca = ca.display(),
-                all = elections.join(","),
             ),
             format!("curl -s --cacert {}", ca.display()),
         ),
         None => (String::new(), "curl -s".to_owned()),
     };
-    println!(
+    say!(
         "\
 Palisade dev cluster is up (data and logs in {root}).
 
   election nodes: {elections}
   gateway:        {gateways}{on}{tls}
 
-Clients need the API key in {root}/admin.key (principal `admin`, allowed
-everything by {root}/policy.json): the CLI and SDK read PALISADE_API_KEY.
+The CLI and the SDKs find this cluster and its API key through these
+variables (the key in {root}/admin.key is principal `admin`, allowed
+everything by {root}/policy.json):
+
+  export {exports}
+
+curl sends the key from PALISADE_API_KEY:
 
   export PALISADE_API_KEY=$(cat {root}/admin.key)
 
@@ -298,11 +336,21 @@ Walkthrough: a paused leader's late write is refused.
   {curl} -XPUT -H \"x-palisade-key: $PALISADE_API_KEY\" -H \"authorization: Bearer $JWT_A\" --data 'late A' {late}/v1/objects/orders/state
   {curl} -H \"x-palisade-key: $PALISADE_API_KEY\" {late}/v1/objects/orders/state
 
-  palisade cluster status      # who leads (the CLI defaults to these endpoints)
+  palisade cluster status      # who leads (after the export line above)
 
 Ctrl-C stops everything.",
         root = root.display(),
         elections = elections.join(" "),
         gateways = gateways.join(" "),
     );
+}
+
+/// `text` as one shell word: as it is when it holds only characters no
+/// shell treats specially, else in single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-:,=+@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_owned();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
 }

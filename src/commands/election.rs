@@ -1,5 +1,6 @@
 //! `palisade election`: one node of the election cluster.
 
+use crate::output::say;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -277,9 +278,10 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
         "http"
     };
     let node = ElectionNode::start(config).await?;
-    println!(
+    say!(
         "palisade election node {id} (peers on {}) listening on {scheme}://{}",
-        node.peer_addr, node.local_addr
+        node.peer_addr,
+        node.local_addr
     );
     tracing::info!(id, addr = %node.local_addr, peer_addr = %node.peer_addr, "election node started");
     node.serve(crate::shutdown::shutdown_signal()).await?;

@@ -1,5 +1,6 @@
 //! `palisade gateway`: the storage gateway server.
 
+use crate::output::say;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -288,7 +289,7 @@ async fn serve_store<S: FencedStore>(
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    println!("palisade gateway listening on {scheme}://{local}");
+    say!("palisade gateway listening on {scheme}://{local}");
     tracing::info!(%local, engine, "gateway started");
     palisade_gateway::serve(
         listener,

@@ -42,9 +42,6 @@ impl HoldArgs {
                 Some(Duration::from_millis(self.wait_ms)),
             )
             .await;
-        Ok(acquired.map_err(|err| {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }))
+        Ok(acquired.map_err(|err| super::lease::fail_acquire(&err, &self.lease, &holder)))
     }
 }

@@ -1,6 +1,7 @@
 //! What the client commands share: the gateway address, the token, and turning
 //! an HTTP answer into output and an exit code.
 
+use crate::output::say;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -28,18 +29,21 @@ pub struct GatewayTarget {
 }
 
 /// This client's API key, for servers that run with a policy.
+///
+/// Where the key comes from, first match wins: `--api-key`,
+/// `--api-key-file`, `PALISADE_API_KEY`, `PALISADE_API_KEY_FILE`. A flag
+/// beats the environment, and at the same level a key beats a key file
+/// (as the Rust, Python and Go SDKs read the environment), so having both
+/// variables set is never an error.
 #[derive(Debug, Clone, Args)]
 pub struct Credentials {
-    /// The API key to send (`x-palisade-key`).
-    #[arg(
-        long,
-        env = "PALISADE_API_KEY",
-        hide_env_values = true,
-        conflicts_with = "api_key_file"
-    )]
+    /// The API key to send (`x-palisade-key`) [env: PALISADE_API_KEY]. Wins
+    /// over --api-key-file and over both variables.
+    #[arg(long)]
     pub api_key: Option<String>,
-    /// A file holding the API key (e.g. admin.key from `palisade dev`).
-    #[arg(long, env = "PALISADE_API_KEY_FILE")]
+    /// A file holding the API key, e.g. admin.key from `palisade dev`
+    /// [env: PALISADE_API_KEY_FILE]. Wins over both variables.
+    #[arg(long)]
     pub api_key_file: Option<PathBuf>,
     /// A client certificate (PEM) to present over TLS, for servers whose
     /// policy names it as a principal (with --client-key).
@@ -50,18 +54,32 @@ pub struct Credentials {
     pub client_key: Option<PathBuf>,
 }
 
+/// Where an API key was found.
+#[derive(Debug, PartialEq, Eq)]
+enum KeySource {
+    Key(String),
+    File(PathBuf),
+}
+
 impl Credentials {
-    /// The key, from `--api-key` or `--api-key-file`, if any.
+    /// The key: from `--api-key`, `--api-key-file`, `PALISADE_API_KEY` or
+    /// `PALISADE_API_KEY_FILE`, the first given (see the type's docs).
     ///
     /// # Errors
     /// The key file cannot be read.
     pub fn key(&self) -> anyhow::Result<Option<String>> {
-        match (&self.api_key, &self.api_key_file) {
-            (Some(key), _) => Ok(Some(key.trim().to_owned())),
-            (None, Some(path)) => Ok(Some(
-                palisade_serve::policy::read_key(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let source = key_source(
+            self,
+            variable("PALISADE_API_KEY"),
+            variable("PALISADE_API_KEY_FILE"),
+        );
+        match source {
+            Some(KeySource::Key(key)) => Ok(Some(key.trim().to_owned())),
+            Some(KeySource::File(path)) => Ok(Some(
+                palisade_serve::policy::read_key(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
             )),
-            (None, None) => Ok(None),
+            None => Ok(None),
         }
     }
 
@@ -151,6 +169,24 @@ impl TokenArgs {
     }
 }
 
+/// The precedence of [`Credentials::key`]: flags over the environment,
+/// a key over a key file.
+fn key_source(
+    flags: &Credentials,
+    env_key: Option<String>,
+    env_file: Option<String>,
+) -> Option<KeySource> {
+    if let Some(key) = &flags.api_key {
+        return Some(KeySource::Key(key.clone()));
+    }
+    if let Some(path) = &flags.api_key_file {
+        return Some(KeySource::File(path.clone()));
+    }
+    env_key
+        .map(KeySource::Key)
+        .or_else(|| env_file.map(|path| KeySource::File(path.into())))
+}
+
 pub use palisade_client::encode_key;
 
 /// Prints a JSON answer: raw with `--json`, else through `readable`; an error
@@ -167,14 +203,14 @@ pub async fn report(
         .with_context(|| format!("the server answered {status} without JSON"))?;
     if status.is_success() {
         if json {
-            println!("{body}");
+            say!("{body}");
         } else {
-            println!("{}", readable(&body));
+            say!("{}", readable(&body));
         }
         return Ok(ExitCode::SUCCESS);
     }
     if json {
-        println!("{body}");
+        say!("{body}");
     }
     eprintln!("{}", error_line(status, &body));
     Ok(ExitCode::FAILURE)
@@ -184,4 +220,55 @@ pub fn error_line(status: reqwest::StatusCode, body: &serde_json::Value) -> Stri
     let code = body["error"].as_str().unwrap_or("error");
     let message = body["message"].as_str().unwrap_or("");
     format!("error: {} {code}: {message}", status.as_u16())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{key_source, Credentials, KeySource};
+
+    fn flags(key: Option<&str>, file: Option<&str>) -> Credentials {
+        Credentials {
+            api_key: key.map(str::to_owned),
+            api_key_file: file.map(Into::into),
+            client_cert: None,
+            client_key: None,
+        }
+    }
+
+    /// Flags beat the environment; at the same level a key beats a key
+    /// file; both variables set is not an error.
+    #[test]
+    fn flags_beat_the_environment_and_a_key_beats_a_key_file() {
+        let env = |k: &str| Some(k.to_owned());
+        let cases = [
+            (flags(None, None), None, None, None),
+            (
+                flags(None, None),
+                env("ek"),
+                env("ef"),
+                Some(KeySource::Key("ek".into())),
+            ),
+            (
+                flags(None, None),
+                None,
+                env("ef"),
+                Some(KeySource::File("ef".into())),
+            ),
+            (
+                flags(None, Some("ff")),
+                env("ek"),
+                env("ef"),
+                Some(KeySource::File("ff".into())),
+            ),
+            (
+                flags(Some("fk"), Some("ff")),
+                env("ek"),
+                None,
+                Some(KeySource::Key("fk".into())),
+            ),
+        ];
+        for (flags, env_key, env_file, expected) in cases {
+            assert_eq!(key_source(&flags, env_key, env_file), expected, "{flags:?}");
+        }
+    }
 }

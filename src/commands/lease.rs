@@ -1,5 +1,6 @@
 //! `palisade lease ...`, on the SDK.
 
+use crate::output::say;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,6 +37,15 @@ impl Endpoints {
     /// # Errors
     /// The CA or key file cannot be used.
     pub fn client(&self) -> Result<Client, Error> {
+        Ok(Client::new(self.config()?))
+    }
+
+    /// The SDK configuration for these endpoints (for callers that adjust
+    /// it, as `cluster status` its timeouts).
+    ///
+    /// # Errors
+    /// The CA or key file cannot be used.
+    pub fn config(&self) -> Result<ClientConfig, Error> {
         let mut config = ClientConfig::new(self.election.clone());
         config.gateway = self.gateway.clone();
         if let Some(ca) = &self.ca {
@@ -52,7 +62,7 @@ impl Endpoints {
         if let (Some(cert), Some(key)) = (&credentials.client_cert, &credentials.client_key) {
             config = config.with_client_cert_files(cert, key)?;
         }
-        Ok(Client::new(config))
+        Ok(config)
     }
 }
 
@@ -127,12 +137,18 @@ pub enum LeaseCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// List every lease.
+    /// List every lease, or those whose name starts with --prefix.
     List {
+        /// Only leases whose name starts with this (under a policy, a
+        /// principal may list only a prefix inside its rights).
+        #[arg(long, default_value = "")]
+        prefix: String,
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// Print the lease every time it changes, until Ctrl-C.
+    /// Print the lease every time it changes, until Ctrl-C. A lease never
+    /// granted is waited for (as etcd and Consul watches wait for a key):
+    /// stderr says so at once, and its first grant is printed.
     Watch {
         lease: String,
         #[command(flatten)]
@@ -207,11 +223,71 @@ pub(crate) fn fail(err: &Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// As [`fail`], for an acquire of `lease` as `holder`: a lease held says
+/// what to do about it.
+pub(crate) fn fail_acquire(err: &Error, lease: &str, holder: &str) -> ExitCode {
+    eprintln!("error: {err}");
+    if let Some(hint) = held_hint(err, lease, holder) {
+        eprintln!("hint: {hint}");
+    }
+    ExitCode::FAILURE
+}
+
+/// What to do about an acquire of `lease` as `holder` refused with `err`
+/// because the lease is held.
+fn held_hint(err: &Error, lease: &str, holder: &str) -> Option<String> {
+    let Error::Held {
+        holder: current,
+        token,
+    } = err
+    else {
+        return None;
+    };
+    Some(if current == holder {
+        format!(
+            "{holder:?} is the holder you asked for, but the grant was made to another \
+             acquire (another process, or an earlier acquire: each has its own secret), so \
+             this one is refused. If it is yours, release it with the secret that acquire \
+             printed: palisade lease release {lease} --holder {holder} --token {token} \
+             --secret SECRET --grant-index INDEX; or wait for it with --wait-ms MS"
+        )
+    } else {
+        format!(
+            "wait for it with --wait-ms MS: a waiting acquire gets it as soon as \
+             {current:?} releases it or stops renewing (after its ttl)"
+        )
+    })
+}
+
+/// As [`fail`], for a release of `grant` refused as not current: when the
+/// lease is held by that holder and token after all, the grant index is
+/// what did not match, and that is said.
+async fn fail_release(err: &Error, client: &Client, grant: &GrantArgs) -> ExitCode {
+    eprintln!("error: {err}");
+    let (Error::LeaseLost(_), Some(index)) = (err, grant.grant_index) else {
+        return ExitCode::FAILURE;
+    };
+    let Ok(info) = client.get(&grant.lease).await else {
+        return ExitCode::FAILURE;
+    };
+    if info.holder.as_deref() == Some(grant.holder.as_str()) && info.token == grant.token {
+        eprintln!(
+            "hint: {} does hold {} with token {}, but not from the acquire with grant index \
+             {index}: --grant-index is the `grant_index` its acquire printed, not the token \
+             (they differ after a handover or a repeated acquire), and a release naming \
+             another acquire frees nothing. Give the acquire's grant_index, or leave \
+             --grant-index out",
+            grant.holder, grant.lease, grant.token
+        );
+    }
+    ExitCode::FAILURE
+}
+
 pub(crate) fn print(json: bool, value: &serde_json::Value, readable: String) {
     if json {
-        println!("{value}");
+        say!("{value}");
     } else {
-        println!("{readable}");
+        say!("{readable}");
     }
 }
 
@@ -239,8 +315,19 @@ fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> Str
 fn describe(info: &palisade_client::LeaseInfo) -> String {
     match &info.holder {
         Some(holder) => format!(
-            "{} held by {holder} (token {}, ttl {} ms, {} transitions, index {})",
-            info.lease, info.token, info.ttl_ms, info.transitions, info.modify_index
+            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {})",
+            info.lease,
+            info.token,
+            info.ttl_ms,
+            info.expires_in_ms
+                .map_or(String::new(), |ms| format!("expires in {ms} ms, ")),
+            if info.revoked {
+                "revoked: ends at its deadline, "
+            } else {
+                ""
+            },
+            info.transitions,
+            info.modify_index
         ),
         None => format!(
             "{} free (last token {}, {} transitions, index {})",
@@ -297,7 +384,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                             print_grant(endpoints.json, &grant, "granted");
                             ExitCode::SUCCESS
                         }
-                        Err(err) => fail(&err),
+                        Err(err) => fail_acquire(&err, &lease, &holder),
                     },
                 );
             }
@@ -306,9 +393,9 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 .await
             {
                 Ok(held) => held,
-                Err(err) => return Ok(fail(&err)),
+                Err(err) => return Ok(fail_acquire(&err, &lease, &holder)),
             };
-            println!(
+            say!(
                 "held {} token={} jwt={}",
                 held.name(),
                 held.token(),
@@ -320,16 +407,16 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             loop {
                 tokio::select! {
                     _ = status.tick() => {
-                        println!("status held={} token={}", held.is_held(), held.token());
+                        say!("status held={} token={}", held.is_held(), held.token());
                     }
                     () = held.lost() => {
-                        println!("lost token={}", held.token());
+                        say!("lost token={}", held.token());
                         return Ok(ExitCode::from(3));
                     }
                     () = &mut shutdown => {
                         let token = held.token();
                         return Ok(match held.release().await {
-                            Ok(()) => { println!("released token={token}"); ExitCode::SUCCESS }
+                            Ok(()) => { say!("released token={token}"); ExitCode::SUCCESS }
                             Err(err) => fail(&err),
                         });
                     }
@@ -364,7 +451,8 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             },
         ),
         LeaseCommand::Release { grant, endpoints } => {
-            Ok(match endpoints.client()?.release_grant(&grant.id()).await {
+            let client = endpoints.client()?;
+            Ok(match client.release_grant(&grant.id()).await {
                 Ok(()) => {
                     let (lease, token) = (&grant.lease, grant.token);
                     print(
@@ -374,7 +462,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                     );
                     ExitCode::SUCCESS
                 }
-                Err(err) => fail(&err),
+                Err(err) => fail_release(&err, &client, &grant).await,
             })
         }
         LeaseCommand::Revoke {
@@ -409,43 +497,79 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 Err(err) => fail(&err),
             })
         }
-        LeaseCommand::List { endpoints } => Ok(match endpoints.client()?.list().await {
-            Ok(leases) => {
-                if endpoints.json {
-                    let all: Vec<_> = leases.iter().map(info_json).collect();
-                    println!("{}", serde_json::json!({ "leases": all }));
-                } else {
-                    for info in &leases {
-                        println!("{}", describe(info));
+        LeaseCommand::List { prefix, endpoints } => {
+            Ok(match endpoints.client()?.list_prefix(&prefix).await {
+                Ok(leases) => {
+                    if endpoints.json {
+                        let all: Vec<_> = leases.iter().map(info_json).collect();
+                        say!("{}", serde_json::json!({ "leases": all }));
+                    } else {
+                        for info in &leases {
+                            say!("{}", describe(info));
+                        }
                     }
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(err) => fail(&err),
+            })
+        }
+        LeaseCommand::Watch { lease, endpoints } => watch(&lease, &endpoints).await,
+    }
+}
+
+/// `palisade lease watch`: prints the lease at every change until a
+/// signal (or a closed stdout). A lease never granted is waited for, and
+/// stderr says so at once; a name that can never exist is refused.
+async fn watch(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    let client = endpoints.client()?;
+    let mut index = 0;
+    // A watch of a lease never granted waits (up to its wait) before it
+    // answers 404: a read says at once whether there is one.
+    let mut said_missing = false;
+    match client.get(lease).await {
+        Err(Error::NotFound(_)) => {
+            say_missing(lease);
+            said_missing = true;
+        }
+        Err(err @ (Error::BadRequest(_) | Error::Unauthorized(_) | Error::Forbidden(_))) => {
+            return Ok(fail(&err));
+        }
+        _ => {}
+    }
+    let shutdown = crate::shutdown::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let next = tokio::select! {
+            () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+            next = client.watch(lease, index, Duration::from_secs(30)) => next,
+        };
+        match next {
+            Ok(info) if info.modify_index > index => {
+                index = info.modify_index;
+                print(endpoints.json, &info_json(&info), describe(&info));
             }
-            Err(err) => fail(&err),
-        }),
-        LeaseCommand::Watch { lease, endpoints } => {
-            let client = endpoints.client()?;
-            let mut index = 0;
-            let shutdown = crate::shutdown::shutdown_signal();
-            tokio::pin!(shutdown);
-            loop {
-                let next = tokio::select! {
-                    () = &mut shutdown => return Ok(ExitCode::SUCCESS),
-                    next = client.watch(&lease, index, Duration::from_secs(30)) => next,
-                };
-                match next {
-                    Ok(info) if info.modify_index > index => {
-                        index = info.modify_index;
-                        print(endpoints.json, &info_json(&info), describe(&info));
-                    }
-                    Ok(_) => {}
-                    Err(Error::NotFound(_)) => tokio::time::sleep(Duration::from_millis(200)).await,
-                    Err(err) => {
-                        eprintln!("warning: {err}");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
+            Ok(_) => {}
+            Err(Error::NotFound(_)) => {
+                if !said_missing {
+                    say_missing(lease);
+                    said_missing = true;
                 }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err @ (Error::BadRequest(_) | Error::Unauthorized(_) | Error::Forbidden(_))) => {
+                return Ok(fail(&err));
+            }
+            Err(err) => {
+                eprintln!("warning: {err}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     }
+}
+
+fn say_missing(lease: &str) {
+    eprintln!(
+        "lease {lease} does not exist yet (never granted, or forgotten since its release); \
+         waiting for its first grant (Ctrl-C stops)"
+    );
 }

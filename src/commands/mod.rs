@@ -5,6 +5,7 @@ pub(crate) mod certs;
 pub(crate) mod cluster;
 pub(crate) mod dev;
 pub(crate) mod dev_postgres;
+pub(crate) mod dev_supervise;
 pub(crate) mod election;
 pub(crate) mod fence;
 pub(crate) mod gateway;

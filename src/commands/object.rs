@@ -1,6 +1,7 @@
 //! `palisade object put|get|delete`.
 
-use std::io::{Read, Write};
+use crate::output::say;
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,10 +27,15 @@ pub enum ObjectCommand {
         #[command(flatten)]
         target: GatewayTarget,
     },
-    /// Print an object's bytes to stdout.
+    /// Print an object's value to stdout: text with a newline added when
+    /// it does not end in one; binary (not UTF-8) or `--raw` values as
+    /// they are, byte for byte.
     Get {
         /// The key.
         key: String,
+        /// Print the bytes exactly as stored (no newline added).
+        #[arg(long)]
+        raw: bool,
         #[command(flatten)]
         target: GatewayTarget,
     },
@@ -81,7 +87,7 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
             })
             .await
         }
-        ObjectCommand::Get { key, target } => {
+        ObjectCommand::Get { key, raw, target } => {
             let response = target
                 .client()?
                 .get(target.url(&format!("/v1/objects/{}", encode_key(&key))))
@@ -94,21 +100,17 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
                 eprintln!("{}", error_line(status, &body));
                 return Ok(ExitCode::FAILURE);
             }
-            let token = response
-                .headers()
-                .get("fencing-token")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("?")
-                .to_owned();
-            let version = response
-                .headers()
-                .get("etag")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("?")
-                .to_owned();
+            // Numbers, as a write answers them.
+            let number = |name: &str| {
+                let text = response.headers().get(name).and_then(|v| v.to_str().ok());
+                let text = text.unwrap_or("").trim_matches('"');
+                text.parse::<u64>()
+                    .map_or_else(|_| serde_json::json!(text), |n| serde_json::json!(n))
+            };
+            let (token, version) = (number("fencing-token"), number("etag"));
             let bytes = response.bytes().await.context("cannot read the object")?;
             if target.json {
-                println!(
+                say!(
                     "{}",
                     serde_json::json!({
                         "key": key,
@@ -118,7 +120,7 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
                     })
                 );
             } else {
-                std::io::stdout().write_all(&bytes)?;
+                crate::output::bytes(&printable(&bytes, raw));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -138,5 +140,33 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
             })
             .await
         }
+    }
+}
+
+/// What `object get` prints: the value, with a newline added when it is
+/// text (UTF-8) that does not end in one, unless `raw` (so a shell prompt
+/// does not land on the value's last line; `--raw` or a binary value
+/// prints the stored bytes exactly).
+fn printable(value: &[u8], raw: bool) -> std::borrow::Cow<'_, [u8]> {
+    let text = std::str::from_utf8(value).is_ok();
+    if raw || !text || value.is_empty() || value.ends_with(b"\n") {
+        return value.into();
+    }
+    let mut line = value.to_vec();
+    line.push(b'\n');
+    line.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn text_gets_a_newline_and_raw_or_binary_values_do_not() {
+        assert_eq!(&*printable(b"from B", false), b"from B\n");
+        assert_eq!(&*printable(b"from B\n", false), b"from B\n");
+        assert_eq!(&*printable(b"from B", true), b"from B");
+        assert_eq!(&*printable(&[0xff, 0x00], false), &[0xff, 0x00]);
+        assert_eq!(&*printable(b"", false), b"");
     }
 }

@@ -1,5 +1,6 @@
 //! `palisade policy init|add`: a policy file and its principals' API keys.
 
+use crate::output::say;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,7 +59,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     let (dir, name, rules) = match command {
         PolicyCommand::Init { dir, keep_existing } => {
             if keep_existing && dir.join("policy.json").exists() {
-                println!(
+                say!(
                     "{}: a policy exists; kept",
                     dir.join("policy.json").display()
                 );
@@ -88,8 +89,8 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     }
     match add(&dir, &name, &rules) {
         Ok(key) => {
-            println!("{}", dir.join("policy.json").display());
-            println!("{}", key.display());
+            say!("{}", dir.join("policy.json").display());
+            say!("{}", key.display());
             eprintln!(
                 "note: running servers take the change on SIGHUP, no restart \
                  (e.g. pkill -HUP -f 'palisade (election|gateway)')"

@@ -8,11 +8,12 @@
 //! Routes: `GET|PUT|DELETE /v1/objects/{key}`, where `key` is the lease's
 //! name or lies under it (`{lease}/...`); anything else is 403. Answers are
 //! the gateway's JSON (a read answers `{"key","value","version","token"}`,
-//! the value as UTF-8 text or, if it is not, base64 with
-//! `"encoding":"base64"`).
+//! `version` and `token` numbers as a write answers them, the value as
+//! UTF-8 text or, if it is not, base64 with `"encoding":"base64"`).
 //!
 //! It listens on loopback only: whoever reaches it writes with the lease.
 
+use crate::output::say;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let (addr, server) = start(lease.clone(), args.listen).await?;
-    println!(
+    say!(
         "proxy listening on http://{addr} for lease {} (token {})",
         lease.name(),
         lease.token()
@@ -77,9 +78,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         shutdown.await;
     }
     server.abort();
-    if let Ok(lease) = Arc::try_unwrap(lease) {
-        let _ = lease.release().await;
-    }
+    // Released now, though open connections may still hold the handle
+    // (dropped later, it would be released after the runtime is gone).
+    let _ = lease.release_shared().await;
     Ok(ExitCode::from(if lost { 3 } else { 0 }))
 }
 
@@ -175,9 +176,15 @@ async fn read(State(lease): State<Arc<Lease>>, Path(key): Path<String>) -> Respo
     }
     match lease.get(&key).await {
         Ok(Some(object)) => {
+            // A number, as the gateway's PUT answers it (the ETag is its
+            // decimal text).
+            let version = object.version.trim_matches('"');
+            let version = version
+                .parse::<u64>()
+                .map_or_else(|_| json!(version), |v| json!(v));
             let mut body = json!({
                 "key": key,
-                "version": object.version,
+                "version": version,
                 "token": object.token,
             });
             match std::str::from_utf8(&object.value) {

@@ -66,15 +66,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    // Stops the sidecar and releases the lease (once nothing else has it).
+    // Stops the sidecar and releases the lease (the sidecar's open
+    // connections may still hold the handle).
     let release = |lease: std::sync::Arc<palisade_client::Lease>| async move {
         if let Some(proxy) = proxy {
             proxy.abort();
             let _ = proxy.await;
         }
-        if let Ok(lease) = std::sync::Arc::try_unwrap(lease) {
-            let _ = lease.release().await;
-        }
+        let _ = lease.release_shared().await;
     };
     let mut child = command.spawn()?;
     let shutdown = crate::shutdown::shutdown_signal();

@@ -1,6 +1,7 @@
 //! `palisade sql install|keys|guard|unguard`: the fence schema in your own
 //! PostgreSQL (`palisade_client::postgres`).
 
+use crate::output::say;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -147,7 +148,7 @@ pub async fn run(command: SqlCommand) -> anyhow::Result<ExitCode> {
         } => guard(&db, &table, lease_column, lease).await?,
         SqlCommand::Unguard { db, table } => {
             postgres::unguard(&db.connect().await?, &table).await?;
-            println!("{table} unguarded");
+            say!("{table} unguarded");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -162,19 +163,19 @@ async fn install(
 ) -> anyhow::Result<()> {
     let client = db.connect().await?;
     let version = postgres::install(&client).await?;
-    println!("palisade fence schema version {version} installed");
+    say!("palisade fence schema version {version} installed");
     if let Some(endpoints) = keys_from {
         let jwks = cluster_keys(endpoints).await?;
         let count = postgres::set_keys(&client, &jwks).await?;
-        println!("{}", keys_line(count, &jwks));
+        say!("{}", keys_line(count, &jwks));
     }
     for role in grant {
         postgres::allow(&client, role).await?;
-        println!("{role} may fence with proof (palisade.fence)");
+        say!("{role} may fence with proof (palisade.fence)");
     }
     for role in trust {
         postgres::trust(&client, role).await?;
-        println!("{role} may fence without proof (palisade.fence_unverified): it is trusted as the cluster is");
+        say!("{role} may fence without proof (palisade.fence_unverified): it is trusted as the cluster is");
     }
     Ok(())
 }
@@ -187,7 +188,7 @@ async fn keys(db: &Database, endpoints: &Endpoints, every: Option<Duration>) -> 
         match cluster_keys(endpoints).await {
             Ok(jwks) if installed.as_ref() != Some(&jwks) => {
                 let count = postgres::set_keys(&client, &jwks).await?;
-                println!("{}", keys_line(count, &jwks));
+                say!("{}", keys_line(count, &jwks));
                 installed = Some(jwks);
             }
             Ok(_) => {}
@@ -243,11 +244,11 @@ async fn guard(
     match (lease_column, lease) {
         (Some(column), _) => {
             postgres::guard(&client, table, &column).await?;
-            println!("{table} guarded: writes need a fence for the lease in column {column}");
+            say!("{table} guarded: writes need a fence for the lease in column {column}");
         }
         (None, Some(lease)) => {
             postgres::guard_table(&client, table, &lease).await?;
-            println!("{table} guarded: writes need a fence for lease {lease}");
+            say!("{table} guarded: writes need a fence for lease {lease}");
         }
         (None, None) => return Err(anyhow!("give --lease-column or --lease")),
     }

@@ -13,6 +13,7 @@
 //! holds the lease, and logs each read (invoke, complete, the value seen) for
 //! the linearizability check.
 
+use crate::output::say;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -159,7 +160,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     loop {
         // When the campaign started, on the histories' clock (a late
         // start explains a late grant).
-        println!("campaigning at {}", monotonic_ns());
+        say!("campaigning at {}", monotonic_ns());
         let acquired = tokio::select! {
             () = &mut shutdown => return Ok(ExitCode::SUCCESS),
             acquired = client.acquire_with(&args.lease, &args.holder, Duration::from_millis(args.ttl_ms), Some(Duration::from_secs(30)), args.terms.options()) => acquired,
@@ -167,14 +168,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         let lease = match acquired {
             Ok(lease) => lease,
             Err(err) => {
-                println!("campaign failed: {err}");
+                say!("campaign failed: {err}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };
         let held_from = monotonic_ns();
         let token = lease.token();
-        println!("leading token={token}");
+        say!("leading token={token}");
         let mut tick = tokio::time::interval(Duration::from_millis(args.interval_ms));
         let reason = loop {
             tokio::select! {
@@ -202,15 +203,15 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
                 "version": version,
             }));
             match result {
-                Ok(_) => println!("wrote seq={sequence} token={token}"),
+                Ok(_) => say!("wrote seq={sequence} token={token}"),
                 Err(err) if err.is_lease_lost() => break err.to_string(),
-                Err(err) => println!("write failed: {err}"),
+                Err(err) => say!("write failed: {err}"),
             }
         };
         // `is_held` turned false at the earlier of the deadline and the
         // moment the loss was noticed.
         let held_to = monotonic_ns().min(instant_ns(lease.deadline()));
         history.record(json!({"op": "held", "lease": args.lease, "holder": args.holder, "token": token, "from": held_from, "to": held_to}));
-        println!("lost token={token}: {reason}");
+        say!("lost token={token}: {reason}");
     }
 }

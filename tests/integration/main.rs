@@ -24,6 +24,8 @@ mod deaf_streams_free_their_seats;
 mod election_cluster;
 #[path = "../end_to_end.rs"]
 mod end_to_end;
+#[path = "../first_day.rs"]
+mod first_day;
 #[path = "../gateway_crash.rs"]
 mod gateway_crash;
 #[path = "../gateway_postgres.rs"]

@@ -201,6 +201,13 @@ def test_from_env(cluster: DevCluster, name: str, monkeypatch: pytest.MonkeyPatc
         assert lease.is_held()
     monkeypatch.setenv("PALISADE_API_KEY", "pal_other")
     assert palisade.Client.from_env().config.api_key == "pal_other"
+    # Both variables set: the key beats the key file, as in the CLI and Go.
+    monkeypatch.setenv("PALISADE_API_KEY_FILE", cluster.env()["PALISADE_API_KEY_FILE"])
+    assert palisade.Client.from_env().config.api_key == "pal_other"
+    # An option beats both variables.
+    assert palisade.Client.from_env(api_key="pal_opt").config.api_key == "pal_opt"
+    chosen = palisade.Client.from_env(api_key_file=cluster.env()["PALISADE_API_KEY_FILE"])
+    assert chosen.config.api_key == cluster.api_key
     monkeypatch.setenv("PALISADE_API_KEY_FILE", "/nonexistent/key")
     monkeypatch.delenv("PALISADE_API_KEY")
     with pytest.raises(palisade.BadRequest):

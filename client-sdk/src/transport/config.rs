@@ -129,7 +129,8 @@ impl ClientConfig {
     /// `PALISADE_ELECTION` (comma-separated URLs; default the `palisade dev`
     /// nodes on 127.0.0.1:7001-7003), `PALISADE_GATEWAY` (default
     /// `http://127.0.0.1:8080`), `PALISADE_CA` (a CA file), `PALISADE_API_KEY`
-    /// or `PALISADE_API_KEY_FILE` (the API key), `PALISADE_CLIENT_CERT` and
+    /// or `PALISADE_API_KEY_FILE` (the API key; with both set the key wins,
+    /// as in the CLI and the Python and Go SDKs), `PALISADE_CLIENT_CERT` and
     /// `PALISADE_CLIENT_KEY` (a client certificate and its key, PEM files).
     ///
     /// # Errors

@@ -186,8 +186,9 @@ class Client:
         (default ``http://127.0.0.1:8080``), ``PALISADE_CA`` (a CA file),
         ``PALISADE_CLIENT_CERT`` and ``PALISADE_CLIENT_KEY`` (a client
         certificate), ``PALISADE_API_KEY`` or ``PALISADE_API_KEY_FILE`` (the
-        API key).
-        Keyword ``options`` are passed on to the constructor and win."""
+        API key; with both set the key wins).
+        Keyword ``options`` are passed on to the constructor and win: an
+        ``api_key`` or ``api_key_file`` option beats both variables."""
 
         def var(name: str) -> Optional[str]:
             value = os.environ.get(name)
@@ -199,8 +200,13 @@ class Client:
             "client_cert": var("PALISADE_CLIENT_CERT"),
             "client_key": var("PALISADE_CLIENT_KEY"),
         }
+        # A key given as an option (api_key or api_key_file) beats both
+        # variables; of the variables, the key beats the key file (as the
+        # CLI and the Rust and Go SDKs read them).
         key = var("PALISADE_API_KEY")
-        if key is not None:
+        if "api_key" in options or "api_key_file" in options:
+            pass
+        elif key is not None:
             kwargs["api_key"] = key.splitlines()[0] if key.strip() else key
         else:
             kwargs["api_key_file"] = var("PALISADE_API_KEY_FILE")
