@@ -51,6 +51,12 @@ pub struct ScaleBench {
     /// The nodes' `--reclaim-after-ms`.
     #[arg(long, default_value_t = 10_000)]
     reclaim_after_ms: u64,
+    /// The nodes' `--max-requests` (0: the node's default, 4 096, whose
+    /// pool for calls that wait — an eighth of it, 512 per node — holds
+    /// about a third of 5 000 watchers: the rest are refused 429 and come
+    /// back after `Retry-After` all through the run).
+    #[arg(long, default_value_t = 0)]
+    max_requests: u64,
     /// Renewing tasks.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -174,6 +180,10 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
         if args.snapshot_every > 0 {
             node.args.push("--snapshot-every".into());
             node.args.push(args.snapshot_every.to_string());
+        }
+        if args.max_requests > 0 {
+            node.args.push("--max-requests".into());
+            node.args.push(args.max_requests.to_string());
         }
     }
     let client = http_client(Duration::from_secs(10), 256)?;
