@@ -8,20 +8,10 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{gateway_for, get_json, http_client, node_setup, sdk, spawn_node, Cluster};
+use support::{gateway_for, http_client, node_setup, published_kids, sdk, spawn_node, Cluster};
 
 /// Clusters are heavy on a 2-core machine: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn published_kids(client: &reqwest::Client, base: &str) -> Vec<String> {
-    let jwks: Value = get_json(client, &format!("{base}/v1/jwks"), "jwks").await;
-    jwks["keys"]
-        .as_array()
-        .expect("keys")
-        .iter()
-        .filter_map(|k| k["kid"].as_str().map(str::to_owned))
-        .collect()
-}
 
 fn kid_of(jwt: &str) -> String {
     let header = jsonwebtoken::decode_header(jwt).expect("header");

@@ -15,7 +15,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
 use palisade_client::postgres::{self, tokio_postgres};
-use palisade_client::{Client, Error};
+use palisade_client::Error;
 use serde_json::{json, Value};
 use support::pg::PgServer;
 use support::{http_client, node_setup, sdk, Cluster};
@@ -515,7 +515,7 @@ async fn rotation_and_retirement_reach_the_database() {
 
     let old_kid = parts(&old_jwt).0["kid"].as_str().expect("kid").to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while published(&client).await.contains(&old_kid) {
+    while support::kids_of(&client.jwks().await.expect("jwks")).contains(&old_kid) {
         assert!(Instant::now() < deadline, "the old key was never retired");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -560,16 +560,6 @@ async fn fence_once(
     let fenced = postgres::fence(&tx, lease, &jwt).await;
     tx.rollback().await.expect("rollback");
     fenced
-}
-
-async fn published(client: &Client) -> Vec<String> {
-    let jwks = client.jwks().await.expect("jwks");
-    jwks["keys"]
-        .as_array()
-        .expect("keys")
-        .iter()
-        .filter_map(|k| k["kid"].as_str().map(str::to_owned))
-        .collect()
 }
 
 /// `palisade.ed_verify` (RFC 8032 in PL/pgSQL) against ed25519-dalek:

@@ -25,7 +25,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{gateway_for, get_json, node_setup, spawn_node, Cluster, Process};
+use support::{gateway_for, node_setup, published_kids, spawn_node, Cluster, Process};
 
 #[test]
 fn a_lagging_node_never_brings_a_retired_key_back() {
@@ -48,7 +48,7 @@ async fn run() {
     let mut spec = gateway_for(&cluster, &dir.path().join("gateway"));
     spec.args = vec!["--jwks-refresh-ms".into(), "200".into()];
     let mut gateway = spawn_node(spec);
-    let first = published(&http, &cluster.url(1)).await;
+    let first = published_kids(&http, &cluster.url(1)).await;
     assert_eq!(first.len(), 1, "one key before the rotation: {first:?}");
     let first = first[0].clone();
     wait_trusting(&http, &gateway, &first).await;
@@ -73,11 +73,11 @@ async fn run() {
 
     // The majority retires the first key; node 1 still publishes it.
     let retired_by = Instant::now() + Duration::from_secs(30);
-    while published(&http, &base).await.contains(&first) {
+    while published_kids(&http, &base).await.contains(&first) {
         assert!(Instant::now() < retired_by, "{first} never retired");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let lagging = published(&http, &cluster.url(1)).await;
+    let lagging = published_kids(&http, &cluster.url(1)).await;
     assert_eq!(lagging, vec![first.clone()], "node 1 is not lagging");
 
     // The gateway takes the retirement, then never trusts the key again
@@ -105,24 +105,11 @@ async fn run() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        published(&http, &cluster.url(1)).await,
+        published_kids(&http, &cluster.url(1)).await,
         vec![first],
         "node 1 stopped lagging during the test"
     );
     netns::heal();
-}
-
-/// The key ids `/v1/jwks` of the node at `base` publishes.
-async fn published(http: &reqwest::Client, base: &str) -> Vec<String> {
-    let jwks: Value = get_json(http, &format!("{base}/v1/jwks"), "jwks").await;
-    let mut kids: Vec<String> = jwks["keys"]
-        .as_array()
-        .expect("keys")
-        .iter()
-        .filter_map(|k| k["kid"].as_str().map(str::to_owned))
-        .collect();
-    kids.sort();
-    kids
 }
 
 /// The key ids the gateway trusts now (`/readyz`).

@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 pub use tokio_postgres;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client as PgClient, Transaction};
 
 use crate::error::Error;
@@ -256,24 +257,15 @@ pub(crate) async fn call_fence(
     let idle_ms = idle.map(|idle| idle.as_millis().max(1).to_string());
     let set_idle = ", pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true)";
     let tail = if idle_ms.is_some() { set_idle } else { "" };
-    let (answered, token) = match proof {
-        Proof::Jwt(jwt) => {
-            let sql = format!("SELECT palisade.fence($1, $2){tail}");
-            let answered = match &idle_ms {
-                Some(ms) => tx.query_one(&sql, &[&lease, &jwt, ms]).await,
-                None => tx.query_one(&sql, &[&lease, &jwt]).await,
-            };
-            (answered, 0)
-        }
-        Proof::Trusted(token) => {
-            let signed = check(lease, token)?;
-            let sql = format!("SELECT palisade.fence_unverified($1, $2){tail}");
-            let answered = match &idle_ms {
-                Some(ms) => tx.query_one(&sql, &[&lease, &signed, ms]).await,
-                None => tx.query_one(&sql, &[&lease, &signed]).await,
-            };
-            (answered, token)
-        }
+    // The proof and the function that checks it; one call either way.
+    let (function, token, value): (&str, u64, Box<dyn ToSql + Sync + Send>) = match proof {
+        Proof::Jwt(jwt) => ("fence", 0, Box::new(jwt.to_owned())),
+        Proof::Trusted(token) => ("fence_unverified", token, Box::new(check(lease, token)?)),
+    };
+    let sql = format!("SELECT palisade.{function}($1, $2){tail}");
+    let answered = match &idle_ms {
+        Some(ms) => tx.query_one(&sql, &[&lease, &*value, ms]).await,
+        None => tx.query_one(&sql, &[&lease, &*value]).await,
     };
     let row = answered.map_err(|e| fence_error(&e, token))?;
     let fenced: i64 = row.try_get(0).map_err(database)?;

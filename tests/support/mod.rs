@@ -440,6 +440,24 @@ pub async fn acquire(
     panic!("acquire of {lease} at {base} kept answering 503: {last}");
 }
 
+/// The key ids a JWKS document publishes, sorted.
+pub fn kids_of(jwks: &serde_json::Value) -> Vec<String> {
+    let mut kids: Vec<String> = jwks["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .filter_map(|k| k["kid"].as_str().map(str::to_owned))
+        .collect();
+    kids.sort();
+    kids
+}
+
+/// The key ids `base`'s `/v1/jwks` publishes now, sorted.
+pub async fn published_kids(http: &reqwest::Client, base: &str) -> Vec<String> {
+    let jwks: serde_json::Value = get_json(http, &format!("{base}/v1/jwks"), "jwks").await;
+    kids_of(&jwks)
+}
+
 /// GETs `url` and parses the JSON answer (any status), panicking with
 /// `what` if there is none.
 pub async fn get_json<T: serde::de::DeserializeOwned>(
