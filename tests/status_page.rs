@@ -475,6 +475,15 @@ async fn the_plots_show_a_scripted_load_and_a_lease_page_shows_its_history() {
         .eval("document.querySelectorAll('#plot-renewals line.leader-change').length")
         .await;
     assert!(marks.parse::<u32>().is_ok_and(|n| n >= 1), "marks: {marks}");
+    // The leases come before the plots, inside the first screen (the
+    // browser's window is 1200x900).
+    let leases_top = page
+        .eval("document.getElementById('leases').getBoundingClientRect().top < window.innerHeight")
+        .await;
+    assert_eq!(
+        leases_top, "true",
+        "the leases table is below the first screen"
+    );
     page.screenshot("plots").await;
 
     page.eval("document.querySelector('a[href=\"/ui/leases/plotted\"]').click(); true")

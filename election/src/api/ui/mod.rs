@@ -92,6 +92,20 @@ pub(super) async fn page(
     let sees_all = sees_all(&state, principal.as_ref().map(|p| &p.0));
     let mut html = head(&format!("Palisade node {}", state.config.id));
     node_section(&mut html, &state);
+    if state.config.policy.is_some() {
+        html.push_str(
+            "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
+             <button type=\"submit\">Sign out</button></form>",
+        );
+    }
+    // The leases first, where a screen shows them without scrolling; the
+    // plots below.
+    let rows = Rows {
+        prefix: &query.prefix,
+        after: query.after.as_deref(),
+        sees_all,
+    };
+    lease_section(&mut html, &state, &rows);
     if sees_all {
         plots::section(
             &mut html,
@@ -99,18 +113,6 @@ pub(super) async fn page(
             crate::signing::unix_ms(),
         );
     }
-    if state.config.policy.is_some() {
-        html.push_str(
-            "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
-             <button type=\"submit\">Sign out</button></form>",
-        );
-    }
-    let rows = Rows {
-        prefix: &query.prefix,
-        after: query.after.as_deref(),
-        sees_all,
-    };
-    lease_section(&mut html, &state, &rows);
     if let Some(reader) = &state.ui_gateway {
         gateway_fences(&mut html, reader, &query.prefix).await;
     }
