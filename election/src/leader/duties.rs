@@ -19,7 +19,7 @@ use super::retirement::KeyRetirer;
 use crate::lease_table::command::{Command, CommandResult, KeySecret};
 use crate::raft::applied::SharedState;
 use crate::raft::propose::{ProposeError, Proposer};
-use crate::raft::{leads, NodeId, Raft, TypeConfig};
+use crate::raft::{applied_in_term, leads, NodeId, Raft, TypeConfig};
 use crate::signing::generate_key;
 
 /// The most free leases one `Reclaim` entry names (and at most
@@ -178,6 +178,17 @@ impl LeaderDuties {
             return false;
         }
         if self.lessor.leading() != Some(metrics.current_term) {
+            // Not before it applied an entry of its term: the promotion's
+            // first scan must find every grant earlier leaders committed,
+            // each of which gets the takeover's grace (a grant applied
+            // after the scan would get its ttl alone, short of what the old
+            // leader may have renewed it to on its lease). Until then this
+            // node proposes no expiry.
+            if !applied_in_term(metrics) {
+                // An earlier term's tracking means nothing now.
+                self.lessor.demote();
+                return false;
+            }
             tracing::info!(
                 term = metrics.current_term,
                 "became leader: every held lease gets a full ttl from now"

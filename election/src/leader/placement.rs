@@ -179,6 +179,13 @@ pub async fn place_leadership(
         if let Err(err) = raft.trigger().transfer_leader(to).await {
             tracing::warn!(%err, to, "leadership transfer failed");
         }
+        // openraft runs the transfer on whatever leadership the node has
+        // when its core takes the command: leading a newer term by then,
+        // renewals stop for that one too.
+        let now = raft.metrics().borrow_watched().clone();
+        if crate::raft::leads(&now) && now.current_term != metrics.current_term {
+            handoff.begin(now.current_term, to);
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::Instant as _;
 use tokio::time::Instant;
 
-use super::{leads, NodeId, Raft, TypeConfig};
+use super::{applied_in_term, leads, NodeId, Raft, TypeConfig};
 
 /// When renewals may be answered, from the timing every voter shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,10 +228,7 @@ impl FactSource for RaftFacts<'_> {
         Facts {
             leads: leads(&metrics),
             sole_voter,
-            applied_in_term: metrics
-                .last_applied
-                .as_ref()
-                .is_some_and(|id| id.leader_id.term == term),
+            applied_in_term: applied_in_term(&metrics),
             ack_age: metrics.last_quorum_acked.as_ref().map(|at| at.elapsed()),
             handing_to: self.handoff.during(term),
         }

@@ -18,7 +18,7 @@ pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 
-pub use types::{acting, leads, Acting, NodeId, TypeConfig};
+pub use types::{acting, applied_in_term, leads, Acting, NodeId, TypeConfig};
 
 /// The Raft instance of a node.
 pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;

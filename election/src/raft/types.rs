@@ -24,6 +24,16 @@ pub fn leads(metrics: &openraft::RaftMetrics<TypeConfig>) -> bool {
     metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(metrics.id)
 }
 
+/// Whether the node of `metrics` applied an entry of its current term (a
+/// leader's first is its blank one), so its table holds everything earlier
+/// leaders committed.
+pub fn applied_in_term(metrics: &openraft::RaftMetrics<TypeConfig>) -> bool {
+    metrics
+        .last_applied
+        .as_ref()
+        .is_some_and(|id| id.leader_id.term == metrics.current_term)
+}
+
 /// What a node's own metrics say of its leadership, with openraft's leader
 /// lease taken into account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
