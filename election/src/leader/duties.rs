@@ -164,38 +164,11 @@ impl LeaderDuties {
         }
     }
 
-    /// Promotes or demotes the lessor to match `metrics`; true if this node
-    /// leads.
+    /// Promotes or demotes the lessor to match `metrics`
+    /// ([`follow_leadership`]); true if this node leads and its lessor with
+    /// it.
     fn track_leadership(&self, metrics: &RaftMetrics<TypeConfig>) -> bool {
-        if !leads(metrics) {
-            if self.lessor.leading().is_some() {
-                tracing::info!(
-                    term = metrics.current_term,
-                    "no longer leader: lease expiry stops here"
-                );
-            }
-            self.lessor.demote();
-            return false;
-        }
-        if self.lessor.leading() != Some(metrics.current_term) {
-            // Not before it applied an entry of its term: the promotion's
-            // first scan must find every grant earlier leaders committed,
-            // each of which gets the takeover's grace (a grant applied
-            // after the scan would get its ttl alone, short of what the old
-            // leader may have renewed it to on its lease). Until then this
-            // node proposes no expiry.
-            if !applied_in_term(metrics) {
-                // An earlier term's tracking means nothing now.
-                self.lessor.demote();
-                return false;
-            }
-            tracing::info!(
-                term = metrics.current_term,
-                "became leader: every held lease gets a full ttl from now"
-            );
-            self.lessor.promote(metrics.current_term);
-        }
-        true
+        follow_leadership(&self.lessor, metrics)
     }
 
     /// Proposes one `Reclaim` of `leases`.
@@ -267,5 +240,74 @@ impl LeaderDuties {
             }
             drop(in_flight);
         });
+    }
+}
+
+/// Promotes or demotes `lessor` to match `metrics`; true if the node leads
+/// and its lessor with it. A new leader's lessor is promoted only once the
+/// node applied an entry of its term: the promotion's first scan must find
+/// every grant earlier leaders committed, each of which gets the takeover's
+/// grace (a grant applied after the scan would get its ttl alone, short of
+/// what the old leader may have renewed it to on its lease). Until then the
+/// node proposes no expiry.
+fn follow_leadership(lessor: &Lessor, metrics: &RaftMetrics<TypeConfig>) -> bool {
+    if !leads(metrics) {
+        if lessor.leading().is_some() {
+            tracing::info!(
+                term = metrics.current_term,
+                "no longer leader: lease expiry stops here"
+            );
+        }
+        lessor.demote();
+        return false;
+    }
+    if lessor.leading() != Some(metrics.current_term) {
+        if !applied_in_term(metrics) {
+            // An earlier term's tracking means nothing now.
+            lessor.demote();
+            return false;
+        }
+        tracing::info!(
+            term = metrics.current_term,
+            "became leader: every held lease gets a full ttl from now"
+        );
+        lessor.promote(metrics.current_term);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::log_id;
+    use openraft::ServerState;
+
+    use super::*;
+
+    /// Node 1's metrics: leading `term` (or not), its last applied entry
+    /// of `applied_term`.
+    fn metrics(leads: bool, term: u64, applied_term: u64) -> RaftMetrics<TypeConfig> {
+        let mut m = RaftMetrics::new_initial(1);
+        m.current_term = term;
+        if leads {
+            m.state = ServerState::Leader;
+            m.current_leader = Some(1);
+        }
+        m.last_applied = Some(log_id::<TypeConfig>(applied_term, 1, 7));
+        m
+    }
+
+    #[test]
+    fn a_new_leader_promotes_its_lessor_only_once_it_applied_an_entry_of_its_term() {
+        let lessor = Lessor::default();
+        assert!(!follow_leadership(&lessor, &metrics(true, 3, 2)));
+        assert_eq!(lessor.leading(), None, "not before its blank entry applied");
+        assert!(follow_leadership(&lessor, &metrics(true, 3, 3)));
+        assert_eq!(lessor.leading(), Some(3));
+        // Leading again in a later term, not yet applied there: the old
+        // term's tracking is dropped, not kept.
+        assert!(!follow_leadership(&lessor, &metrics(true, 5, 3)));
+        assert_eq!(lessor.leading(), None);
+        assert!(!follow_leadership(&lessor, &metrics(false, 6, 6)));
+        assert_eq!(lessor.leading(), None);
     }
 }
