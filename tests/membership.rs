@@ -73,6 +73,14 @@ async fn a_wiped_node_is_shut_out_until_replaced_and_then_catches_up() {
     let jwks: Value = get_json(&client, &format!("{}/v1/jwks", cluster.url(leader)), "jwks").await;
     let followers: Vec<u64> = cluster.ids().filter(|id| *id != leader).collect();
     let (wiped, other) = (followers[0], followers[1]);
+    // The followers must have met (each remembers the other's incarnation)
+    // before one loses its disk, or the other learns the wiped node's new
+    // incarnation as its first and counts its vote: Raft never makes two
+    // followers talk, `peer/acquaint.rs` does, every 100 ms from a node's
+    // start. A CI run wiped a node before they had met (the other then
+    // elected a leader with the wiped node's vote). Twenty rounds of it;
+    // nothing on the client API shows what a node has met yet.
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The follower loses its disk and comes back with its old flags.
     cluster.kill(wiped);
