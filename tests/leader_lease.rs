@@ -62,17 +62,7 @@ async fn run() {
     let http = support::http_client();
     let leader = cluster.settled_leader(&http).await;
     let url = cluster.url(leader);
-    let (status, grant) = support::acquire(&http, &url, "orders", "A", 30_000).await;
-    assert_eq!(status, 200, "{grant}");
-    let sent: Sent = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renewer = tokio::spawn(renew_every(
-        Duration::from_millis(20),
-        url.clone(),
-        grant["token"].as_u64().expect("token"),
-        sent.clone(),
-        stop.clone(),
-    ));
+    let renewing = Renewing::start(&http, &url, Duration::from_millis(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
@@ -102,11 +92,9 @@ async fn run() {
     // Past the cut-off leader's patience (a second of silence), so the
     // renewals it got after the cut are refused, not just waiting.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    renewer.await.expect("renewer");
+    let sent = renewing.finish().await;
     netns::heal();
 
-    let sent = sent.lock().expect("sent").clone();
     answered_none_after(&sent, cut, cut + RENEW_LEASE, "the cut");
     let refused = sent
         .iter()
@@ -161,26 +149,14 @@ async fn a_frozen_leader_renews_nothing_after_its_lease() {
     let http = support::http_client();
     let leader = cluster.settled_leader(&http).await;
     let url = cluster.url(leader);
-    let (status, grant) = support::acquire(&http, &url, "orders", "A", 30_000).await;
-    assert_eq!(status, 200, "{grant}");
-    let sent: Sent = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renewer = tokio::spawn(renew_every(
-        Duration::from_millis(10),
-        url,
-        grant["token"].as_u64().expect("token"),
-        sent.clone(),
-        stop.clone(),
-    ));
+    let renewing = Renewing::start(&http, &url, Duration::from_millis(10)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let frozen = Instant::now();
     cluster.pause(leader).expect("SIGSTOP");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     cluster.resume(leader).expect("SIGCONT");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    renewer.await.expect("renewer");
-    let sent = sent.lock().expect("sent").clone();
+    let sent = renewing.finish().await;
     answered_none_after(&sent, frozen, frozen + RENEW_LEASE, "the freeze");
 }
 
@@ -213,17 +189,7 @@ async fn a_leader_handing_over_renews_nothing_once_its_successor_leads() {
         .await
         .expect("node 1 or 2 leads without node 3");
     let url = cluster.url(old);
-    let (status, grant) = support::acquire(&http, &url, "orders", "A", 30_000).await;
-    assert_eq!(status, 200, "{grant}");
-    let sent: Sent = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renewer = tokio::spawn(renew_every(
-        Duration::from_millis(2),
-        url,
-        grant["token"].as_u64().expect("token"),
-        sent.clone(),
-        stop.clone(),
-    ));
+    let renewing = Renewing::start(&http, &url, Duration::from_millis(2)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restarted = Instant::now();
     cluster.start_node(3).expect("restart node 3");
@@ -233,9 +199,7 @@ async fn a_leader_handing_over_renews_nothing_once_its_successor_leads() {
         seen_leading.duration_since(restarted)
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    renewer.await.expect("renewer");
-    let sent = sent.lock().expect("sent").clone();
+    let sent = renewing.finish().await;
     answered_none_after(&sent, restarted, seen_leading, "node 3's restart");
     let handing = sent
         .iter()
@@ -258,6 +222,39 @@ async fn leading_seen(http: &reqwest::Client, url: &str) -> Instant {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     panic!("node 3 was not seen leading within 20 s of its restart");
+}
+
+/// A client renewing A's grant of `orders` at one node all through a test.
+struct Renewing {
+    sent: Sent,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Renewing {
+    /// Acquires `orders` for A at `url` (ttl 30 s) and renews it there every
+    /// `period` ([`renew_every`]).
+    async fn start(http: &reqwest::Client, url: &str, period: Duration) -> Self {
+        let (status, grant) = support::acquire(http, url, "orders", "A", 30_000).await;
+        assert_eq!(status, 200, "{grant}");
+        let sent: Sent = Arc::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn(renew_every(
+            period,
+            url.to_owned(),
+            grant["token"].as_u64().expect("token"),
+            sent.clone(),
+            stop.clone(),
+        ));
+        Self { sent, stop, task }
+    }
+
+    /// Stops renewing; what was sent, and how each was answered.
+    async fn finish(self) -> Vec<(Instant, u16, String)> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("renewer");
+        self.sent.lock().expect("sent").clone()
+    }
 }
 
 /// Renews `token` of `orders` for A at `url` every `period` until `stop`,
