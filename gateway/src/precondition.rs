@@ -88,9 +88,17 @@ mod tests {
         map
     }
 
+    /// Headers sent, whether the write is a DELETE, the precondition (`None`:
+    /// refused).
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        bool,
+        Option<Precondition>,
+    );
+
     #[test]
     fn conditional_headers_become_preconditions() {
-        let cases: [(&[(&str, &str)], bool, Option<Precondition>); 12] = [
+        let cases: [Case; 12] = [
             (&[], false, Some(Precondition::Any)),
             (
                 &[("if-match", "12")],
