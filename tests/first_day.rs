@@ -684,3 +684,145 @@ fn dev_restarts_a_node_that_died_up_to_its_limit() {
         }
     }
 }
+
+/// The gateway as a store, from the CLI: a create-only write, a write and
+/// a delete conditional on the version (412 and nothing changed when it
+/// moved on), `object head`, and a listing that pages through a prefix.
+#[test]
+fn the_gateway_is_a_store_from_the_cli() {
+    let dev = Dev::start(&[]);
+    let grant = dev.acquire("shelf", "A");
+    let jwt = grant["jwt"].as_str().expect("jwt").to_owned();
+    let write = |args: &[&str]| {
+        let mut all = vec!["object"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--jwt", &jwt]);
+        dev.cli(&all)
+    };
+    let json = |out: &Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_str(&text(&out.stdout)).expect("JSON")
+    };
+    let precondition_failed = |out: Output| {
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+        let said = text(&out.stderr);
+        assert!(said.contains("412 precondition_failed"), "{said}");
+    };
+    let created = json(&write(&[
+        "put",
+        "shelf/a",
+        "--value",
+        "one",
+        "--if-absent",
+        "--json",
+    ]));
+    let v1 = created["version"].as_u64().expect("version").to_string();
+    precondition_failed(write(&["put", "shelf/a", "--value", "two", "--if-absent"]));
+    let head = json(&dev.cli(&["object", "head", "shelf/a", "--json"]));
+    assert_eq!(
+        (head["version"].to_string(), &head["size"]),
+        (v1.clone(), &3.into()),
+        "{head}"
+    );
+    let replaced = json(&write(&[
+        "put",
+        "shelf/a",
+        "--value",
+        "two",
+        "--if-match",
+        &v1,
+        "--json",
+    ]));
+    let v2 = replaced["version"].as_u64().expect("version").to_string();
+    precondition_failed(write(&[
+        "put",
+        "shelf/a",
+        "--value",
+        "three",
+        "--if-match",
+        &v1,
+    ]));
+    precondition_failed(write(&["delete", "shelf/a", "--if-match", &v1]));
+    assert_eq!(dev.ok(&["object", "get", "shelf/a"]), "two\n");
+    write(&["delete", "shelf/a", "--if-match", &v2]);
+    let said = dev.refused(&["object", "head", "shelf/a"]);
+    assert!(said.contains("404 not_found"), "{said}");
+
+    for key in ["shelf/b", "shelf/c", "shelf/d"] {
+        assert!(write(&["put", key, "--value", key]).status.success());
+    }
+    let page = dev.cli(&["object", "list", "--prefix", "shelf/", "--limit", "2"]);
+    let listed: Vec<String> = text(&page.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed[0].starts_with("shelf/b\tversion "), "{listed:?}");
+    assert!(text(&page.stderr).contains("more follow: --after shelf/c"));
+    let all = dev.ok(&[
+        "object", "list", "--prefix", "shelf/", "--limit", "2", "--all",
+    ]);
+    let keys: Vec<&str> = all.lines().filter_map(|l| l.split('\t').next()).collect();
+    assert_eq!(keys, ["shelf/b", "shelf/c", "shelf/d"]);
+}
+
+/// The same from the Rust SDK, typed: `Error::PreconditionFailed` with the
+/// version now (the lease still held), `head_object`, `list_objects`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_is_a_store_from_the_sdk() {
+    use palisade_client::{Client, ClientConfig, Error, Precondition};
+    let dev = tokio::task::spawn_blocking(|| Dev::start(&[]))
+        .await
+        .expect("dev");
+    let key = std::fs::read_to_string(dev.key_file()).expect("admin key");
+    let config = ClientConfig::new(dev.var("PALISADE_ELECTION").split(','))
+        .with_gateway(dev.var("PALISADE_GATEWAY"))
+        .with_api_key(key.trim())
+        .expect("key");
+    let client = Client::new(config);
+    let lease = client
+        .acquire("pantry", "S", Duration::from_secs(10), None)
+        .await
+        .expect("acquire");
+    let created = lease
+        .put_if("pantry/jam", "one", Precondition::Absent)
+        .await
+        .expect("created");
+    match lease
+        .put_if("pantry/jam", "two", Precondition::Absent)
+        .await
+    {
+        Err(Error::PreconditionFailed {
+            key,
+            current_version,
+        }) => assert_eq!(
+            (key.as_str(), current_version),
+            ("pantry/jam", Some(created.version))
+        ),
+        other => panic!("expected a failed precondition, got {other:?}"),
+    }
+    assert!(lease.is_held(), "a failed precondition is not a lost lease");
+    let head = client
+        .head_object("pantry/jam")
+        .await
+        .expect("head")
+        .expect("there");
+    assert_eq!(
+        (head.version, head.token, head.size),
+        (created.version, lease.token(), 3)
+    );
+    lease.put("pantry/tea", "x").await.expect("put");
+    let page = client.list_objects("pantry/", None, 1).await.expect("list");
+    assert_eq!(page.objects[0].key, "pantry/jam");
+    assert_eq!(page.next.as_deref(), Some("pantry/jam"));
+    let rest = client
+        .list_objects("pantry/", page.next.as_deref(), 10)
+        .await
+        .expect("list");
+    assert_eq!((rest.objects.len(), rest.next), (1, None));
+    let deleted = lease
+        .delete_if("pantry/jam", Precondition::Version(created.version))
+        .await
+        .expect("deleted");
+    assert!(deleted.deleted);
+    assert_eq!(client.head_object("pantry/jam").await.expect("head"), None);
+    lease.release().await.expect("release");
+    drop(dev);
+}

@@ -10,6 +10,7 @@ use crate::acquire::{acquire, AcquireOptions};
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::model::{Grant, GrantId, LeaseInfo, Object, Transition};
+use crate::objects::{ObjectInfo, ObjectPage};
 use crate::renew_queue::RenewQueue;
 use crate::transport::answer::Answer;
 use crate::transport::config::ClientConfig;
@@ -360,6 +361,32 @@ impl Client {
     /// [`Error::Unavailable`].
     pub async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
         self.transport.get_object(key).await
+    }
+
+    /// What `key` is, without its bytes (`HEAD`): its version, token and
+    /// size; `None` when there is no object.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`]; [`Error::Unauthorized`]/[`Error::Forbidden`]
+    /// under a policy.
+    pub async fn head_object(&self, key: &str) -> Result<Option<ObjectInfo>, Error> {
+        self.transport.head_object(key).await
+    }
+
+    /// One page (at most `limit`, 1..=1000) of the objects whose keys start
+    /// with `prefix`, after `after`, in key order; pass the page's `next`
+    /// as `after` for the next one.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for a limit out of range; as
+    /// [`Client::head_object`].
+    pub async fn list_objects(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectPage, Error> {
+        self.transport.list_objects(prefix, after, limit).await
     }
 
     async fn get_json(&self, path: &str, extra: Duration) -> Result<Answer, Error> {

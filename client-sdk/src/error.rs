@@ -38,6 +38,18 @@ pub enum Error {
         /// The fence that refused it.
         fence: u64,
     },
+    /// A conditional write (`Lease::put_if`, `Lease::delete_if`) found the
+    /// object not as required; nothing changed. Not a lost lease.
+    #[error("precondition failed at {key:?}: {}", match current_version {
+        Some(v) => format!("the object is at version {v}"),
+        None => "there is no object".to_owned(),
+    })]
+    PreconditionFailed {
+        /// The key written.
+        key: String,
+        /// The object's version now; `None` when there is no object.
+        current_version: Option<u64>,
+    },
     /// The server refused the request as malformed; retrying will not help.
     #[error("bad request: {0}")]
     BadRequest(String),

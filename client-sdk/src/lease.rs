@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::model::{encode_key, Grant, GrantId, Object};
+use crate::model::{Grant, GrantId, Object};
 use crate::renew_queue::RenewQueue;
 use crate::transport::config::ClientConfig;
 use crate::transport::Transport;
@@ -178,36 +178,6 @@ impl Lease {
         let _ = lost.wait_for(|&l| l).await;
     }
 
-    /// Writes `value` at `key` (whose first segment must be this lease's name)
-    /// through the gateway, stamped with the lease token. Refused locally,
-    /// with nothing sent, once the lease is not held.
-    ///
-    /// # Errors
-    /// [`Error::LeaseLost`] (locally), [`Error::Fenced`] (a newer holder has
-    /// written; the lease is marked lost), [`Error::Unavailable`].
-    pub async fn put(&self, key: &str, value: impl Into<Bytes>) -> Result<Value, Error> {
-        let value = value.into();
-        self.gateway_write(
-            reqwest::Method::PUT,
-            &format!("/v1/objects/{}", encode_key(key)),
-            Some(value),
-        )
-        .await
-    }
-
-    /// Deletes `key` through the gateway (fenced like [`Lease::put`]).
-    ///
-    /// # Errors
-    /// As [`Lease::put`].
-    pub async fn delete(&self, key: &str) -> Result<Value, Error> {
-        self.gateway_write(
-            reqwest::Method::DELETE,
-            &format!("/v1/objects/{}", encode_key(key)),
-            None,
-        )
-        .await
-    }
-
     /// Raises the gateway fence of this lease to its token.
     ///
     /// # Errors
@@ -217,6 +187,7 @@ impl Lease {
             .gateway_write(
                 reqwest::Method::POST,
                 &format!("/v1/fences/{}", self.shared.id.lease),
+                &[],
                 None,
             )
             .await?;
@@ -232,17 +203,20 @@ impl Lease {
         self.shared.transport.get_object(key).await
     }
 
-    async fn gateway_write(
+    /// One fenced gateway request with this lease's JWT (refused locally
+    /// once it is not held); a stale token marks the lease lost.
+    pub(crate) async fn gateway_write(
         &self,
         method: reqwest::Method,
         path: &str,
+        headers: &[(&'static str, String)],
         body: Option<Bytes>,
     ) -> Result<Value, Error> {
         let jwt = self.shared.held_jwt()?;
         let written = self
             .shared
             .transport
-            .gateway_write(&jwt, method, path, body)
+            .gateway_write(&jwt, method, path, headers, body)
             .await;
         let Err(error) = written else {
             return written;

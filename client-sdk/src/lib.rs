@@ -40,6 +40,7 @@ mod error;
 mod hedge;
 mod lease;
 mod model;
+mod objects;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod renew_batch;
@@ -53,6 +54,7 @@ pub use elector::{Elector, ElectorEvent};
 pub use error::Error;
 pub use lease::Lease;
 pub use model::{encode_key, Grant, GrantId, LeaseInfo, Object, Transition};
+pub use objects::{Deleted, ObjectInfo, ObjectPage, Precondition, Written};
 pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;
 pub use transport::config::{ApiKey, ClientConfig, ClientIdentity, API_KEY_HEADER};

@@ -8,6 +8,7 @@
 
 pub(crate) mod answer;
 pub(crate) mod config;
+mod gateway;
 mod nodes;
 pub(crate) mod release_gates;
 
@@ -19,7 +20,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::error::Error;
-use crate::model::{encode_key, GrantId, Object};
+use crate::model::GrantId;
 use answer::Answer;
 use config::{ClientConfig, API_KEY_HEADER};
 use nodes::NodeIds;
@@ -286,74 +287,6 @@ impl Transport {
             200 => Ok(()),
             _ => Err(answer.error()),
         }
-    }
-
-    /// The gateway URL, or an error if none is configured.
-    fn gateway(&self) -> Result<&str, Error> {
-        self.config
-            .gateway
-            .as_deref()
-            .map(|g| g.trim_end_matches('/'))
-            .ok_or_else(|| Error::BadRequest("no gateway configured".into()))
-    }
-
-    /// Reads `key` through the gateway.
-    pub(crate) async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
-        let url = format!("{}/v1/objects/{}", self.gateway()?, encode_key(key));
-        let response = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| unavailable(&url, &e))?;
-        match response.status().as_u16() {
-            200 => {
-                let header = |name: &str| {
-                    response
-                        .headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned()
-                };
-                let version = header("etag");
-                let token = header("fencing-token").parse().unwrap_or(0);
-                let value = response.bytes().await.map_err(|e| unavailable(&url, &e))?;
-                Ok(Some(Object {
-                    value,
-                    version,
-                    token,
-                }))
-            }
-            404 => Ok(None),
-            status => {
-                let body = response.json().await.unwrap_or(Value::Null);
-                Err(Answer { status, body }.error())
-            }
-        }
-    }
-
-    /// One fenced gateway request stamped with `jwt`; the answer's JSON body
-    /// on 200, the mapped error otherwise.
-    pub(crate) async fn gateway_write(
-        &self,
-        jwt: &str,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Bytes>,
-    ) -> Result<Value, Error> {
-        let url = format!("{}{path}", self.gateway()?);
-        let mut request = self.http.request(method, &url).bearer_auth(jwt);
-        if let Some(body) = body {
-            request = request.body(body);
-        }
-        let response = request.send().await.map_err(|e| unavailable(&url, &e))?;
-        let status = response.status().as_u16();
-        let body = response.json().await.unwrap_or(Value::Null);
-        if status == 200 {
-            return Ok(body);
-        }
-        Err(Answer { status, body }.error())
     }
 
     /// The release gate of `lease` and `holder` (see [`ReleaseGates`]).

@@ -1,4 +1,6 @@
-//! `palisade object put|get|delete`.
+//! `palisade object put|get|head|delete|list`: one function per
+//! subcommand, each one gateway request (a listing with `--all` one per
+//! page).
 
 use crate::output::say;
 use std::io::Read;
@@ -6,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Subcommand;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
 
 use super::http::{encode_key, error_line, report, GatewayTarget, TokenArgs};
 
@@ -22,6 +25,11 @@ pub enum ObjectCommand {
         /// Read the value from this file (`-` for stdin, the default).
         #[arg(long)]
         file: Option<PathBuf>,
+        #[command(flatten)]
+        condition: Condition,
+        /// Write only if there is no object at the key (`If-None-Match: *`).
+        #[arg(long, conflicts_with = "if_match")]
+        if_absent: bool,
         #[command(flatten)]
         token: TokenArgs,
         #[command(flatten)]
@@ -39,15 +47,52 @@ pub enum ObjectCommand {
         #[command(flatten)]
         target: GatewayTarget,
     },
+    /// Print what an object is without its value: version, token, size.
+    Head {
+        /// The key.
+        key: String,
+        #[command(flatten)]
+        target: GatewayTarget,
+    },
     /// Delete an object.
     Delete {
         /// The key.
         key: String,
         #[command(flatten)]
+        condition: Condition,
+        #[command(flatten)]
         token: TokenArgs,
         #[command(flatten)]
         target: GatewayTarget,
     },
+    /// List objects by key prefix, in key order: one line per object
+    /// (key, version, token, size), then the `--after` of the next page if
+    /// there is one.
+    List {
+        /// Keys that start with this (e.g. `orders/` or `ord`).
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Start after this key (the last page's next).
+        #[arg(long)]
+        after: Option<String>,
+        /// Objects per page, 1..=1000.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Follow every page to the end of the prefix.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        target: GatewayTarget,
+    },
+}
+
+/// A write's condition on the object it replaces.
+#[derive(Debug, Args)]
+pub struct Condition {
+    /// Write only if the object is at this version (as `object head` or
+    /// `get --json` shows it), or `*`: only if it exists (`If-Match`).
+    #[arg(long, value_name = "VERSION|*")]
+    if_match: Option<String>,
 }
 
 pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
@@ -56,89 +101,246 @@ pub async fn run(command: ObjectCommand) -> anyhow::Result<ExitCode> {
             key,
             value,
             file,
+            condition,
+            if_absent,
             token,
             target,
         } => {
-            let body = match (value, file) {
-                (Some(value), _) => value.into_bytes(),
-                (None, Some(path)) if path.as_os_str() != "-" => std::fs::read(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?,
-                _ => {
-                    let mut buf = Vec::new();
-                    std::io::stdin()
-                        .read_to_end(&mut buf)
-                        .context("cannot read stdin")?;
-                    buf
-                }
-            };
-            let response = target
-                .client()?
-                .put(target.url(&format!("/v1/objects/{}", encode_key(&key))))
-                .header("authorization", token.bearer()?)
-                .body(body)
-                .send()
-                .await
-                .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
-            report(response, target.json, |b| {
-                format!(
-                    "wrote {} version {} with token {}",
-                    b["key"], b["version"], b["token"]
-                )
-            })
-            .await
+            let body = value_of(value, file)?;
+            put(&key, body, &condition, if_absent, &token, &target).await
         }
-        ObjectCommand::Get { key, raw, target } => {
-            let response = target
-                .client()?
-                .get(target.url(&format!("/v1/objects/{}", encode_key(&key))))
-                .send()
-                .await
-                .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
-            let status = response.status();
-            if !status.is_success() {
-                let body = response.json().await.unwrap_or_default();
-                eprintln!("{}", error_line(status, &body));
-                return Ok(ExitCode::FAILURE);
-            }
-            // Numbers, as a write answers them.
-            let number = |name: &str| {
-                let text = response.headers().get(name).and_then(|v| v.to_str().ok());
-                let text = text.unwrap_or("").trim_matches('"');
-                text.parse::<u64>()
-                    .map_or_else(|_| serde_json::json!(text), |n| serde_json::json!(n))
-            };
-            let (token, version) = (number("fencing-token"), number("etag"));
-            let bytes = response.bytes().await.context("cannot read the object")?;
-            if target.json {
-                say!(
-                    "{}",
-                    serde_json::json!({
-                        "key": key,
-                        "version": version,
-                        "token": token,
-                        "value": String::from_utf8_lossy(&bytes),
-                    })
-                );
-            } else {
-                crate::output::bytes(&printable(&bytes, raw));
-            }
-            Ok(ExitCode::SUCCESS)
+        ObjectCommand::Get { key, raw, target } => get(&key, raw, &target).await,
+        ObjectCommand::Head { key, target } => head(&key, &target).await,
+        ObjectCommand::Delete {
+            key,
+            condition,
+            token,
+            target,
+        } => delete(&key, &condition, &token, &target).await,
+        ObjectCommand::List {
+            prefix,
+            after,
+            limit,
+            all,
+            target,
+        } => list(&prefix, after, limit, all, &target).await,
+    }
+}
+
+/// The value to write: `--value`, else `--file`, else stdin.
+fn value_of(value: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Vec<u8>> {
+    Ok(match (value, file) {
+        (Some(value), _) => value.into_bytes(),
+        (None, Some(path)) if path.as_os_str() != "-" => {
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?
         }
-        ObjectCommand::Delete { key, token, target } => {
-            let response = target
-                .client()?
-                .delete(target.url(&format!("/v1/objects/{}", encode_key(&key))))
-                .header("authorization", token.bearer()?)
-                .send()
-                .await
-                .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
-            report(response, target.json, |b| {
-                format!(
-                    "deleted {} (existed: {}) with token {}",
-                    b["key"], b["deleted"], b["token"]
-                )
+        _ => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read stdin")?;
+            buf
+        }
+    })
+}
+
+/// The conditional headers of a write (the gateway judges them).
+fn conditional(
+    request: reqwest::RequestBuilder,
+    condition: &Condition,
+    if_absent: bool,
+) -> reqwest::RequestBuilder {
+    match (&condition.if_match, if_absent) {
+        (Some(tag), _) => request.header("if-match", tag.as_str()),
+        (None, true) => request.header("if-none-match", "*"),
+        (None, false) => request,
+    }
+}
+
+async fn put(
+    key: &str,
+    body: Vec<u8>,
+    condition: &Condition,
+    if_absent: bool,
+    token: &TokenArgs,
+    target: &GatewayTarget,
+) -> anyhow::Result<ExitCode> {
+    let request = target
+        .client()?
+        .put(target.url(&format!("/v1/objects/{}", encode_key(key))))
+        .header("authorization", token.bearer()?)
+        .body(body);
+    let response = conditional(request, condition, if_absent)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
+    report(response, target.json, |b| {
+        format!(
+            "wrote {} version {} with token {}",
+            b["key"], b["version"], b["token"]
+        )
+    })
+    .await
+}
+
+async fn get(key: &str, raw: bool, target: &GatewayTarget) -> anyhow::Result<ExitCode> {
+    let response = target
+        .client()?
+        .get(target.url(&format!("/v1/objects/{}", encode_key(key))))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.json().await.unwrap_or_default();
+        eprintln!("{}", error_line(status, &body));
+        return Ok(ExitCode::FAILURE);
+    }
+    let (version, token) = (
+        number(&response, "etag"),
+        number(&response, "fencing-token"),
+    );
+    let bytes = response.bytes().await.context("cannot read the object")?;
+    if target.json {
+        say!(
+            "{}",
+            json!({
+                "key": key,
+                "version": version,
+                "token": token,
+                "value": String::from_utf8_lossy(&bytes),
             })
+        );
+    } else {
+        crate::output::bytes(&printable(&bytes, raw));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A header's number, as a write answers it (the text when not a number).
+fn number(response: &reqwest::Response, name: &str) -> Value {
+    let text = response.headers().get(name).and_then(|v| v.to_str().ok());
+    let text = text.unwrap_or("").trim_matches('"');
+    text.parse::<u64>()
+        .map_or_else(|_| json!(text), |n| json!(n))
+}
+
+async fn head(key: &str, target: &GatewayTarget) -> anyhow::Result<ExitCode> {
+    let response = target
+        .client()?
+        .head(target.url(&format!("/v1/objects/{}", encode_key(key))))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
+    let status = response.status();
+    if !status.is_success() {
+        // A HEAD answer has no body: the status says it all.
+        let reason = if status == reqwest::StatusCode::NOT_FOUND {
+            json!({"error": "not_found", "message": format!("no object at {key:?}")})
+        } else {
+            json!({"error": status.canonical_reason().unwrap_or("error")})
+        };
+        eprintln!("{}", error_line(status, &reason));
+        return Ok(ExitCode::FAILURE);
+    }
+    let object = json!({
+        "key": key,
+        "version": number(&response, "etag"),
+        "token": number(&response, "fencing-token"),
+        "size": number(&response, "content-length"),
+    });
+    if target.json {
+        say!("{object}");
+    } else {
+        say!("{}", listed(&object));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn delete(
+    key: &str,
+    condition: &Condition,
+    token: &TokenArgs,
+    target: &GatewayTarget,
+) -> anyhow::Result<ExitCode> {
+    let request = target
+        .client()?
+        .delete(target.url(&format!("/v1/objects/{}", encode_key(key))))
+        .header("authorization", token.bearer()?);
+    let response = conditional(request, condition, false)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
+    report(response, target.json, |b| {
+        format!(
+            "deleted {} (existed: {}) with token {}",
+            b["key"], b["deleted"], b["token"]
+        )
+    })
+    .await
+}
+
+/// One object of a listing as a line: key, version, token, size.
+fn listed(object: &Value) -> String {
+    format!(
+        "{}\tversion {}\ttoken {}\t{} bytes",
+        object["key"].as_str().unwrap_or(""),
+        object["version"],
+        object["token"],
+        object["size"]
+    )
+}
+
+/// `object list`: a page (or, with `all`, every page) of the prefix; a
+/// page's `next` goes to stderr, so stdout holds objects only.
+async fn list(
+    prefix: &str,
+    mut after: Option<String>,
+    limit: usize,
+    all: bool,
+    target: &GatewayTarget,
+) -> anyhow::Result<ExitCode> {
+    let client = target.client()?;
+    loop {
+        let mut query = vec![("prefix", prefix.to_owned()), ("limit", limit.to_string())];
+        query.extend(after.take().map(|a| ("after", a)));
+        let query = query;
+        let response = client
+            .get(target.url("/v1/objects"))
+            .query(&query)
+            .send()
             .await
+            .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
+        let status = response.status();
+        let page: Value = response
+            .json()
+            .await
+            .with_context(|| format!("the gateway answered {status} without JSON"))?;
+        if !status.is_success() {
+            eprintln!("{}", error_line(status, &page));
+            return Ok(ExitCode::FAILURE);
+        }
+        if target.json {
+            say!("{page}");
+        } else {
+            for object in page["objects"].as_array().into_iter().flatten() {
+                say!("{}", listed(object));
+            }
+        }
+        let next = page["next"].as_str().map(str::to_owned);
+        match next {
+            // Each page must move on, or `--all` would ask forever.
+            Some(next) if all && query.iter().all(|(n, a)| *n != "after" || *a < next) => {
+                after = Some(next);
+            }
+            Some(next) if all => {
+                anyhow::bail!("the gateway's next page ({next:?}) does not move on")
+            }
+            Some(next) if !target.json => {
+                eprintln!("more follow: --after {next}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ => return Ok(ExitCode::SUCCESS),
         }
     }
 }

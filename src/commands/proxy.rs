@@ -6,7 +6,9 @@
 //! refused (409 `lost`) from the moment the SDK knows it is not.
 //!
 //! Routes: `GET|PUT|DELETE /v1/objects/{key}`, where `key` is the lease's
-//! name or lies under it (`{lease}/...`); anything else is 403. Answers are
+//! name or lies under it (`{lease}/...`); anything else is 403. A write's
+//! `If-Match` / `If-None-Match: *` goes on to the gateway (412
+//! `precondition_failed` when the object is not as required). Answers are
 //! the gateway's JSON (a read answers `{"key","value","version","token"}`,
 //! `version` and `token` numbers as a write answers them, the value as
 //! UTF-8 text or, if it is not, base64 with `"encoding":"base64"`).
@@ -20,12 +22,12 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use clap::Args;
-use palisade_client::{Error, Lease};
+use palisade_client::{Error, Lease, Precondition};
 use serde_json::{json, Value};
 
 use super::hold::HoldArgs;
@@ -140,6 +142,15 @@ fn failed(err: &Error) -> Response {
         Error::Unauthorized(_) => refusal(StatusCode::UNAUTHORIZED, "unauthorized", &message),
         Error::Forbidden(_) => refusal(StatusCode::FORBIDDEN, "forbidden", &message),
         Error::NotFound(_) => refusal(StatusCode::NOT_FOUND, "not_found", &message),
+        Error::PreconditionFailed {
+            key,
+            current_version,
+        } => (
+            StatusCode::PRECONDITION_FAILED,
+            Json(json!({"error": "precondition_failed", "message": message,
+                "key": key, "current_version": current_version})),
+        )
+            .into_response(),
         Error::Protocol { status, .. } => refusal(
             StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
             "gateway",
@@ -156,18 +167,50 @@ fn answered(result: Result<Value, Error>) -> Response {
     }
 }
 
-async fn write(State(lease): State<Arc<Lease>>, Path(key): Path<String>, body: Bytes) -> Response {
+async fn write(
+    State(lease): State<Arc<Lease>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Some(refused) = outside_the_lease(&lease, &key) {
         return refused;
     }
-    answered(lease.put(&key, body).await)
+    match precondition(&headers) {
+        Ok(when) => answered(lease.put_if(&key, body, when).await.map(|w| json!(w))),
+        Err(message) => refusal(StatusCode::BAD_REQUEST, "invalid_precondition", message),
+    }
 }
 
-async fn remove(State(lease): State<Arc<Lease>>, Path(key): Path<String>) -> Response {
+async fn remove(
+    State(lease): State<Arc<Lease>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(refused) = outside_the_lease(&lease, &key) {
         return refused;
     }
-    answered(lease.delete(&key).await)
+    match precondition(&headers) {
+        Ok(when) => answered(lease.delete_if(&key, when).await.map(|d| json!(d))),
+        Err(message) => refusal(StatusCode::BAD_REQUEST, "invalid_precondition", message),
+    }
+}
+
+/// The child's `If-Match` / `If-None-Match`, passed on to the gateway,
+/// which judges them (a malformed one is its 400).
+fn precondition(headers: &HeaderMap) -> Result<Precondition, &'static str> {
+    let text = |name| headers.get(name).map(|v| v.to_str().map(str::trim));
+    match (text(header::IF_MATCH), text(header::IF_NONE_MATCH)) {
+        (None, None) => Ok(Precondition::Any),
+        (Some(Ok("*")), None) => Ok(Precondition::Exists),
+        (None, Some(Ok("*"))) => Ok(Precondition::Absent),
+        (Some(Ok(tag)), None) => tag
+            .trim_matches('"')
+            .parse()
+            .map(Precondition::Version)
+            .map_err(|_| "If-Match takes one version or *"),
+        _ => Err("send If-Match (a version or *) or If-None-Match: *, not both"),
+    }
 }
 
 async fn read(State(lease): State<Arc<Lease>>, Path(key): Path<String>) -> Response {

@@ -194,7 +194,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             let result = lease.put(&key, value.clone()).await;
             let complete = monotonic_ns();
             let (ok, error, version) = match &result {
-                Ok(answer) => (true, None, answer["version"].as_u64()),
+                Ok(written) => (true, None, Some(written.version)),
                 Err(err) => (false, Some(err.to_string()), None),
             };
             history.record(json!({

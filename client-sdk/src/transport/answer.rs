@@ -47,6 +47,10 @@ impl Answer {
                 token: self.body["token"].as_u64().unwrap_or(0),
                 fence: self.body["fence"].as_u64().unwrap_or(0),
             },
+            (412, _) => Error::PreconditionFailed {
+                key: self.body["key"].as_str().unwrap_or("").to_owned(),
+                current_version: self.body["current_version"].as_u64(),
+            },
             (404, _) => Error::NotFound(self.message()),
             (401, _) => Error::Unauthorized(self.message()),
             (403, _) => Error::Forbidden(self.message()),
