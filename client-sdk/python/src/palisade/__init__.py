@@ -22,13 +22,7 @@ leading", :class:`Unavailable` transport trouble, :class:`Held` someone else
 holds the lease.
 """
 
-from ._client import (
-    DEFAULT_ELECTION,
-    DEFAULT_GATEWAY,
-    AcquireOptions,
-    Client,
-    check_lease_name,
-)
+from ._client import DEFAULT_ELECTION, DEFAULT_GATEWAY, Client
 from ._elector import Elector, Task
 from ._errors import (
     BadRequest,
@@ -39,13 +33,25 @@ from ._errors import (
     LockDelay,
     NotFound,
     PalisadeError,
+    PreconditionFailed,
     Preempted,
     ProtocolError,
     Unauthorized,
     Unavailable,
 )
 from ._lease import Lease, OnLost
-from ._model import Grant, GrantId, LeaseInfo, Object, Transition, encode_key
+from ._model import (
+    Grant,
+    GrantId,
+    LeaseInfo,
+    Object,
+    ObjectInfo,
+    ObjectPage,
+    Transition,
+    check_lease_name,
+    encode_key,
+)
+from ._options import AcquireOptions
 from ._transport import API_KEY_HEADER, ClientConfig
 
 __version__ = "0.1.0"
@@ -70,8 +76,11 @@ __all__ = [
     "LockDelay",
     "NotFound",
     "Object",
+    "ObjectInfo",
+    "ObjectPage",
     "OnLost",
     "PalisadeError",
+    "PreconditionFailed",
     "Preempted",
     "ProtocolError",
     "Task",
