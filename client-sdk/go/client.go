@@ -409,7 +409,7 @@ func (c *Client) PutWithJWT(ctx context.Context, jwt, key string, value []byte) 
 	if value == nil {
 		value = []byte{}
 	}
-	ans, err := c.t.gatewayWrite(ctx, jwt, "PUT", "/v1/objects/"+EncodeKey(key), value)
+	ans, err := c.t.gatewayWrite(ctx, jwt, "PUT", "/v1/objects/"+EncodeKey(key), value, Precondition{})
 	if err != nil {
 		return nil, err
 	}

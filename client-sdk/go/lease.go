@@ -153,12 +153,12 @@ func (l *Lease) Deadline() time.Time {
 // closed by a timer at the deadline; IsHeld and Err do not wait for it.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-func (l *Lease) write(ctx context.Context, method, path string, content []byte) (*answer, error) {
+func (l *Lease) write(ctx context.Context, method, path string, content []byte, cond Precondition) (*answer, error) {
 	jwt, err := l.heldJWT()
 	if err != nil {
 		return nil, err
 	}
-	ans, err := l.t.gatewayWrite(ctx, jwt, method, path, content)
+	ans, err := l.t.gatewayWrite(ctx, jwt, method, path, content, cond)
 	var fenced *FencedError
 	if errors.As(err, &fenced) {
 		l.markLost(&LeaseLostError{Reason: fmt.Sprintf("fenced at the gateway: token %d is below fence %d",
@@ -179,13 +179,13 @@ func (l *Lease) Put(ctx context.Context, key string, value []byte) (*WriteResult
 	if value == nil {
 		value = []byte{}
 	}
-	return l.writeResult(l.write(ctx, "PUT", "/v1/objects/"+EncodeKey(key), value))
+	return l.writeResult(l.write(ctx, "PUT", "/v1/objects/"+EncodeKey(key), value, Precondition{}))
 }
 
 // Delete deletes key through the gateway, fenced like Put (it raises the
 // fence even if nothing was there).
 func (l *Lease) Delete(ctx context.Context, key string) (*WriteResult, error) {
-	return l.writeResult(l.write(ctx, "DELETE", "/v1/objects/"+EncodeKey(key), nil))
+	return l.writeResult(l.write(ctx, "DELETE", "/v1/objects/"+EncodeKey(key), nil, Precondition{}))
 }
 
 func (l *Lease) writeResult(ans *answer, err error) (*WriteResult, error) {
@@ -202,7 +202,7 @@ func (l *Lease) writeResult(ans *answer, err error) (*WriteResult, error) {
 // Fence raises the gateway fence of this lease to its token (Acquire does
 // it already when a gateway is configured); the fence. Errors as Put.
 func (l *Lease) Fence(ctx context.Context) (uint64, error) {
-	ans, err := l.write(ctx, "POST", "/v1/fences/"+l.id.Lease, nil)
+	ans, err := l.write(ctx, "POST", "/v1/fences/"+l.id.Lease, nil, Precondition{})
 	if err != nil {
 		return 0, err
 	}
