@@ -105,7 +105,7 @@ class Transport:
         # Which node to ask first (the leader, when known), which to avoid.
         self._endpoints = Endpoints(config.election)
         self._workers = Workers()
-        self._verifier = JwtVerifier(self)
+        self._verifier = JwtVerifier(self.published_keys, len(config.election))
         #: The gateway's object and fence calls (sent once each).
         self.gateway = Gateway(self._http, config.gateway)
         self._stream: Optional[StreamRenewer] = None
