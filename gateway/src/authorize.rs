@@ -53,6 +53,26 @@ pub async fn authorize_all(
     }
 }
 
+/// The middleware on `GET /v1/objects` (a listing): the caller must be
+/// known; which keys it sees is the handler's (`listing.rs`), per lease.
+pub async fn identify_only(
+    State(policy): State<Option<Arc<LivePolicy>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(policy) = policy.map(|p| p.current()) else {
+        return next.run(request).await;
+    };
+    match identify(&policy, &request) {
+        Ok(principal) => {
+            let mut request = request;
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(denied) => ApiError::from(denied).into_response(),
+    }
+}
+
 /// The caller: by API key, else by the client certificate its TLS
 /// connection verified.
 fn identify(policy: &Policy, request: &Request) -> Result<Principal, Denied> {

@@ -22,6 +22,10 @@ pub enum ApiError {
     /// 400 `invalid_key`: the key or lease name is malformed.
     #[error("{0}")]
     InvalidKey(String),
+    /// 400 `invalid_precondition`: a conditional header the gateway cannot
+    /// honour (see `precondition.rs`).
+    #[error("{0}")]
+    InvalidPrecondition(String),
     /// 401: no usable lease token.
     #[error("{0}")]
     Unauthorized(String),
@@ -45,6 +49,18 @@ pub enum ApiError {
         /// The fence that refused it.
         fence: u64,
     },
+    /// 412 `precondition_failed`: the token passed the fence, the object did
+    /// not satisfy `If-Match`/`If-None-Match`; nothing changed.
+    #[error("precondition failed: {}", match current {
+        Some(version) => format!("the object is at version {version}"),
+        None => "there is no object".to_owned(),
+    })]
+    PreconditionFailed {
+        /// The key written (set by the handler, [`ApiError::at_key`]).
+        key: Option<String>,
+        /// The object's version now; `None`: no object.
+        current: Option<u64>,
+    },
     /// 413: the body is larger than the limit.
     #[error("body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
@@ -66,6 +82,10 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
+            ApiError::InvalidPrecondition(_) => (StatusCode::BAD_REQUEST, "invalid_precondition"),
+            ApiError::PreconditionFailed { .. } => {
+                (StatusCode::PRECONDITION_FAILED, "precondition_failed")
+            }
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
@@ -80,6 +100,19 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Names `key` in a failed precondition's answer.
+    pub fn at_key(self, key: &str) -> Self {
+        match self {
+            ApiError::PreconditionFailed { current, .. } => ApiError::PreconditionFailed {
+                key: Some(key.to_owned()),
+                current,
+            },
+            other => other,
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
@@ -87,6 +120,9 @@ impl From<StoreError> for ApiError {
                 token: token.0,
                 fence: fence.0,
             },
+            StoreError::PreconditionFailed { current } => {
+                ApiError::PreconditionFailed { key: None, current }
+            }
             StoreError::InvalidKey(message) => ApiError::InvalidKey(message),
             StoreError::InvalidToken(token) => {
                 ApiError::Unauthorized(format!("token {token} is out of range (1..=2^63-1)"))
@@ -125,13 +161,24 @@ impl IntoResponse for ApiError {
             }
             _ => (None, None),
         };
+        let (key, current_version) = match &self {
+            ApiError::PreconditionFailed { key, current } => (key.clone(), Some(*current)),
+            _ => (None, None),
+        };
         let body = ErrorBody {
             error: code.to_owned(),
             message: self.to_string(),
             token,
             fence,
+            key,
+            current_version,
         };
         let mut response = (status, Json(body)).into_response();
+        if let Some(Some(version)) = current_version {
+            response
+                .headers_mut()
+                .insert(http::header::ETAG, http::HeaderValue::from(version));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             // Worth retrying: the store or the election cluster may be back.
             response.headers_mut().insert(

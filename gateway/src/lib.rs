@@ -13,8 +13,9 @@
 //! Files:
 //! - `router.rs`: [`router`], the routes and their middleware, and
 //!   [`request_deadline`]; `server.rs`: [`serve`] on `palisade_serve`'s loop.
-//! - `objects.rs`, `fences.rs`: one per resource; `health.rs`: the probes
-//!   and `/metrics`.
+//! - `objects.rs`, `fences.rs`: one per resource, `listing.rs` the objects
+//!   under a prefix; `precondition.rs`: `If-Match`/`If-None-Match` as the
+//!   store's precondition; `health.rs`: the probes and `/metrics`.
 //! - `schema.rs`: every type the OpenAPI document (`openapi.rs`) names, and
 //!   the error lists the routes share.
 //! - `extract.rs`: the [`LeaseToken`] extractor; `auth.rs`: the
@@ -45,6 +46,8 @@ mod config;
 mod error;
 mod extract;
 mod health;
+mod listing;
+mod precondition;
 mod router;
 mod schema;
 mod server;

@@ -6,7 +6,9 @@
 
 use utoipa::OpenApi;
 
-use crate::schema::{Deleted, ErrorBody, Fence, LeaseNameParam, ObjectKeyParam, Written};
+use crate::schema::{
+    Deleted, ErrorBody, Fence, LeaseNameParam, ObjectInfo, ObjectKeyParam, ObjectList, Written,
+};
 
 /// The document's routes.
 #[derive(OpenApi)]
@@ -18,6 +20,8 @@ use crate::schema::{Deleted, ErrorBody, Fence, LeaseNameParam, ObjectKeyParam, W
     paths(
         crate::objects::put,
         crate::objects::get,
+        crate::objects::head,
+        crate::listing::list,
         crate::objects::delete,
         crate::fences::get,
         crate::fences::list,
@@ -26,7 +30,16 @@ use crate::schema::{Deleted, ErrorBody, Fence, LeaseNameParam, ObjectKeyParam, W
         crate::health::readyz,
         crate::health::metrics,
     ),
-    components(schemas(ErrorBody, ObjectKeyParam, LeaseNameParam, Written, Deleted, Fence))
+    components(schemas(
+        ErrorBody,
+        ObjectKeyParam,
+        LeaseNameParam,
+        Written,
+        Deleted,
+        Fence,
+        ObjectInfo,
+        ObjectList
+    ))
 )]
 #[derive(Debug)]
 pub struct ApiDoc;

@@ -22,7 +22,7 @@ use tower_http::trace::TraceLayer;
 use crate::error::ApiError;
 use crate::health::{livez, metrics, readyz};
 use crate::state::AppState;
-use crate::{admit, authorize, fences, objects, observe, openapi};
+use crate::{admit, authorize, fences, listing, objects, observe, openapi};
 
 /// The gateway's routes, with its middleware.
 pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
@@ -39,10 +39,20 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
         .route(
             "/v1/objects/{*key}",
             get(objects::get::<S>)
+                .head(objects::head::<S>)
                 .put(objects::put::<S>)
                 .delete(objects::delete::<S>)
                 .route_layer(admit.clone())
                 .route_layer(authorize.clone()),
+        )
+        .route(
+            "/v1/objects",
+            get(listing::list::<S>)
+                .route_layer(admit.clone())
+                .route_layer(axum::middleware::from_fn_with_state(
+                    state.policy.clone(),
+                    authorize::identify_only,
+                )),
         )
         .route(
             "/v1/objects/",

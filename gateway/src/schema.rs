@@ -10,12 +10,14 @@ use serde::Serialize;
 use crate::shared_audit::Refusals;
 
 /// Every error answer: a code and a sentence; `stale_token` adds the
-/// token and the fence it was below.
+/// token and the fence it was below, `precondition_failed` the key and
+/// the object's current version.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// `bad_request`, `invalid_key`, `unauthorized`, `forbidden`,
-    /// `not_found`, `request_timeout`, `stale_token`, `payload_too_large`,
-    /// `unavailable`.
+    /// `bad_request`, `invalid_key`, `invalid_precondition`,
+    /// `unauthorized`, `forbidden`, `not_found`, `request_timeout`,
+    /// `stale_token`, `precondition_failed`, `payload_too_large`,
+    /// `over_share`, `unavailable`.
     pub error: String,
     /// What went wrong, for people.
     pub message: String,
@@ -25,6 +27,14 @@ pub struct ErrorBody {
     /// `stale_token`: the fence it was below.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
+    /// `precondition_failed`: the key written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `precondition_failed`: the object's version now (`null`: there is
+    /// no object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>)]
+    pub current_version: Option<Option<u64>>,
 }
 
 /// An object key: `{lease}/{rest}` (percent-encode the `/` in a path
@@ -55,6 +65,29 @@ pub struct Deleted {
     /// Whether there was an object.
     pub deleted: bool,
     pub token: u64,
+}
+
+/// One object of a listing.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ObjectInfo {
+    pub key: String,
+    /// Its version (the `ETag` of a `GET`).
+    pub version: u64,
+    /// The token of the write that stored it.
+    pub token: u64,
+    /// The value's length in bytes.
+    pub size: u64,
+}
+
+/// One page of `GET /v1/objects`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ObjectList {
+    /// In key order (bytes, as UTF-8 compares); under a policy, only keys
+    /// whose lease the caller may read.
+    pub objects: Vec<ObjectInfo>,
+    /// Pass as `after` for the next page; `null` when no key under the
+    /// prefix follows.
+    pub next: Option<String>,
 }
 
 /// A lease's fence, and the writes refused below it.
@@ -89,6 +122,8 @@ pub enum WriteErrors {
     RequestTimeout(ErrorBody),
     #[response(status = 409)]
     StaleToken(ErrorBody),
+    #[response(status = 412)]
+    PreconditionFailed(ErrorBody),
     #[response(status = 413)]
     PayloadTooLarge(ErrorBody),
     #[response(status = 429)]

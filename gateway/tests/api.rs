@@ -160,7 +160,23 @@ impl Fixture {
         auth: Option<&str>,
         body: impl Into<Body>,
     ) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        self.call_with(key, method, uri, auth, &[], body).await
+    }
+
+    /// A call with `extra` headers too.
+    async fn call_with(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        uri: &str,
+        auth: Option<&str>,
+        extra: &[(&str, &str)],
+        body: impl Into<Body>,
+    ) -> (StatusCode, http::HeaderMap, Vec<u8>) {
         let mut request = Request::builder().method(method).uri(uri);
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
         if let Some(auth) = auth {
             request = request.header("authorization", auth);
         }
@@ -897,4 +913,236 @@ on_both_engines!(
     unknown_routes_and_methods_answer_json,
     a_body_sent_too_slowly_times_out_and_writes_nothing,
     a_policy_limits_principals_to_their_prefixes,
+    conditional_writes_answer_412_and_change_nothing,
+    malformed_preconditions_are_refused,
+    a_listing_pages_through_a_prefix,
+    head_answers_what_get_would_without_the_bytes,
+    a_listing_shows_only_what_the_caller_may_read,
 );
+
+impl Fixture {
+    /// A conditional write of `jobs/a` with `token`: (status, body, headers).
+    async fn write_if(
+        &self,
+        method: &str,
+        token: u64,
+        condition: &[(&str, &str)],
+        body: &str,
+    ) -> (StatusCode, Value, http::HeaderMap) {
+        let (status, headers, bytes) = self
+            .call_with(
+                None,
+                method,
+                "/v1/objects/jobs/a",
+                Some(&format!("Bearer {}", self.token("jobs", token))),
+                condition,
+                body.to_owned(),
+            )
+            .await;
+        (status, json(&bytes), headers)
+    }
+
+    async fn version(&self, key: &str) -> u64 {
+        let (status, headers, _) = self
+            .call("GET", &format!("/v1/objects/{key}"), None, Body::empty())
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        headers["etag"]
+            .to_str()
+            .expect("ascii")
+            .parse()
+            .expect("a number")
+    }
+
+    async fn list(&self, key: Option<&str>, query: &str) -> (StatusCode, Value) {
+        let (status, _, bytes) = self
+            .call_as(
+                key,
+                "GET",
+                &format!("/v1/objects?{query}"),
+                None,
+                Body::empty(),
+            )
+            .await;
+        (status, json(&bytes))
+    }
+}
+
+/// A write whose `If-Match`/`If-None-Match` fails is 412 with the current
+/// version, and changes nothing: not the object, not the fence (even when
+/// its token would have raised it). A stale token is 409 whatever the
+/// condition.
+async fn conditional_writes_answer_412_and_change_nothing() {
+    let f = Fixture::seeded().await;
+    let v = f.version("jobs/a").await;
+    let wrong = (v + 1).to_string();
+    for (method, condition) in [
+        ("PUT", [("if-match", wrong.as_str())]),
+        ("PUT", [("if-none-match", "*")]),
+        ("DELETE", [("if-match", wrong.as_str())]),
+    ] {
+        let (status, body, headers) = f.write_if(method, 11, &condition, "x").await;
+        assert_eq!(body["key"], "jobs/a", "{body}");
+        assert_eq!(body["current_version"], v, "{body}");
+        assert_eq!(headers["etag"], v.to_string().as_str());
+        f.assert_refused(
+            (status, body),
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+        )
+        .await;
+    }
+    let quoted = format!("\"{v}\"");
+    let (status, body, _) = f.write_if("PUT", 9, &[("if-match", &quoted)], "x").await;
+    f.assert_refused((status, body), StatusCode::CONFLICT, "stale_token")
+        .await;
+
+    // The version matches: written, fence raised, a new version.
+    let (status, body, _) = f.write_if("PUT", 11, &[("if-match", &quoted)], "v11").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["version"].as_u64().expect("version") > v);
+    assert_eq!(f.fence("jobs").await, 11);
+    let (status, body, _) = f.write_if("DELETE", 11, &[("if-match", "*")], "").await;
+    assert_eq!(
+        (status, &body["deleted"]),
+        (StatusCode::OK, &Value::Bool(true)),
+        "{body}"
+    );
+    // Nothing there: "current_version" is null, and no ETag.
+    let (status, body, headers) = f.write_if("DELETE", 12, &[("if-match", "*")], "").await;
+    assert_eq!(status, StatusCode::PRECONDITION_FAILED, "{body}");
+    assert_eq!(body.get("current_version"), Some(&Value::Null), "{body}");
+    assert!(!headers.contains_key("etag"));
+    assert_eq!(f.fence("jobs").await, 11, "a failed delete raises nothing");
+    let (status, body, _) = f
+        .write_if("PUT", 12, &[("if-none-match", "*")], "new")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(f.object("jobs/a").await.as_deref(), Some("new"));
+}
+
+async fn malformed_preconditions_are_refused() {
+    let f = Fixture::seeded().await;
+    for (method, condition) in [
+        ("PUT", vec![("if-match", "W/\"1\"")]),
+        ("PUT", vec![("if-match", "1, 2")]),
+        ("PUT", vec![("if-match", "one")]),
+        ("PUT", vec![("if-none-match", "1")]),
+        ("PUT", vec![("if-match", "1"), ("if-none-match", "*")]),
+        ("DELETE", vec![("if-none-match", "*")]),
+    ] {
+        let (status, body, _) = f.write_if(method, 11, &condition, "x").await;
+        f.assert_refused(
+            (status, body),
+            StatusCode::BAD_REQUEST,
+            "invalid_precondition",
+        )
+        .await;
+    }
+}
+
+/// `GET /v1/objects`: pages in key order, across leases, `next` until the
+/// prefix is done; bad queries are 400.
+async fn a_listing_pages_through_a_prefix() {
+    let f = fixture().await;
+    let keys = ["jobs/c", "jobs/a", "jobsx/a", "jobs/b/deep", "other/a"];
+    for key in keys {
+        let lease = key.split('/').next().expect("lease");
+        let (status, body) = f.put(key, &f.token(lease, 3), key).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let mut seen = Vec::new();
+    let mut query = "prefix=jobs&limit=2".to_owned();
+    for _ in 0..4 {
+        let (status, page) = f.list(None, &query).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        for object in page["objects"].as_array().expect("objects") {
+            let key = object["key"].as_str().expect("key");
+            assert_eq!(object["size"], key.len(), "{object}");
+            assert_eq!(object["token"], 3);
+            assert!(object["version"].as_u64().is_some());
+            seen.push(key.to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => query = format!("prefix=jobs&limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["jobs/a", "jobs/b/deep", "jobs/c", "jobsx/a"]);
+    let (_, all) = f.list(None, "").await;
+    assert_eq!(all["objects"].as_array().expect("objects").len(), 5);
+    assert_eq!(all["next"], Value::Null);
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "color=red",
+        "prefix=%00",
+        "after=a%0A",
+    ] {
+        let (status, body) = f.list(None, bad).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::BAD_REQUEST, &Value::from("bad_request")),
+            "{bad}: {body}"
+        );
+    }
+}
+
+async fn head_answers_what_get_would_without_the_bytes() {
+    let f = Fixture::seeded().await;
+    let v = f.version("jobs/a").await;
+    let (status, headers, bytes) = f
+        .call("HEAD", "/v1/objects/jobs/a", None, Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(bytes.is_empty());
+    assert_eq!(headers["etag"], v.to_string().as_str());
+    assert_eq!(headers["fencing-token"], "10");
+    assert_eq!(headers["content-length"], "3");
+    let (status, _, _) = f
+        .call("HEAD", "/v1/objects/jobs/none", None, Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Under a policy a listing needs a known key, and shows only the keys of
+/// leases the caller may read — yet `next` walks the whole prefix.
+async fn a_listing_shows_only_what_the_caller_may_read() {
+    use palisade_serve::policy::{key_digest, Policy};
+    let orders_key = "pal_orders_test_key_0123456789abcdef";
+    let policy = Policy::parse(&format!(
+        r#"{{"principals": {{
+            "orders": {{"keys": ["{}"], "acquire": ["orders."], "read": ["orders."]}}
+        }}}}"#,
+        key_digest(orders_key)
+    ))
+    .expect("policy");
+    let f = fixture_with_policy(GatewayConfig::default(), Some(Arc::new(policy.into()))).await;
+    for key in ["orders.eu/a", "orders.us/a"] {
+        let lease = key.split('/').next().expect("lease");
+        let put = f
+            .call_as(
+                Some(orders_key),
+                "PUT",
+                &format!("/v1/objects/{key}"),
+                Some(&format!("Bearer {}", f.token(lease, 2))),
+                "x",
+            )
+            .await;
+        assert_eq!(put.0, StatusCode::OK);
+    }
+    let (status, page) = f.list(Some(orders_key), "prefix=orders.").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["objects"].as_array().map(Vec::len), Some(2));
+    // "o" reaches beyond its rights: the keys it may read, and no others.
+    let (status, page) = f.list(Some(orders_key), "prefix=o&limit=1").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["objects"][0]["key"], "orders.eu/a");
+    assert_eq!(page["next"], "orders.eu/a");
+    let (status, body) = f.list(None, "").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNAUTHORIZED, &Value::from("unauthorized"))
+    );
+}

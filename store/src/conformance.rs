@@ -3,6 +3,8 @@
 //! `backend_suite!` instantiates each check for one backend; add a backend by
 //! adding one invocation at the bottom.
 
+mod conditional;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -362,6 +364,34 @@ macro_rules! backend_suite {
             async fn oversized_values_are_refused() {
                 let Some((store, _dir)) = $make else { return };
                 crate::conformance::oversized_values_are_refused(store, $max).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn conditional_puts_change_nothing_when_unmet() {
+                let Some((store, _dir)) = $make else { return };
+                crate::conformance::conditional::conditional_puts_change_nothing_when_unmet(store)
+                    .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn conditional_deletes_change_nothing_when_unmet() {
+                let Some((store, _dir)) = $make else { return };
+                crate::conformance::conditional::conditional_deletes_change_nothing_when_unmet(
+                    store,
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_conditional_writers_one_wins() {
+                let Some((store, _dir)) = $make else { return };
+                crate::conformance::conditional::racing_conditional_writers_one_wins(store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn listing_pages_in_key_order() {
+                let Some((store, _dir)) = $make else { return };
+                crate::conformance::conditional::listing_pages_in_key_order(store).await;
             }
 
             proptest! {

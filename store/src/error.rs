@@ -13,6 +13,13 @@ pub enum StoreError {
         /// The lease's fence when the operation was refused.
         fence: FencingToken,
     },
+    /// The token passed the fence but the object did not satisfy the
+    /// write's precondition; nothing changed (the fence neither).
+    #[error("{}", precondition_message(*.current))]
+    PreconditionFailed {
+        /// The object's version now; `None` when there is no object.
+        current: Option<u64>,
+    },
     /// The key or lease name breaks the grammar; the text says how.
     #[error("invalid key: {0}")]
     InvalidKey(String),
@@ -45,5 +52,12 @@ impl From<palisade_names::NameError> for StoreError {
             palisade_names::NameError::InvalidKey(message) => StoreError::InvalidKey(message),
             palisade_names::NameError::InvalidToken(token) => StoreError::InvalidToken(token),
         }
+    }
+}
+
+fn precondition_message(current: Option<u64>) -> String {
+    match current {
+        Some(version) => format!("the object is at version {version}"),
+        None => "there is no object".to_owned(),
     }
 }

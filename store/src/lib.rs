@@ -38,7 +38,10 @@ mod sled_store;
 mod conformance;
 
 pub use error::StoreError;
-pub use fenced_store::{Deleted, FencedStore, StoredObject, Written};
+pub use fenced_store::{
+    Deleted, FencedStore, ObjectPage, ObjectSummary, Precondition, StoredObject, Written,
+    MAX_LIST_PAGE,
+};
 pub use hooks::StoreHooks;
 pub use memory_store::MemoryStore;
 pub use palisade_names as names;

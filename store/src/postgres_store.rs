@@ -28,7 +28,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::error::StoreError;
-use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
+use crate::fenced_store::{
+    Deleted, FencedStore, ObjectPage, ObjectSummary, Precondition, StoredObject, Written,
+    MAX_LIST_PAGE,
+};
 use config::PostgresStoreConfig;
 use pool::{database_error, Session};
 
@@ -37,6 +40,10 @@ const PUT: &str = "SELECT out_fence, out_raised, out_version \
                    FROM palisade_gateway.fenced_put($1, $2, $3, $4)";
 const DELETE: &str = "SELECT out_fence, out_raised, out_existed \
                       FROM palisade_gateway.fenced_delete($1, $2, $3)";
+const PUT_IF: &str = "SELECT out_fence, out_raised, out_version, out_current \
+                      FROM palisade_gateway.fenced_put_if($1, $2, $3, $4, $5, $6)";
+const DELETE_IF: &str = "SELECT out_fence, out_raised, out_existed, out_current \
+                         FROM palisade_gateway.fenced_delete_if($1, $2, $3, $4, $5)";
 const BUMP: &str = "SELECT out_fence, out_raised FROM palisade_gateway.raise_fence($1, $2)";
 const UNFENCED: &str = "INSERT INTO palisade_gateway.objects AS o (key, value, version, token) \
     VALUES ($1, $2, nextval('palisade_gateway.object_versions'), $3) \
@@ -156,6 +163,33 @@ impl PostgresStore {
         Ok(row.get::<_, i64>(0) as u64)
     }
 
+    /// A PUT without a precondition: the holder's path first (`put_held`),
+    /// the general `fenced_put` only when that wrote nothing.
+    async fn put_any(
+        &self,
+        key: &ObjectKey,
+        value: &[u8],
+        token: FencingToken,
+        t: i64,
+    ) -> Result<Written, StoreError> {
+        let params: [&(dyn ToSql + Sync); 4] = [&key.lease().as_str(), &t, &key.as_str(), &value];
+        // Both statements within one statement timeout: a PUT's bound.
+        let written = self.within_statement_timeout(async {
+            let held = one(self.statement(PUT_HELD, &params).await?)?;
+            if let Some(version) = held.get::<_, Option<i64>>(0) {
+                return Ok(version);
+            }
+            // Not the fence: the lease's first write, a raise, or stale.
+            let row = one(self.statement(PUT, &params).await?)?;
+            self.fenced(&row, token)?;
+            Ok(row.get::<_, i64>(2))
+        });
+        Ok(Written {
+            version: written.await? as u64,
+            fence: token,
+        })
+    }
+
     /// The answer of a write function: accepted (the fence is the token)
     /// or refused (the fence is above it). Counts a raise.
     fn fenced(&self, row: &Row, token: FencingToken) -> Result<(), StoreError> {
@@ -186,11 +220,12 @@ fn one(row: Option<Row>) -> Result<Row, StoreError> {
 }
 
 impl FencedStore for PostgresStore {
-    async fn put(
+    async fn put_if(
         &self,
         key: &ObjectKey,
         value: Vec<u8>,
         token: FencingToken,
+        when: Precondition,
     ) -> Result<Written, StoreError> {
         let max = self.config.max_value_bytes;
         if value.len() > max {
@@ -200,29 +235,51 @@ impl FencedStore for PostgresStore {
             });
         }
         let t = sql_token(token)?;
-        let params: [&(dyn ToSql + Sync); 4] = [&key.lease().as_str(), &t, &key.as_str(), &value];
-        // Both statements within one statement timeout: a PUT's bound.
-        let written = self.within_statement_timeout(async {
-            let held = one(self.statement(PUT_HELD, &params).await?)?;
-            if let Some(version) = held.get::<_, Option<i64>>(0) {
-                return Ok(version);
-            }
-            // Not the fence: the lease's first write, a raise, or stale.
-            let row = one(self.statement(PUT, &params).await?)?;
-            self.fenced(&row, token)?;
-            Ok(row.get::<_, i64>(2))
-        });
+        let Some((want, version)) = sql_condition(when) else {
+            return self.put_any(key, &value, token, t).await;
+        };
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &key.lease().as_str(),
+            &t,
+            &key.as_str(),
+            &value,
+            &want,
+            &version,
+        ];
+        let row = one(self.statement(PUT_IF, &params).await?)?;
+        self.fenced(&row, token)?;
+        let written = row.get::<_, Option<i64>>(2).ok_or_else(|| unmet(&row))?;
         Ok(Written {
-            version: written.await? as u64,
+            version: written as u64,
             fence: token,
         })
     }
 
-    async fn delete(&self, key: &ObjectKey, token: FencingToken) -> Result<Deleted, StoreError> {
+    async fn delete_if(
+        &self,
+        key: &ObjectKey,
+        token: FencingToken,
+        when: Precondition,
+    ) -> Result<Deleted, StoreError> {
         let t = sql_token(token)?;
-        let params: [&(dyn ToSql + Sync); 3] = [&key.lease().as_str(), &t, &key.as_str()];
-        let row = one(self.statement(DELETE, &params).await?)?;
-        self.fenced(&row, token)?;
+        let row = match sql_condition(when) {
+            None => {
+                let params: [&(dyn ToSql + Sync); 3] = [&key.lease().as_str(), &t, &key.as_str()];
+                let row = one(self.statement(DELETE, &params).await?)?;
+                self.fenced(&row, token)?;
+                row
+            }
+            Some((want, version)) => {
+                let params: [&(dyn ToSql + Sync); 5] =
+                    [&key.lease().as_str(), &t, &key.as_str(), &want, &version];
+                let row = one(self.statement(DELETE_IF, &params).await?)?;
+                self.fenced(&row, token)?;
+                if !row.get::<_, bool>(2) {
+                    return Err(unmet(&row));
+                }
+                row
+            }
+        };
         Ok(Deleted {
             existed: row.get(2),
             fence: token,
@@ -253,5 +310,91 @@ impl FencedStore for PostgresStore {
     async fn fence(&self, lease: &LeaseName) -> Result<FencingToken, StoreError> {
         let row = self.statement(FENCE, &[&lease.as_str()]).await?;
         Ok(FencingToken(row.map_or(0, |r| r.get::<_, i64>(0)) as u64))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectPage, StoreError> {
+        let limit = limit.min(MAX_LIST_PAGE);
+        let (sql, start, end) = list_statement(prefix, after);
+        // One row more than the page: whether more follow.
+        let rows_wanted = limit as i64 + 1;
+        let rows = match &end {
+            Some(end) => self.query(&sql, &[&start, end, &rows_wanted]).await?,
+            None => self.query(&sql, &[&start, &rows_wanted]).await?,
+        };
+        let mut objects: Vec<ObjectSummary> = rows
+            .iter()
+            .map(|row| ObjectSummary {
+                key: row.get(0),
+                version: row.get::<_, i64>(1) as u64,
+                token: FencingToken(row.get::<_, i64>(2) as u64),
+                size: row.get::<_, i32>(3) as u64,
+            })
+            .filter(|object| object.key.starts_with(prefix))
+            .collect();
+        let more = objects.len() > limit;
+        objects.truncate(limit);
+        Ok(ObjectPage { objects, more })
+    }
+}
+
+/// A listing's statement (one range scan of `objects_key_bytes`, in byte
+/// order) and its bounds: from `prefix` (or after `after`), below the
+/// first string past every key with the prefix when there is one.
+fn list_statement(prefix: &str, after: Option<&str>) -> (String, String, Option<String>) {
+    let (from, start) = match crate::memory_store::list_start(prefix, after) {
+        std::ops::Bound::Excluded(after) => (">", after.to_owned()),
+        _ => (">=", prefix.to_owned()),
+    };
+    let end = successor(prefix);
+    let upper = if end.is_some() {
+        " AND key COLLATE \"C\" < $2"
+    } else {
+        ""
+    };
+    let limit = if end.is_some() { "$3" } else { "$2" };
+    let sql = format!(
+        "SELECT key, version, token, octet_length(value) FROM palisade_gateway.objects \
+         WHERE key COLLATE \"C\" {from} $1{upper} ORDER BY key COLLATE \"C\" LIMIT {limit}"
+    );
+    (sql, start, end)
+}
+
+/// The least string above every string that starts with `prefix`: its last
+/// character that can grow, grown by one code point (none for an empty
+/// prefix or one of `char::MAX` alone).
+fn successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// A precondition as the conditional write functions take it (`p_want`,
+/// `p_version`); `None` for no precondition.
+/// A version past `i64` matches no row (versions come from a sequence).
+fn sql_condition(when: Precondition) -> Option<(i16, Option<i64>)> {
+    match when {
+        Precondition::Any => None,
+        Precondition::Version(v) => Some((1, Some(i64::try_from(v).unwrap_or(-1)))),
+        Precondition::Exists => Some((2, None)),
+        Precondition::Absent => Some((3, None)),
+    }
+}
+
+/// The refusal of a conditional write whose condition failed (column 3:
+/// the object's version, NULL when there is none).
+fn unmet(row: &Row) -> StoreError {
+    StoreError::PreconditionFailed {
+        current: row.get::<_, Option<i64>>(3).map(|v| v as u64),
     }
 }

@@ -12,7 +12,10 @@ use palisade_names::sync::lock;
 use palisade_names::{FencingToken, LeaseName, ObjectKey};
 
 use crate::error::StoreError;
-use crate::fenced_store::{Deleted, FencedStore, StoredObject, Written};
+use crate::fenced_store::{
+    Deleted, FencedStore, ObjectPage, ObjectSummary, Precondition, StoredObject, Written,
+    MAX_LIST_PAGE,
+};
 use crate::hooks::StoreHooks;
 use config::SledStoreConfig;
 use group_commit::{FlusherTask, GroupCommit};
@@ -86,8 +89,11 @@ impl SledStore {
         })
     }
 
-    /// Runs one fenced write: under the lease's lock, checks the fence, raises
-    /// it, applies `effect` to the objects tree; then waits for durability.
+    /// Runs one fenced write: under the lease's lock, checks the fence and
+    /// then `when` against the object it names (every write of a key holds
+    /// its lease's lock, so neither can change before the write), raises the
+    /// fence, applies `effect` to the objects tree; then waits for
+    /// durability.
     ///
     /// Why not a sled transaction: on sled 0.34 a transaction (or batch) takes
     /// a process-wide write lock that stalls behind every flush; measured here,
@@ -103,6 +109,7 @@ impl SledStore {
         &self,
         lease: &LeaseName,
         token: FencingToken,
+        when: Option<(&ObjectKey, Precondition)>,
         effect: impl FnOnce(&sled::Tree) -> Result<T, sled::Error>,
     ) -> Result<T, StoreError> {
         let pending = self.commit.begin_write()?;
@@ -115,6 +122,12 @@ impl SledStore {
                 .map_or(FencingToken(0), |bytes| FencingToken(decode_u64(&bytes)));
             if token < fence {
                 return Err(StoreError::Stale { token, fence });
+            }
+            if let Some((key, when)) = when {
+                let current = self.objects.get(key.as_str())?.map(|r| decode_u64(&r));
+                if !when.admits(current) {
+                    return Err(StoreError::PreconditionFailed { current });
+                }
             }
             (|| {
                 if token > fence {
@@ -178,11 +191,12 @@ fn decode_object(bytes: &[u8]) -> Result<StoredObject, StoreError> {
 }
 
 impl FencedStore for SledStore {
-    async fn put(
+    async fn put_if(
         &self,
         key: &ObjectKey,
         value: Vec<u8>,
         token: FencingToken,
+        when: Precondition,
     ) -> Result<Written, StoreError> {
         if value.len() > self.max_value_bytes {
             return Err(StoreError::ValueTooLarge {
@@ -193,7 +207,7 @@ impl FencedStore for SledStore {
         // The version is taken under the lease's lock, so versions follow
         // the commit order of the lease's writes (restarts included).
         let version = self
-            .fenced_write(key.lease(), token, |objects| {
+            .fenced_write(key.lease(), token, conditional(key, when), |objects| {
                 let version = self.db.generate_id()? + 1;
                 let mut record = Vec::with_capacity(HEADER_LEN + value.len());
                 record.extend_from_slice(&version.to_be_bytes());
@@ -209,9 +223,14 @@ impl FencedStore for SledStore {
         })
     }
 
-    async fn delete(&self, key: &ObjectKey, token: FencingToken) -> Result<Deleted, StoreError> {
+    async fn delete_if(
+        &self,
+        key: &ObjectKey,
+        token: FencingToken,
+        when: Precondition,
+    ) -> Result<Deleted, StoreError> {
         let existed = self
-            .fenced_write(key.lease(), token, |objects| {
+            .fenced_write(key.lease(), token, conditional(key, when), |objects| {
                 Ok(objects.remove(key.as_str())?.is_some())
             })
             .await?;
@@ -226,7 +245,7 @@ impl FencedStore for SledStore {
         lease: &LeaseName,
         token: FencingToken,
     ) -> Result<FencingToken, StoreError> {
-        self.fenced_write(lease, token, |_| Ok(())).await?;
+        self.fenced_write(lease, token, None, |_| Ok(())).await?;
         Ok(token)
     }
 
@@ -241,6 +260,45 @@ impl FencedStore for SledStore {
         self.commit.wait_readable().await?;
         Ok(found.map_or(FencingToken(0), |bytes| FencingToken(decode_u64(&bytes))))
     }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectPage, StoreError> {
+        let limit = limit.min(MAX_LIST_PAGE);
+        let start = crate::memory_store::list_start(prefix, after).map(str::as_bytes);
+        let mut found = self
+            .objects
+            .range::<&[u8], _>((start, std::ops::Bound::Unbounded))
+            .take_while(|entry| {
+                entry
+                    .as_ref()
+                    .map_or(true, |(k, _)| k.starts_with(prefix.as_bytes()))
+            });
+        let mut page = ObjectPage::default();
+        for entry in found.by_ref().take(limit) {
+            let (key, record) = entry?;
+            if record.len() < HEADER_LEN {
+                return Err(StoreError::Engine("object record is truncated".into()));
+            }
+            page.objects.push(ObjectSummary {
+                key: String::from_utf8_lossy(&key).into_owned(),
+                version: decode_u64(&record[..8]),
+                token: FencingToken(decode_u64(&record[8..16])),
+                size: (record.len() - HEADER_LEN) as u64,
+            });
+        }
+        page.more = found.next().transpose()?.is_some();
+        self.commit.wait_readable().await?;
+        Ok(page)
+    }
+}
+
+/// The object `when` is checked against, when there is a condition.
+fn conditional(key: &ObjectKey, when: Precondition) -> Option<(&ObjectKey, Precondition)> {
+    (when != Precondition::Any).then_some((key, when))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::error::StoreError;
 
 /// The newest schema this code knows. A database at a higher version was
 /// migrated by a newer gateway: this one refuses to start on it.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Serializes migrations of concurrent gateways (an advisory lock key:
 /// "palisade" in ASCII).
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS palisade_gateway.schema_version (
 pub const LEASE_LOCK_CLASS: i32 = 0x6665_6e63;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2, V3];
 
 /// Version 1: fences, objects, the shared fencing audit and the write
 /// functions.
@@ -191,6 +191,114 @@ BEGIN
     RETURN v_version;
 END $$;
 ";
+
+/// Version 3: conditional writes and listing.
+///
+/// `lock_lease` is `raise_fence`'s lock protocol without the raise: it
+/// takes the lease's lock (shared when the fence is the token, exclusive
+/// otherwise) and answers the fence read after it (NULL: none). The
+/// conditional writes call it, refuse when the fence is above the token,
+/// then write only if the object satisfies the condition (`p_want`: 1 the
+/// version `p_version`, 2 any object, 3 no object), and raise the fence
+/// only once they wrote: a failed condition changes nothing, the fence
+/// included. The condition and the write are one statement on the row:
+/// an `UPDATE .. WHERE version = ..` (PostgreSQL re-checks the condition
+/// on the newest row after waiting for its lock, so two writers of the
+/// same token, both under the shared lock, cannot both pass) or an
+/// `INSERT .. ON CONFLICT DO NOTHING`. A raise holds the exclusive lock,
+/// so nothing else of the lease's writes runs beside it.
+///
+/// `objects_key_bytes` orders keys by their bytes (`COLLATE "C"`), whatever
+/// the database's collation: a listing page is one range scan of it,
+/// bounded by its limit.
+const V3: &str = r#"
+CREATE FUNCTION palisade_gateway.lock_lease(p_lease text, p_token bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint;
+BEGIN
+    SELECT f.fence INTO v_seen FROM palisade_gateway.fences f WHERE f.lease = p_lease;
+    IF v_seen > p_token THEN
+        RETURN v_seen;
+    END IF;
+    IF v_seen = p_token THEN
+        PERFORM pg_advisory_xact_lock_shared(LEASE_LOCK_CLASS, hashtext(p_lease));
+    ELSE
+        PERFORM pg_advisory_xact_lock(LEASE_LOCK_CLASS, hashtext(p_lease));
+    END IF;
+    SELECT f.fence INTO v_seen FROM palisade_gateway.fences f WHERE f.lease = p_lease;
+    RETURN v_seen;
+END $$;
+
+CREATE FUNCTION palisade_gateway.settle_fence(p_lease text, p_token bigint, p_seen bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_seen IS NOT DISTINCT FROM p_token THEN
+        RETURN false;
+    END IF;
+    INSERT INTO palisade_gateway.fences AS f (lease, fence) VALUES (p_lease, p_token)
+        ON CONFLICT (lease) DO UPDATE SET fence = EXCLUDED.fence;
+    RETURN true;
+END $$;
+
+CREATE FUNCTION palisade_gateway.fenced_put_if(p_lease text, p_token bigint, p_key text,
+    p_value bytea, p_want smallint, p_version bigint,
+    OUT out_fence bigint, OUT out_raised boolean, OUT out_version bigint, OUT out_current bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint := palisade_gateway.lock_lease(p_lease, p_token);
+BEGIN
+    out_raised := false;
+    out_fence := COALESCE(v_seen, 0);
+    IF v_seen > p_token THEN
+        RETURN;
+    END IF;
+    IF p_want = 3 THEN
+        INSERT INTO palisade_gateway.objects AS o (key, value, version, token)
+            VALUES (p_key, p_value, nextval('palisade_gateway.object_versions'), p_token)
+            ON CONFLICT (key) DO NOTHING
+            RETURNING o.version INTO out_version;
+    ELSE
+        UPDATE palisade_gateway.objects o SET value = p_value,
+                version = nextval('palisade_gateway.object_versions'), token = p_token
+            WHERE o.key = p_key AND (p_want = 2 OR o.version = p_version)
+            RETURNING o.version INTO out_version;
+    END IF;
+    IF out_version IS NULL THEN
+        SELECT o.version INTO out_current FROM palisade_gateway.objects o WHERE o.key = p_key;
+        RETURN;
+    END IF;
+    out_raised := palisade_gateway.settle_fence(p_lease, p_token, v_seen);
+    out_fence := p_token;
+END $$;
+
+CREATE FUNCTION palisade_gateway.fenced_delete_if(p_lease text, p_token bigint, p_key text,
+    p_want smallint, p_version bigint,
+    OUT out_fence bigint, OUT out_raised boolean, OUT out_existed boolean, OUT out_current bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint := palisade_gateway.lock_lease(p_lease, p_token);
+BEGIN
+    out_raised := false;
+    out_existed := false;
+    out_fence := COALESCE(v_seen, 0);
+    IF v_seen > p_token THEN
+        RETURN;
+    END IF;
+    DELETE FROM palisade_gateway.objects o
+        WHERE o.key = p_key AND (p_want = 2 OR o.version = p_version);
+    IF NOT FOUND THEN
+        SELECT o.version INTO out_current FROM palisade_gateway.objects o WHERE o.key = p_key;
+        RETURN;
+    END IF;
+    out_existed := true;
+    out_raised := palisade_gateway.settle_fence(p_lease, p_token, v_seen);
+    out_fence := p_token;
+END $$;
+
+CREATE INDEX objects_key_bytes ON palisade_gateway.objects (key COLLATE "C");
+"#;
 
 /// Creates the schema or migrates it to [`SCHEMA_VERSION`], under an
 /// advisory lock so that gateways starting together migrate once.
