@@ -14,6 +14,11 @@
   expiry (:class:`LockDelay`) or a cap on how long a grant is renewed;
   :meth:`Lease.handover_to` hands a held lease to a named successor.
 - :class:`Elector` runs work only while leading.
+- The gateway as a store: :meth:`Client.list_objects` /
+  :meth:`Client.iter_objects` (:class:`ObjectPage` of :class:`ObjectInfo`),
+  :meth:`Client.head_object`, and conditional writes
+  (``lease.put(key, value, if_match=...)`` / ``if_none_match=True``,
+  ``lease.delete(key, if_match=...)``) raising :class:`PreconditionFailed`.
 - :mod:`palisade.postgres` (the ``postgres`` extra, psycopg 3) fences
   transactions in your own PostgreSQL: ``with lease.fenced(conn) as cur``.
 
