@@ -7,10 +7,22 @@
 - no import circle between the files of any crate: a path (`use`, or inline
   `crate::`/`super::`/`self::`) is an edge to the file that defines the
   module it names, and a `mod.rs`/`lib.rs` re-export (`pub use child::X`)
-  is an edge too, so a module root must not define what its children use.
+  is an edge too, so a module root must not define what its children use;
+- the Go and Python SDKs (`client-sdk/go`, its examples included, and
+  `client-sdk/python/src`; test files — `*_test.go`, `tests/` — left out):
+  no file over 500 lines and no function over 80 lines (a Go `func` from
+  its line to the closing `}` in column 0, as gofmt writes it; a Python
+  `def`, nested ones included, from its line to its last, by `ast`);
+- no import circle between the Python package's modules: every relative or
+  `palisade.`-qualified import, wherever it sits (inside a function, under
+  `TYPE_CHECKING`), is an edge to the module it names (`from . import x` to
+  module `x` when there is one, else to `__init__`). Go needs no such check:
+  the compiler refuses an import cycle between packages, and the SDK is one
+  package.
 
 Prints each problem and exits 1 if there is any.
 """
+import ast
 import os
 import re
 import sys
@@ -167,6 +179,128 @@ def circles(src_root):
 
 
 
+GO_SDK = "client-sdk/go"
+PYTHON_SDK = "client-sdk/python/src"
+PYTHON_PACKAGE = "client-sdk/python/src/palisade"
+
+
+def sdk_files(root, suffix):
+    """The SDK sources under root, test files left out."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "tests")
+        for name in sorted(files):
+            if name.endswith(suffix) and not name.endswith("_test.go"):
+                found.append(os.path.join(directory, name))
+    return found
+
+
+def go_functions(lines):
+    """(name, first line, length) of each top-level Go func."""
+    for start, line in enumerate(lines):
+        found = re.match(r"func (\([^)]*\) )?(\w+)", line)
+        if not found:
+            continue
+        end = start
+        if not line.rstrip().endswith("}"):
+            while end + 1 < len(lines) and lines[end] != "}":
+                end += 1
+        yield found.group(2), start, end - start + 1
+
+
+def python_functions(source):
+    """(name, first line, length) of each Python def, nested ones too."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno - 1, node.end_lineno - node.lineno + 1
+
+
+def sdk_sizes():
+    problems = []
+    for path in sdk_files(GO_SDK, ".go") + sdk_files(PYTHON_SDK, ".py"):
+        source = open(path, encoding="utf-8").read()
+        lines = source.splitlines()
+        if len(lines) > MAX_FILE_LINES:
+            problems.append(f"{path}: {len(lines)} lines (at most {MAX_FILE_LINES})")
+        functions = go_functions(lines) if path.endswith(".go") else python_functions(source)
+        for name, start, length in functions:
+            if length > MAX_FN_LINES:
+                kind = "func" if path.endswith(".go") else "def"
+                problems.append(
+                    f"{path}:{start + 1}: {kind} {name} is {length} lines (at most {MAX_FN_LINES})"
+                )
+    return problems
+
+
+def python_imports(path, modules):
+    """The package modules the module at path imports."""
+    targets = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                base = node.module.split(".")[0]
+            elif node.level == 0 and (node.module or "").startswith("palisade."):
+                base = node.module.split(".")[1]
+            elif node.level == 1 or (node.level == 0 and node.module == "palisade"):
+                for alias in node.names:
+                    targets.add(alias.name if alias.name in modules else "__init__")
+                continue
+            else:
+                continue
+            targets.add(base)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "palisade":
+                    targets.add(parts[1] if len(parts) > 1 else "__init__")
+    return targets & set(modules)
+
+
+def python_circles():
+    modules = {
+        name[:-3]: os.path.join(PYTHON_PACKAGE, name)
+        for name in os.listdir(PYTHON_PACKAGE)
+        if name.endswith(".py")
+    }
+    edges = {m: python_imports(p, modules) - {m} for m, p in modules.items()}
+    return [
+        f"import circle in {PYTHON_PACKAGE}: " + ", ".join(sorted(modules[m] for m in comp))
+        for comp in strongly_connected(edges)
+    ]
+
+
+def strongly_connected(edges):
+    """The strongly connected components of more than one node (Tarjan)."""
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(comp)
+
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return sccs
+
+
 def main():
     problems = []
     for root in LIBRARIES:
@@ -174,6 +308,8 @@ def main():
     for root in CRATES:
         if os.path.isdir(root):
             problems += circles(root)
+    problems += sdk_sizes()
+    problems += python_circles()
     for problem in problems:
         print(problem)
     print(f"shape: {len(problems)} problems")

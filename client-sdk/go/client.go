@@ -105,111 +105,157 @@ func (c *Client) AcquireGrant(ctx context.Context, lease, holder string, ttl tim
 // acquire acquires, waiting up to the wait; the grant and the send time of
 // the request that got it (where its safe deadline starts).
 func (c *Client) acquire(ctx context.Context, lease, holder string, ttl time.Duration, opts []AcquireOption) (*Grant, time.Time, error) {
-	if err := CheckLeaseName(lease); err != nil {
-		return nil, time.Time{}, err
-	}
-	if err := checkHolder(holder); err != nil {
-		return nil, time.Time{}, err
-	}
-	if ttl < time.Millisecond {
-		return nil, time.Time{}, badRequest("bad ttl %v", ttl)
-	}
-	var o acquireOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	terms, err := o.body()
+	a, err := newAcquireCall(lease, holder, ttl, opts)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	// Our own secret, the same for every request of this call, so that a
-	// retry (its answer lost, or a slice that timed out here but was granted
-	// there) is recognised as the same client: the same grant.
-	secret, err := newSecret()
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	path := "/v1/leases/" + lease + "/acquire"
-	deadline := time.Now().Add(o.wait)
 	repeats := 0
 	for {
-		// A long wait is asked for in slices of half a request timeout, so
-		// each request (timeout: a request timeout) stuck on a leader that
-		// died or froze costs one request timeout, not the whole wait.
-		body := map[string]any{"holder": holder, "ttl_ms": millis(ttl), "secret": secret}
-		for k, v := range terms {
-			body[k] = v
-		}
-		if o.waitSet {
-			slice := time.Until(deadline)
-			if slice < 0 {
-				slice = 0
-			}
-			if half := c.t.cfg.RequestTimeout / 2; slice > half {
-				slice = half
-			}
-			body["wait_ms"] = uint64(slice / time.Millisecond)
-		}
+		body := a.body(c.t.cfg.RequestTimeout)
 		// Before the first attempt: if a retry is what gets the answer, the
 		// grant may date from the first one.
 		sent := time.Now()
-		// Transient failures are retried for the retry budget, or until the
-		// wait ends if that is later: a waiting acquire rides out an outage
-		// as long as its caller is willing to wait.
-		budget := c.t.cfg.RetryBudget
-		if left := time.Until(deadline); left > budget {
-			budget = left
-		}
-		ans, err := c.t.electionWithin(ctx, "POST", path, body, 0, budget)
+		ans, err := c.t.electionWithin(ctx, "POST", a.path, body, 0, a.budget(c.t.cfg.RetryBudget))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		if ans.status == 200 {
-			grant, err := parseGrant(ans.body)
-			if err != nil {
+		if ans.status != 200 {
+			if err := a.waitOut(ctx, ans.err()); err != nil {
 				return nil, time.Time{}, err
-			}
-			if grant.Secret == "" { // a cluster that predates secrets
-				grant.Secret = secret
-			}
-			if err := c.t.verifyGrant(ctx, grant); err != nil {
-				c.t.releaseInBackground(grant.ID())
-				return nil, time.Time{}, err
-			}
-			// The answer took so long (retries through a failover, a slow
-			// node) that the safe deadline counted from the send time has
-			// (almost) passed: ask again with the same secret. The leader
-			// extends the same grant like a renewal, or, if its own
-			// deadline passed meanwhile, grants afresh.
-			margin := marginFor(c.t.cfg.DriftMarginRatio, grant.TTL())
-			if time.Until(sent.Add(grant.TTL()-2*margin)) <= 0 && repeats < 3 {
-				repeats++
-				continue
-			}
-			return grant, sent, nil
-		}
-		err = ans.err()
-		var lockDelay *LockDelayError
-		switch {
-		case errors.Is(err, ErrHeld) && time.Now().Before(deadline):
-			continue
-		case errors.As(err, &lockDelay) && time.Now().Before(deadline):
-			// The node waits out a lock-delay only within the slice.
-			wait := lockDelay.RetryAfter
-			if left := time.Until(deadline); wait > left {
-				wait = left
-			}
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return nil, time.Time{}, &UnavailableError{Attempts: 1, Last: "waiting out a lock-delay", Err: ctx.Err()}
-			case <-timer.C:
 			}
 			continue
 		}
-		return nil, time.Time{}, err
+		grant, err := c.acceptGrant(ctx, ans, a.secret)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		// The answer took so long (retries through a failover, a slow
+		// node) that the safe deadline counted from the send time has
+		// (almost) passed: ask again with the same secret. The leader
+		// extends the same grant like a renewal, or, if its own
+		// deadline passed meanwhile, grants afresh.
+		margin := marginFor(c.t.cfg.DriftMarginRatio, grant.TTL())
+		if time.Until(sent.Add(grant.TTL()-2*margin)) <= 0 && repeats < 3 {
+			repeats++
+			continue
+		}
+		return grant, sent, nil
 	}
+}
+
+// acceptGrant parses an acquire's grant and verifies its JWT (a grant that
+// does not verify is released).
+func (c *Client) acceptGrant(ctx context.Context, ans *answer, secret string) (*Grant, error) {
+	grant, err := parseGrant(ans.body)
+	if err != nil {
+		return nil, err
+	}
+	if grant.Secret == "" { // a cluster that predates secrets
+		grant.Secret = secret
+	}
+	if err := c.t.verifyGrant(ctx, grant); err != nil {
+		c.t.releaseInBackground(grant.ID())
+		return nil, err
+	}
+	return grant, nil
+}
+
+// acquireCall is one Acquire: what each of its requests sends, and until
+// when it waits.
+type acquireCall struct {
+	path, holder, secret string
+	ttl                  time.Duration
+	o                    acquireOptions
+	terms                map[string]any
+	deadline             time.Time
+}
+
+// newAcquireCall checks the arguments (nothing is sent for bad ones) and
+// draws the call's secret.
+func newAcquireCall(lease, holder string, ttl time.Duration, opts []AcquireOption) (*acquireCall, error) {
+	if err := CheckLeaseName(lease); err != nil {
+		return nil, err
+	}
+	if err := checkHolder(holder); err != nil {
+		return nil, err
+	}
+	if ttl < time.Millisecond {
+		return nil, badRequest("bad ttl %v", ttl)
+	}
+	a := &acquireCall{path: "/v1/leases/" + lease + "/acquire", holder: holder, ttl: ttl}
+	for _, opt := range opts {
+		opt(&a.o)
+	}
+	terms, err := a.o.body()
+	if err != nil {
+		return nil, err
+	}
+	a.terms = terms
+	// Our own secret, the same for every request of this call, so that a
+	// retry (its answer lost, or a slice that timed out here but was granted
+	// there) is recognised as the same client: the same grant.
+	if a.secret, err = newSecret(); err != nil {
+		return nil, err
+	}
+	a.deadline = time.Now().Add(a.o.wait)
+	return a, nil
+}
+
+// body is one request's body. A long wait is asked for in slices of half a
+// request timeout, so each request (timeout: a request timeout) stuck on a
+// leader that died or froze costs one request timeout, not the whole wait.
+func (a *acquireCall) body(requestTimeout time.Duration) map[string]any {
+	body := map[string]any{"holder": a.holder, "ttl_ms": millis(a.ttl), "secret": a.secret}
+	for k, v := range a.terms {
+		body[k] = v
+	}
+	if a.o.waitSet {
+		slice := time.Until(a.deadline)
+		if slice < 0 {
+			slice = 0
+		}
+		if half := requestTimeout / 2; slice > half {
+			slice = half
+		}
+		body["wait_ms"] = uint64(slice / time.Millisecond)
+	}
+	return body
+}
+
+// budget is how long one request's transient failures are retried: the
+// retry budget, or until the wait ends if that is later: a waiting acquire
+// rides out an outage as long as its caller is willing to wait.
+func (a *acquireCall) budget(retryBudget time.Duration) time.Duration {
+	if left := time.Until(a.deadline); left > retryBudget {
+		return left
+	}
+	return retryBudget
+}
+
+// waitOut decides on a refusal: nil to ask again (the lease is held, or
+// held back by a lock-delay, and the wait has not ended: a lock-delay is
+// slept out here, since the node waits one out only within the slice), or
+// the error to return.
+func (a *acquireCall) waitOut(ctx context.Context, err error) error {
+	var lockDelay *LockDelayError
+	switch {
+	case errors.Is(err, ErrHeld) && time.Now().Before(a.deadline):
+		return nil
+	case errors.As(err, &lockDelay) && time.Now().Before(a.deadline):
+		wait := lockDelay.RetryAfter
+		if left := time.Until(a.deadline); wait > left {
+			wait = left
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return &UnavailableError{Attempts: 1, Last: "waiting out a lock-delay", Err: ctx.Err()}
+		case <-timer.C:
+		}
+		return nil
+	}
+	return err
 }
 
 // RenewGrant renews a grant once (a Lease does it by itself); in the next
@@ -409,7 +455,7 @@ func (c *Client) PutWithJWT(ctx context.Context, jwt, key string, value []byte) 
 	if value == nil {
 		value = []byte{}
 	}
-	ans, err := c.t.gatewayWrite(ctx, jwt, "PUT", "/v1/objects/"+EncodeKey(key), value)
+	ans, err := c.t.gatewayWrite(ctx, jwt, "PUT", "/v1/objects/"+EncodeKey(key), value, Precondition{})
 	if err != nil {
 		return nil, err
 	}

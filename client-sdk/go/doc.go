@@ -17,13 +17,19 @@
 //     once not held, and marks itself lost on a gateway 409 stale_token;
 //   - closes Done on loss.
 //
+// The gateway is a store too: Client.ListObjects pages through a prefix,
+// Client.HeadObject reads a version without the bytes, and Lease.PutIf /
+// Lease.DeleteIf write under a Precondition (IfMatch, IfExists, IfAbsent),
+// failing with a *PreconditionError (ErrPreconditionFailed) on 412.
+//
 // Every grant's JWT is verified against the cluster's /v1/jwks (EdDSA,
 // Ed25519, by kid). An Elector runs work only while leading, with
 // client-go shaped callbacks.
 //
 // Errors match sentinels with errors.Is: ErrLeaseLost (ErrFenced and
 // ErrPreempted are kinds of it), ErrHeld, ErrUnavailable, ErrLockDelay,
-// ErrBadRequest, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrProtocol;
+// ErrBadRequest, ErrUnauthorized, ErrForbidden, ErrNotFound,
+// ErrPreconditionFailed, ErrProtocol;
 // errors.As gives the typed error with the details (*HeldError,
 // *FencedError, ...).
 //

@@ -46,6 +46,10 @@ var (
 	// ErrNotFound: 404, nothing there (a lease without a record, an object
 	// that does not exist).
 	ErrNotFound = errors.New("palisade: not found")
+	// ErrPreconditionFailed: 412, a conditional write's condition did not
+	// hold and nothing was changed (the lease is still held). Never
+	// retried.
+	ErrPreconditionFailed = errors.New("palisade: precondition failed")
 	// ErrProtocol: the server answered something this client does not
 	// understand, or a lease JWT that does not verify against /v1/jwks.
 	ErrProtocol = errors.New("palisade: protocol error")
@@ -199,6 +203,33 @@ func (e *RequestError) Is(target error) bool {
 	return false
 }
 
+// PreconditionError is 412 precondition_failed: a PutIf or DeleteIf whose
+// condition did not hold; nothing was changed. It matches
+// ErrPreconditionFailed (not ErrLeaseLost: the lease is still held).
+type PreconditionError struct {
+	// Key is the key written.
+	Key string
+	// CurrentVersion is the object's version now; nil when there is none.
+	CurrentVersion *uint64
+	// Message is the gateway's message.
+	Message string
+}
+
+func (e *PreconditionError) Error() string {
+	now := "no object"
+	if e.CurrentVersion != nil {
+		now = fmt.Sprintf("version %d", *e.CurrentVersion)
+	}
+	msg := fmt.Sprintf("palisade: precondition failed on %q (%s)", e.Key, now)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Is reports whether target is ErrPreconditionFailed.
+func (e *PreconditionError) Is(target error) bool { return target == ErrPreconditionFailed }
+
 // ProtocolError is an answer this client does not understand, or a lease
 // JWT that does not verify. It matches ErrProtocol.
 type ProtocolError struct {
@@ -251,6 +282,15 @@ func (d errorDoc) u64(name string) uint64 {
 	return 0
 }
 
+// optU64 is the named number; nil when it is absent, null or not one.
+func (d errorDoc) optU64(name string) *uint64 {
+	var n *uint64
+	if raw, ok := d.fields[name]; ok && json.Unmarshal(raw, &n) == nil {
+		return n
+	}
+	return nil
+}
+
 // errorFor maps an error answer to an error (the Rust and Python SDKs'
 // mapping).
 func errorFor(status int, body []byte) error {
@@ -271,6 +311,9 @@ func errorFor(status int, body []byte) error {
 		case "stale_token":
 			return &FencedError{Token: doc.u64("token"), Fence: doc.u64("fence")}
 		}
+	}
+	if status == 412 {
+		return &PreconditionError{Key: doc.str("key"), CurrentVersion: doc.optU64("current_version"), Message: doc.message}
 	}
 	switch status {
 	case 400, 401, 403, 404, 413:

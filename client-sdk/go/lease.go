@@ -153,12 +153,12 @@ func (l *Lease) Deadline() time.Time {
 // closed by a timer at the deadline; IsHeld and Err do not wait for it.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-func (l *Lease) write(ctx context.Context, method, path string, content []byte) (*answer, error) {
+func (l *Lease) write(ctx context.Context, method, path string, content []byte, cond Precondition) (*answer, error) {
 	jwt, err := l.heldJWT()
 	if err != nil {
 		return nil, err
 	}
-	ans, err := l.t.gatewayWrite(ctx, jwt, method, path, content)
+	ans, err := l.t.gatewayWrite(ctx, jwt, method, path, content, cond)
 	var fenced *FencedError
 	if errors.As(err, &fenced) {
 		l.markLost(&LeaseLostError{Reason: fmt.Sprintf("fenced at the gateway: token %d is below fence %d",
@@ -179,13 +179,13 @@ func (l *Lease) Put(ctx context.Context, key string, value []byte) (*WriteResult
 	if value == nil {
 		value = []byte{}
 	}
-	return l.writeResult(l.write(ctx, "PUT", "/v1/objects/"+EncodeKey(key), value))
+	return l.writeResult(l.write(ctx, "PUT", "/v1/objects/"+EncodeKey(key), value, Precondition{}))
 }
 
 // Delete deletes key through the gateway, fenced like Put (it raises the
 // fence even if nothing was there).
 func (l *Lease) Delete(ctx context.Context, key string) (*WriteResult, error) {
-	return l.writeResult(l.write(ctx, "DELETE", "/v1/objects/"+EncodeKey(key), nil))
+	return l.writeResult(l.write(ctx, "DELETE", "/v1/objects/"+EncodeKey(key), nil, Precondition{}))
 }
 
 func (l *Lease) writeResult(ans *answer, err error) (*WriteResult, error) {
@@ -202,7 +202,7 @@ func (l *Lease) writeResult(ans *answer, err error) (*WriteResult, error) {
 // Fence raises the gateway fence of this lease to its token (Acquire does
 // it already when a gateway is configured); the fence. Errors as Put.
 func (l *Lease) Fence(ctx context.Context) (uint64, error) {
-	ans, err := l.write(ctx, "POST", "/v1/fences/"+l.id.Lease, nil)
+	ans, err := l.write(ctx, "POST", "/v1/fences/"+l.id.Lease, nil, Precondition{})
 	if err != nil {
 		return 0, err
 	}
@@ -321,206 +321,4 @@ func (l *Lease) grantGone(ctx context.Context) (gone, checked bool) {
 		return false, false
 	}
 	return info.Holder != l.id.Holder || info.Token != l.id.Token, true
-}
-
-// renewLoop renews every ttl * RenewRatio (the ttl the leader answered),
-// counted from the send time of the acquire or renewal; retries failures
-// every 50 ms until the deadline; marks the lease lost on a refusal or when
-// the deadline passes.
-func (l *Lease) renewLoop(sent time.Time) {
-	ratio := l.t.cfg.RenewRatio
-	if ratio < 0.05 {
-		ratio = 0.05
-	} else if ratio > 0.9 {
-		ratio = 0.9
-	}
-	every := time.Duration(float64(l.ttl) * ratio)
-	next := sent.Add(every)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		deadline := l.Deadline()
-		wake := next
-		if deadline.Before(wake) {
-			wake = deadline
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(time.Until(wake))
-		select {
-		case <-l.done:
-			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		if !now.Before(deadline) {
-			l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
-			return
-		}
-		if now.Before(next) {
-			continue
-		}
-		// The deadline counts from here: the moment the renewal is queued.
-		sent := time.Now()
-		grant, err := l.renewOnce(deadline)
-		if err != nil {
-			select {
-			case <-l.done:
-				return
-			default:
-			}
-			var preempted *PreemptedError
-			switch {
-			case errors.As(err, &preempted):
-				// Let go at once: the preemptor waits for this release, not
-				// for the grant's deadline. Marked lost (no more writes)
-				// before the release.
-				l.markLost(preempted, false)
-				l.t.releaseInBackground(l.id)
-				return
-			case errors.Is(err, ErrLeaseLost):
-				var lost *LeaseLostError
-				reason := err.Error()
-				if errors.As(err, &lost) {
-					reason = lost.Reason
-				}
-				l.markLost(&LeaseLostError{Reason: "renewal refused: " + reason}, false)
-				return
-			}
-			if !time.Now().Before(l.Deadline()) {
-				l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
-				return
-			}
-			l.t.logf("palisade: renewal of %s failed; retrying: %v", l.id.Lease, err)
-			next = time.Now().Add(50 * time.Millisecond)
-			continue
-		}
-		ttl := grant.TTL()
-		margin := marginFor(l.t.cfg.DriftMarginRatio, ttl)
-		l.mu.Lock()
-		if l.lost != nil {
-			l.mu.Unlock()
-			return
-		}
-		passed := !time.Now().Before(l.deadline)
-		if !passed {
-			// The leader extended the grant by the ttl it answered: that,
-			// from the send time, bounds the deadline; never move it back.
-			if d := sent.Add(ttl - margin); d.After(l.deadline) {
-				l.deadline = d
-			}
-			l.jwt = grant.JWT
-		}
-		l.mu.Unlock()
-		if passed {
-			// Once the deadline has passed the lease stays lost, even if
-			// the renewal made it in time at the leader.
-			l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
-			return
-		}
-		every = time.Duration(float64(ttl) * ratio)
-		next = sent.Add(every)
-	}
-}
-
-// renewOnce sends one renewal (in a batch), giving up at the deadline or
-// when the lease is let go: a renewal stuck on a frozen node cannot hide
-// the loss.
-func (l *Lease) renewOnce(deadline time.Time) (*Grant, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	go func() {
-		select {
-		case <-l.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if hook := l.t.renewHook.Load(); hook != nil {
-		if err := (*hook)(ctx, l.id); err != nil {
-			return nil, err
-		}
-	}
-	return l.t.renew(ctx, l.id, deadline)
-}
-
-// Context returns a context derived from parent that is cancelled the
-// moment the lease may be lost: when Done is closed, and at the safe
-// deadline at the latest — its Err compares with the clock on every call,
-// so code that checks ctx.Err() after its process was frozen past the
-// deadline never sees nil. The context carries the lease
-// (LeaseFromContext). Call cancel when done with it.
-func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	c := &leaderContext{Context: parent, lease: l, done: make(chan struct{}), stop: make(chan struct{})}
-	go func() {
-		select {
-		case <-parent.Done():
-		case <-l.done:
-		case <-c.stop:
-		}
-		c.finish()
-	}()
-	return c, c.cancel
-}
-
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease a context from Lease.Context (such as
-// the one an Elector gives OnStartedLeading) carries, or nil.
-func LeaseFromContext(ctx context.Context) *Lease {
-	l, _ := ctx.Value(leaseKey{}).(*Lease)
-	return l
-}
-
-// leaderContext is a context cancelled on the loss of its lease. Its Err
-// checks the lease against the clock every time (and closes Done when it
-// finds the lease lost), so it never answers nil past the safe deadline.
-type leaderContext struct {
-	context.Context
-	lease    *Lease
-	done     chan struct{}
-	stop     chan struct{}
-	stopOnce sync.Once
-	doneOnce sync.Once
-}
-
-func (c *leaderContext) finish() { c.doneOnce.Do(func() { close(c.done) }) }
-
-func (c *leaderContext) cancel() {
-	c.stopOnce.Do(func() { close(c.stop) })
-	c.finish()
-}
-
-func (c *leaderContext) Done() <-chan struct{} { return c.done }
-
-func (c *leaderContext) Err() error {
-	if err := c.Context.Err(); err != nil {
-		c.finish()
-		return err
-	}
-	if !c.lease.IsHeld() {
-		c.finish()
-		return context.Canceled
-	}
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-
-func (c *leaderContext) Value(key any) any {
-	if key == (leaseKey{}) {
-		return c.lease
-	}
-	return c.Context.Value(key)
-}
-
-func (c *leaderContext) String() string {
-	return fmt.Sprintf("palisade.LeaseContext(%s, token %d)", c.lease.id.Lease, c.lease.id.Token)
 }

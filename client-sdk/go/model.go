@@ -105,6 +105,11 @@ type LeaseInfo struct {
 	LockDelayMillis uint64  `json:"lock_delay_ms,omitempty"`
 	MaxHoldMillis   uint64  `json:"max_hold_ms,omitempty"`
 	LockDelayed     bool    `json:"lock_delayed,omitempty"`
+	// AcquireTime is when the current holder acquired the lease and
+	// RenewTime when its grant was last renewed (RFC 3339), as Kubernetes
+	// shows them; "" from clusters that do not send them yet.
+	AcquireTime string `json:"acquire_time,omitempty"`
+	RenewTime   string `json:"renew_time,omitempty"`
 }
 
 // Object is a stored object read through the gateway.

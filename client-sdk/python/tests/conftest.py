@@ -223,7 +223,10 @@ class FakeServer:
     ``route(method, path, json_body) -> (status, json)``; it records every
     request. A ``(status, json)`` with status ``-1`` closes the connection
     without answering; ``("sleep", seconds)`` bodies delay the answer;
-    ``("headers", {name: value}, json)`` bodies add headers."""
+    ``("headers", {name: value}, json)`` bodies add headers (a
+    ``content-length`` among them replaces the body's: for HEAD);
+    ``("raw", bytes)`` bodies are sent as they are. A HEAD is answered
+    without its body."""
 
     def __init__(self, route: Route) -> None:
         self.route = route
@@ -255,16 +258,22 @@ class FakeServer:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                data = json.dumps(answer).encode()
+                content_type = "application/json"
+                if isinstance(answer, tuple) and answer and answer[0] == "raw":
+                    data, content_type = answer[1], "application/octet-stream"
+                else:
+                    data = json.dumps(answer).encode()
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
+                self.send_header("content-type", content_type)
+                if "content-length" not in {h.lower() for h in headers}:
+                    self.send_header("content-length", str(len(data)))
                 for header, value in headers.items():
                     self.send_header(header, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
-            do_GET = do_POST = do_PUT = do_DELETE = handle_any
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = handle_any
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -81,7 +81,8 @@ def test_a_lagging_node_neither_hides_a_new_key_nor_revives_a_retired_one(
     lagging.answer = published([old_jwk], 5)
     current.answer = published([new_jwk], 9)
     config = ClientConfig(election=[lagging.url, current.url], request_timeout=1.0)
-    verifier = JwtVerifier(Transport(config))
+    transport = Transport(config)
+    verifier = JwtVerifier(transport.published_keys, len(config.election))
     # The lagging node is asked first, but the newer set wins.
     verifier.verify(grant(new, "new"))
     with pytest.raises(ProtocolError):

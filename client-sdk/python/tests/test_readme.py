@@ -49,3 +49,5 @@ def test_readme_example_runs(
         assert "stopped leading: shutting down" in done.stdout
     if "DATABASE_URL" in examples()[index]:
         assert "committed with token" in done.stdout
+    if "iter_objects" in examples()[index]:  # the store example
+        assert "listed inventory/widgets version" in done.stdout

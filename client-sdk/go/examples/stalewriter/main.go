@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -119,39 +120,50 @@ func holderA(name string, ttl time.Duration) error {
 	return nil
 }
 
-func walkthrough(name string, ttl time.Duration) error {
+// startA starts A, a child process running this program as role A, and
+// waits until it holds the lease: its stdin (where "write" makes it write
+// late) and its stdout.
+func startA() (*exec.Cmd, io.WriteCloser, *bufio.Scanner, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	ctx := context.Background()
-	key := name + "/state"
 	a := exec.Command(exe, os.Args[1:]...)
 	a.Env = append(os.Environ(), roleEnv+"=A")
 	a.Stderr = os.Stderr
 	stdin, err := a.StdinPipe()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	stdout, err := a.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if err := a.Start(); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer func() {
-		_ = a.Process.Signal(syscall.SIGCONT)
-		_ = a.Process.Kill()
-	}()
 	out := bufio.NewScanner(stdout)
 	for out.Scan() && out.Text() != "READY" {
 		fmt.Println(out.Text())
 	}
 	if out.Err() != nil || out.Text() != "READY" {
 		_ = a.Wait()
-		return fmt.Errorf("A did not get the lease")
+		return nil, nil, nil, fmt.Errorf("A did not get the lease")
 	}
+	return a, stdin, out, nil
+}
+
+func walkthrough(name string, ttl time.Duration) error {
+	ctx := context.Background()
+	key := name + "/state"
+	a, stdin, out, err := startA()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = a.Process.Signal(syscall.SIGCONT)
+		_ = a.Process.Kill()
+	}()
 
 	fmt.Printf("-- A is paused (SIGSTOP) for more than its ttl of %v\n", ttl)
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {

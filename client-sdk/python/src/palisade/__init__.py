@@ -14,6 +14,11 @@
   expiry (:class:`LockDelay`) or a cap on how long a grant is renewed;
   :meth:`Lease.handover_to` hands a held lease to a named successor.
 - :class:`Elector` runs work only while leading.
+- The gateway as a store: :meth:`Client.list_objects` /
+  :meth:`Client.iter_objects` (:class:`ObjectPage` of :class:`ObjectInfo`),
+  :meth:`Client.head_object`, and conditional writes
+  (``lease.put(key, value, if_match=...)`` / ``if_none_match=True``,
+  ``lease.delete(key, if_match=...)``) raising :class:`PreconditionFailed`.
 - :mod:`palisade.postgres` (the ``postgres`` extra, psycopg 3) fences
   transactions in your own PostgreSQL: ``with lease.fenced(conn) as cur``.
 
@@ -22,13 +27,7 @@ leading", :class:`Unavailable` transport trouble, :class:`Held` someone else
 holds the lease.
 """
 
-from ._client import (
-    DEFAULT_ELECTION,
-    DEFAULT_GATEWAY,
-    AcquireOptions,
-    Client,
-    check_lease_name,
-)
+from ._client import DEFAULT_ELECTION, DEFAULT_GATEWAY, Client
 from ._elector import Elector, Task
 from ._errors import (
     BadRequest,
@@ -39,13 +38,25 @@ from ._errors import (
     LockDelay,
     NotFound,
     PalisadeError,
+    PreconditionFailed,
     Preempted,
     ProtocolError,
     Unauthorized,
     Unavailable,
 )
 from ._lease import Lease, OnLost
-from ._model import Grant, GrantId, LeaseInfo, Object, Transition, encode_key
+from ._model import (
+    Grant,
+    GrantId,
+    LeaseInfo,
+    Object,
+    ObjectInfo,
+    ObjectPage,
+    Transition,
+    check_lease_name,
+    encode_key,
+)
+from ._options import AcquireOptions
 from ._transport import API_KEY_HEADER, ClientConfig
 
 __version__ = "0.1.0"
@@ -70,8 +81,11 @@ __all__ = [
     "LockDelay",
     "NotFound",
     "Object",
+    "ObjectInfo",
+    "ObjectPage",
     "OnLost",
     "PalisadeError",
+    "PreconditionFailed",
     "Preempted",
     "ProtocolError",
     "Task",

@@ -6,15 +6,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
-import secrets
 import time
 from types import TracebackType
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 from ._errors import BadRequest, Held, LockDelay, PalisadeError, ProtocolError
 from ._lease import Lease, OnLost
-from ._model import Grant, GrantId, LeaseInfo, Object, Transition
+from ._model import (
+    Grant,
+    GrantId,
+    LeaseInfo,
+    Object,
+    ObjectInfo,
+    ObjectPage,
+    Transition,
+    check_lease_name,
+)
+from ._options import AcquireOptions, new_secret
 from ._transport import ClientConfig, Transport
 
 #: The ``palisade dev`` election nodes, the default of :meth:`Client.from_env`.
@@ -22,69 +30,11 @@ DEFAULT_ELECTION = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1
 #: The ``palisade dev`` gateway, the default of :meth:`Client.from_env`.
 DEFAULT_GATEWAY = "http://127.0.0.1:8080"
 
-_LEASE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
-
-
-def check_lease_name(name: str) -> None:
-    """Raises :class:`BadRequest` unless ``name`` is a valid lease name
-    (``[A-Za-z0-9._-]{1,128}``, not ``.`` or ``..``)."""
-    if not _LEASE_NAME.fullmatch(name) or name in (".", ".."):
-        raise BadRequest(f"invalid lease name {name!r}: [A-Za-z0-9._-]{{1,128}}, not . or ..")
-
-
 def _check_api_key(key: str) -> str:
     key = key.strip()
     if not key or any(not 0x21 <= ord(c) <= 0x7E for c in key):
         raise BadRequest("an API key must be non-empty visible ASCII")
     return key
-
-
-@dataclasses.dataclass(frozen=True)
-class AcquireOptions:
-    """What an acquire may ask for beyond holder and ttl (README:
-    leadership semantics)."""
-
-    #: 0..=1000. A waiting acquire of a higher priority than a preemptible
-    #: holder's preempts it (the holder's next renewal is refused with
-    #: :class:`Preempted`); waiters queue by priority. Equal priority never
-    #: preempts.
-    priority: int = 0
-    #: A waiting acquire of a higher priority may preempt this grant.
-    preemptible: bool = False
-    #: Seconds the lease stays unavailable after this grant *expires* (not
-    #: after a release), so a crashed holder's writes in flight drain first.
-    lock_delay: float = 0.0
-    #: Renew this grant for at most this many seconds (``None``: no cap).
-    max_hold: Optional[float] = None
-
-    def body(self) -> Dict[str, Any]:
-        """The acquire body's fields for these options (none for defaults).
-        Raises :class:`BadRequest` for a value out of range."""
-        if (
-            not isinstance(self.priority, int)
-            or isinstance(self.priority, bool)
-            or not 0 <= self.priority <= 1000
-        ):
-            raise BadRequest(f"the priority must be an integer in 0..=1000, not {self.priority!r}")
-        if not 0 <= self.lock_delay <= 60.0:
-            raise BadRequest(f"lock_delay must be 0..=60 seconds, not {self.lock_delay!r}")
-        if self.max_hold is not None and not 0.001 <= self.max_hold <= 86_400.0:
-            raise BadRequest(f"max_hold must be None or 0.001..=86400 seconds, not {self.max_hold!r}")
-        fields: Dict[str, Any] = {}
-        if self.priority:
-            fields["priority"] = self.priority
-        if self.preemptible:
-            fields["preemptible"] = True
-        if self.lock_delay:
-            fields["lock_delay_ms"] = int(round(self.lock_delay * 1000))
-        if self.max_hold is not None:
-            fields["max_hold_ms"] = int(round(self.max_hold * 1000))
-        return fields
-
-
-def new_secret() -> str:
-    """A fresh grant secret: 256 bits from the OS RNG, as 64 hex digits."""
-    return secrets.token_hex(32)
 
 
 class Client:
@@ -467,4 +417,34 @@ class Client:
     def get_object(self, key: str) -> Optional[Object]:
         """Reads ``key`` through the gateway; ``None`` if there is none.
         Reads are not fenced and need no lease."""
-        return self._transport.get_object(key)
+        return self._transport.gateway.get_object(key)
+
+    def head_object(self, key: str) -> Optional[ObjectInfo]:
+        """``key``'s version, token and size (``HEAD``, without its bytes);
+        ``None`` if there is no object."""
+        return self._transport.gateway.head_object(key)
+
+    def list_objects(
+        self, prefix: str = "", after: Optional[str] = None, limit: int = 100
+    ) -> ObjectPage:
+        """One page of the objects whose keys start with ``prefix`` (a plain
+        string prefix: it may span leases), in byte order of their keys,
+        after the key ``after`` (exclusive), at most ``limit`` (1..=1000) of
+        them. Pass the page's ``next`` as ``after`` while it is not
+        ``None``. Under a policy, objects of leases the API key may not read
+        are left out (a page may then be short while ``next`` is set).
+        Raises :class:`BadRequest` for a bad limit (before sending)."""
+        return self._transport.gateway.list_objects(prefix, after, limit)
+
+    def iter_objects(self, prefix: str = "", *, limit: int = 100) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix``, page by page (``limit`` a page),
+        in key order: :meth:`list_objects` until ``next`` is ``None``."""
+        after: Optional[str] = None
+        while True:
+            page = self.list_objects(prefix, after, limit)
+            yield from page.objects
+            if page.next is None:
+                return
+            if after is not None and page.next.encode() <= after.encode():
+                raise ProtocolError(200, f"a listing's next {page.next!r} does not move past {after!r}")
+            after = page.next

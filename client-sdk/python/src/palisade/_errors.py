@@ -9,6 +9,8 @@ trouble is :class:`Unavailable`; someone else holding the lease is
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class PalisadeError(Exception):
     """The base of every error this package raises."""
@@ -116,4 +118,21 @@ class ProtocolError(PalisadeError):
         #: The HTTP status (0 when the problem is not an HTTP status).
         self.status = status
         #: What was wrong.
+        self.message = message
+
+
+class PreconditionFailed(PalisadeError):
+    """412 ``precondition_failed``: a conditional write's ``if_match`` /
+    ``if_none_match`` did not hold, and nothing was changed. Not a
+    :class:`LeaseLost`: the lease is still held (a stale token is
+    :class:`Fenced` whatever the condition)."""
+
+    def __init__(self, key: str, current_version: Optional[int], message: str = "") -> None:
+        now = "no object" if current_version is None else f"version {current_version}"
+        super().__init__(f"precondition failed on {key!r} ({now}){': ' + message if message else ''}")
+        #: The key written.
+        self.key = key
+        #: The object's version now; ``None`` when there is no object.
+        self.current_version = current_version
+        #: The gateway's message.
         self.message = message

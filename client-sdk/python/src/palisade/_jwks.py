@@ -5,15 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import jwt as pyjwt
 
 from ._errors import ProtocolError, Unavailable
 from ._model import Grant, JsonObject
-
-if TYPE_CHECKING:  # the transport holds the verifier
-    from ._transport import Transport
 
 log = logging.getLogger("palisade")
 
@@ -30,8 +27,11 @@ class JwtVerifier:
 
     REFETCH_EVERY = 0.1
 
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
+    def __init__(self, published_keys: Callable[[], List[JsonObject]], nodes: int) -> None:
+        """``published_keys`` asks every one of the ``nodes`` election
+        nodes for its key set once (the transport's ``published_keys``)."""
+        self._published_keys = published_keys
+        self._nodes = nodes
         self._lock = threading.Lock()
         self._keys: Dict[str, pyjwt.PyJWK] = {}
         self._applied_index = -1
@@ -39,9 +39,9 @@ class JwtVerifier:
 
     def _fetch(self) -> None:
         self._fetched_at = time.monotonic()
-        answers = self._transport.published_keys()
+        answers = self._published_keys()
         if not answers:
-            raise Unavailable(len(self._transport.config.election), 0.0, "no node answered /v1/jwks")
+            raise Unavailable(self._nodes, 0.0, "no node answered /v1/jwks")
         newest = max(answers, key=_applied_index)
         if _applied_index(newest) < self._applied_index:
             return

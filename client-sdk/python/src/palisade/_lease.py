@@ -9,9 +9,10 @@ import time
 import weakref
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, Union
 
 from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError, Preempted
+from ._gateway import IfMatch, precondition
 from ._model import Grant, GrantId, JsonObject, Object, encode_key
 from ._transport import Transport
 
@@ -295,31 +296,56 @@ class Lease:
         """Whether the lease is held now (see the class docs)."""
         return self._shared.is_held()
 
-    def _write(self, method: str, path: str, content: Optional[bytes]) -> JsonObject:
+    def _write(
+        self,
+        method: str,
+        path: str,
+        content: Optional[bytes],
+        headers: Optional[Dict[str, str]] = None,
+    ) -> JsonObject:
         jwt = self._shared.held_jwt()
         try:
-            return self._shared.transport.gateway_write(jwt, method, path, content)
+            return self._shared.transport.gateway.write(jwt, method, path, content, headers)
         except Fenced as err:
             self._shared.mark_lost(
                 f"fenced at the gateway: token {err.token} is below fence {err.fence}"
             )
             raise
 
-    def put(self, key: str, value: Union[bytes, str]) -> JsonObject:
+    def put(
+        self,
+        key: str,
+        value: Union[bytes, str],
+        *,
+        if_match: IfMatch = None,
+        if_none_match: bool = False,
+    ) -> JsonObject:
         """Writes ``value`` at ``key`` (whose first segment must be this
         lease's name) through the gateway, stamped with the lease JWT.
         Answers ``{"key", "version", "token"}``.
 
+        ``if_match`` (a version, or ``"*"``: an object must exist) or
+        ``if_none_match=True`` (no object may exist) make the write
+        conditional, checked in the same step as the fence.
+
         Raises :class:`LeaseLost` locally, with nothing sent, once the lease
         is not held; :class:`Fenced` (a ``LeaseLost``) when the gateway
-        refuses the token as stale — the lease is marked lost;
-        :class:`Unavailable` on transport failure."""
+        refuses the token as stale, whatever the condition — the lease is
+        marked lost; :class:`PreconditionFailed` when the condition does not
+        hold (nothing changed, the lease still held); :class:`BadRequest`
+        for a bad condition (before sending); :class:`Unavailable` on
+        transport failure."""
+        headers = precondition(if_match, if_none_match)
         content = value.encode() if isinstance(value, str) else bytes(value)
-        return self._write("PUT", f"/v1/objects/{encode_key(key)}", content)
+        return self._write("PUT", f"/v1/objects/{encode_key(key)}", content, headers)
 
-    def delete(self, key: str) -> JsonObject:
-        """Deletes ``key`` through the gateway, fenced like :meth:`put`."""
-        return self._write("DELETE", f"/v1/objects/{encode_key(key)}", None)
+    def delete(self, key: str, *, if_match: IfMatch = None) -> JsonObject:
+        """Deletes ``key`` through the gateway, fenced like :meth:`put`
+        (it raises the fence even if nothing was there). ``if_match`` (a
+        version, or ``"*"``) makes it conditional: errors as :meth:`put`.
+        Answers ``{"key", "deleted", "token"}``."""
+        headers = precondition(if_match)
+        return self._write("DELETE", f"/v1/objects/{encode_key(key)}", None, headers)
 
     def fence(self) -> int:
         """Raises the gateway fence of this lease to its token; answers the
@@ -369,7 +395,7 @@ class Lease:
     def get(self, key: str) -> Optional[Object]:
         """Reads ``key`` through the gateway (reads are not fenced); ``None``
         if there is no object."""
-        return self._shared.transport.get_object(key)
+        return self._shared.transport.gateway.get_object(key)
 
     def handover_to(self, successor: str) -> int:
         """Hands the lease to ``successor``: this handle stops holding it at

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import quote
 
-from ._errors import ProtocolError
+from ._errors import BadRequest, ProtocolError
+
+_LEASE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_lease_name(name: str) -> None:
+    """Raises :class:`BadRequest` unless ``name`` is a valid lease name
+    (``[A-Za-z0-9._-]{1,128}``, not ``.`` or ``..``)."""
+    if not _LEASE_NAME.fullmatch(name) or name in (".", ".."):
+        raise BadRequest(f"invalid lease name {name!r}: [A-Za-z0-9._-]{{1,128}}, not . or ..")
 
 
 def _int(body: Mapping[str, Any], name: str, default: Optional[int] = None) -> int:
@@ -118,6 +128,12 @@ class LeaseInfo:
     expires_in_ms: Optional[int] = None
     #: Whether the grant was revoked.
     revoked: bool = False
+    #: When the current holder acquired it (RFC 3339), when the cluster
+    #: says (``None`` from clusters that do not send it yet).
+    acquire_time: Optional[str] = None
+    #: When the current grant was last renewed (RFC 3339), when the cluster
+    #: says.
+    renew_time: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "LeaseInfo":
@@ -131,6 +147,8 @@ class LeaseInfo:
             modify_index=_int(body, "modify_index", 0),
             expires_in_ms=_opt_int(body, "expires_in_ms"),
             revoked=bool(body.get("revoked", False)),
+            acquire_time=_opt_str(body, "acquire_time"),
+            renew_time=_opt_str(body, "renew_time"),
         )
 
 
@@ -173,6 +191,52 @@ class Object:
     version: str
     #: The token of the write that stored it.
     token: int
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What the gateway says of a stored object without its bytes: an entry
+    of :meth:`palisade.Client.list_objects`, or
+    :meth:`palisade.Client.head_object`."""
+
+    #: The object key.
+    key: str
+    #: Its version (what ``If-Match`` names; the ``ETag``).
+    version: int
+    #: The fencing token of the write that stored it.
+    token: int
+    #: Its length in bytes.
+    size: int
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "ObjectInfo":
+        """Parses one entry of a listing."""
+        return cls(
+            key=_str(body, "key"),
+            version=_int(body, "version"),
+            token=_int(body, "token"),
+            size=_int(body, "size"),
+        )
+
+
+@dataclass(frozen=True)
+class ObjectPage:
+    """One page of :meth:`palisade.Client.list_objects`."""
+
+    #: The objects, in byte order of their keys. Under a policy, objects of
+    #: leases the caller may not read are left out, so a page may hold fewer
+    #: than ``limit`` while :attr:`next` is set.
+    objects: List[ObjectInfo]
+    #: Pass as ``after`` for the next page; ``None`` when no more keys follow.
+    next: Optional[str]
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "ObjectPage":
+        """Parses a listing answer."""
+        entries = body.get("objects")
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ProtocolError(200, "a listing without its objects")
+        return cls([ObjectInfo.from_json(e) for e in entries], _opt_str(body, "next"))
 
 
 #: A JSON object as parsed from an answer.

@@ -27,23 +27,12 @@ import certifi
 import httpx
 
 from ._endpoints import LEADER_HEADER, Endpoints, leader_hint
-from ._errors import (
-    BadRequest,
-    Fenced,
-    Forbidden,
-    Held,
-    LeaseLost,
-    LockDelay,
-    NotFound,
-    PalisadeError,
-    Preempted,
-    ProtocolError,
-    Unauthorized,
-    Unavailable,
-)
+from ._answer import Answer, json_of
+from ._errors import BadRequest, ProtocolError, Unavailable
+from ._gateway import Gateway
 from ._hedge import GaveUp, Outcome, Workers, hedged, retry_after
 from ._jwks import JwtVerifier
-from ._model import Grant, GrantId, JsonObject, Object, encode_key
+from ._model import Grant, GrantId, JsonObject
 from ._stream import StreamRenewer
 
 log = logging.getLogger("palisade")
@@ -96,75 +85,6 @@ class ClientConfig:
         )
 
 
-@dataclass
-class Answer:
-    """One HTTP answer: its status and JSON body (``None`` when not JSON)."""
-
-    status: int
-    body: Any
-
-    def message(self) -> str:
-        """The error document's ``message``, or ``""``."""
-        if isinstance(self.body, dict):
-            message = self.body.get("message")
-            if isinstance(message, str):
-                return message
-        return ""
-
-    def error(self) -> PalisadeError:
-        """Maps an error answer to an exception (the Rust SDK's mapping)."""
-        return error_for(self.status, self.body)
-
-    def ok_object(self) -> JsonObject:
-        """The body if the status is 200 and the body a JSON object; the
-        mapped error raised otherwise."""
-        if self.status != 200:
-            raise self.error()
-        if not isinstance(self.body, dict):
-            raise ProtocolError(200, "the answer is not a JSON object")
-        return self.body
-
-
-def _field_int(body: Mapping[str, Any], name: str) -> int:
-    value = body.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def error_for(status: int, body: Any) -> PalisadeError:
-    """The exception for an error answer ``status`` with JSON ``body``."""
-    doc: Mapping[str, Any] = body if isinstance(body, dict) else {}
-    code = doc.get("error")
-    message = doc.get("message")
-    text = message if isinstance(message, str) else ""
-    if status == 409 and code == "held":
-        holder = doc.get("holder")
-        return Held(holder if isinstance(holder, str) else "", _field_int(doc, "token"))
-    if status == 409 and code in ("lost", "max_hold"):
-        return LeaseLost(text)
-    if status == 409 and code == "preempted":
-        return Preempted(text)
-    if status == 409 and code == "lock_delay":
-        return LockDelay(text, _field_int(doc, "retry_after_ms") / 1000.0)
-    if status == 409 and code == "stale_token":
-        return Fenced(_field_int(doc, "token"), _field_int(doc, "fence"))
-    if status == 404:
-        return NotFound(text)
-    if status == 401:
-        return Unauthorized(text)
-    if status == 403:
-        return Forbidden(text)
-    if status in (400, 413):
-        return BadRequest(text)
-    return ProtocolError(status, text or (str(code) if code else ""))
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
 class Transport:
     """The HTTP client and retry loop (internal; thread-safe)."""
 
@@ -185,7 +105,9 @@ class Transport:
         # Which node to ask first (the leader, when known), which to avoid.
         self._endpoints = Endpoints(config.election)
         self._workers = Workers()
-        self._verifier = JwtVerifier(self)
+        self._verifier = JwtVerifier(self.published_keys, len(config.election))
+        #: The gateway's object and fence calls (sent once each).
+        self.gateway = Gateway(self._http, config.gateway)
         self._stream: Optional[StreamRenewer] = None
         if config.renew_stream:
             self._stream = StreamRenewer(
@@ -324,7 +246,7 @@ class Transport:
         return Outcome(
             index,
             status=response.status_code,
-            body=_json(response),
+            body=json_of(response),
             leader=leader_hint(response.headers.get(LEADER_HEADER)),
             retry_after=retry_after(response.headers.get("retry-after")),
         )
@@ -351,7 +273,7 @@ class Transport:
             response = self._http.get(url, timeout=timeout)
         except httpx.HTTPError:
             return None, None
-        body = _json(response)
+        body = json_of(response)
         doc: Mapping[str, Any] = body if isinstance(body, dict) else {}
         return _int_field(doc, "node_id"), _int_field(doc, "leader")
 
@@ -369,7 +291,7 @@ class Transport:
             except httpx.TransportError as err:
                 log.debug("JWKS from %s: %s", url, err)
                 continue
-            body = _json(response)
+            body = json_of(response)
             if response.status_code == 200 and isinstance(body, dict):
                 answers.append(body)
         return answers
@@ -431,49 +353,6 @@ class Transport:
         if not isinstance(token, int) or isinstance(token, bool):
             raise ProtocolError(200, "a handover answered no token")
         return token
-
-    # -- gateway ----------------------------------------------------------
-
-    def _gateway(self) -> str:
-        if not self.config.gateway:
-            raise BadRequest("no gateway configured")
-        return self.config.gateway.rstrip("/")
-
-    def get_object(self, key: str) -> Optional[Object]:
-        """Reads ``key`` through the gateway (one request); ``None`` if
-        there is no object."""
-        url = f"{self._gateway()}/v1/objects/{encode_key(key)}"
-        started = time.monotonic()
-        try:
-            response = self._http.get(url)
-        except httpx.TransportError as err:
-            raise Unavailable(1, time.monotonic() - started, f"{url}: {err}") from err
-        if response.status_code == 200:
-            token = response.headers.get("fencing-token", "0")
-            return Object(
-                value=response.content,
-                version=response.headers.get("etag", ""),
-                token=int(token) if token.isdigit() else 0,
-            )
-        if response.status_code == 404:
-            return None
-        raise error_for(response.status_code, _json(response))
-
-    def gateway_write(
-        self, jwt: str, method: str, path: str, content: Optional[bytes] = None
-    ) -> JsonObject:
-        """One fenced gateway request stamped with ``jwt``; the answer's JSON
-        object on 200, the mapped error raised otherwise."""
-        url = self._gateway() + path
-        started = time.monotonic()
-        try:
-            response = self._http.request(
-                method, url, content=content, headers={"authorization": f"Bearer {jwt}"}
-            )
-        except httpx.TransportError as err:
-            raise Unavailable(1, time.monotonic() - started, f"{url}: {err}") from err
-        return Answer(response.status_code, _json(response)).ok_object()
-
 
 def _int_field(doc: Mapping[str, Any], name: str) -> Optional[int]:
     value = doc.get(name)

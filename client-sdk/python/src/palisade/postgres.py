@@ -55,8 +55,8 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess 
         "(or 'psycopg[binary]')"
     ) from _missing
 
-from ._client import check_lease_name
 from ._errors import BadRequest, Fenced, PalisadeError, Unauthorized
+from ._model import check_lease_name
 
 __all__ = [
     "FENCE_RACED",
