@@ -1,12 +1,11 @@
 //! [`audited`]: a fenced write's store answer, with a refusal for a stale
 //! token first recorded in the fencing audit ([`Observer::refused`](crate::observe::Observer::refused)).
 
-use palisade_store::{LeaseName, StoreError};
+use palisade_store::{LeaseName, Refusal, StoreError};
 
 use crate::auth::LeaseToken;
 use crate::error::ApiError;
 use crate::observe::now_unix_ms;
-use crate::shared_audit::Refused;
 use crate::state::AppState;
 
 /// The caller's address, when the server knows it (not in process tests).
@@ -32,7 +31,7 @@ pub(crate) async fn audited<S, T>(
             .observer
             .refused(
                 lease.as_str(),
-                Refused {
+                Refusal {
                     token: stale.0,
                     fence: fence.0,
                     holder: token.claims.sub.clone(),

@@ -12,8 +12,7 @@ use crate::auth::LeaseToken;
 use crate::body::read_body;
 use crate::error::ApiError;
 use crate::key_path::lease_name;
-use crate::schema::{ErrorBody, Fence, LeaseNameParam, ReadErrors, WriteErrors};
-use crate::shared_audit::Refusals;
+use crate::schema::{ErrorBody, Fence, LeaseNameParam, ReadErrors, Refusals, WriteErrors};
 use crate::state::AppState;
 
 /// The route prefix its paths start with.

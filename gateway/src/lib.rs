@@ -23,9 +23,10 @@
 //! - `authorize.rs`: the policy middleware; `key_path.rs`: keys and lease
 //!   names from paths; `body.rs`: a body under a size limit.
 //! - `audit.rs`: a stale write into the fencing audit; `observe.rs`: the
-//!   metrics and the audit; `shared_audit.rs`: its records, and
-//!   [`SharedAudit`](shared_audit::SharedAudit), the audit every gateway on
-//!   one PostgreSQL database shares.
+//!   metrics and the audit, which the store keeps
+//!   ([`FencingAudit`](palisade_store::FencingAudit)): this process's, or
+//!   the one every gateway on one PostgreSQL database shares. The gateway
+//!   names no engine.
 //! - `error.rs`: [`ApiError`]; `config.rs`: [`GatewayConfig`]; `state.rs`:
 //!   [`AppState`].
 
@@ -36,7 +37,6 @@ pub mod keys;
 pub mod objects;
 pub mod observe;
 pub mod openapi;
-pub mod shared_audit;
 
 mod admit;
 mod audit;

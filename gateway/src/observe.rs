@@ -3,17 +3,17 @@
 //! with its lease, key, token, the fence, the JWT's holder and the peer
 //! address, and counted per lease (`GET /v1/fences/{lease}` shows the count
 //! and the last one). That is how the paused old leader still trying to
-//! write is found.
+//! write is found. The audit is the store's capability
+//! ([`FencingAudit`]): in this process's memory, or shared by every gateway
+//! of one PostgreSQL database.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use palisade_names::sync::lock;
-use palisade_store::{StoreError, StoreHooks};
+use palisade_store::{FencingAudit, MemoryAudit, Refusal, StoreError, StoreHooks};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -21,11 +21,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::shared_audit::{Refusals, Refused, SharedAudit};
-
-/// Leases whose refusals are remembered; past it the one refused longest
-/// ago is forgotten (its count too).
-const AUDITED_LEASES: usize = 10_000;
+use crate::schema::Refusals;
 
 /// Labels of a write's outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,10 +61,9 @@ pub struct Observer {
     store_fsync: Histogram,
     writes: Family<WriteLabels, Counter>,
     requests: Family<RequestLabels, Histogram>,
-    refused: Mutex<HashMap<String, Refusals>>,
-    /// Where the audit is kept when the gateways of one store share it;
-    /// `None`: in `refused`, this process's alone.
-    shared: Option<std::sync::Arc<dyn SharedAudit>>,
+    /// Where the fencing audit is kept: this process's memory, or the
+    /// store's when every gateway on it shares one.
+    audit: Arc<dyn FencingAudit>,
 }
 
 impl Default for Observer {
@@ -108,8 +103,7 @@ impl Default for Observer {
             store_fsync,
             writes,
             requests,
-            refused: Mutex::new(HashMap::new()),
-            shared: None,
+            audit: Arc::new(MemoryAudit::default()),
         }
     }
 }
@@ -128,17 +122,17 @@ impl Observer {
         }
     }
 
-    /// Keeps the fencing audit in `shared` (every gateway of the store sees
-    /// the same) instead of this process's memory.
-    pub fn with_shared_audit(mut self, shared: std::sync::Arc<dyn SharedAudit>) -> Self {
-        self.shared = Some(shared);
+    /// Keeps the fencing audit in `audit` (a store's, which every gateway
+    /// on it sees) instead of this process's memory.
+    pub fn with_audit(mut self, audit: Arc<dyn FencingAudit>) -> Self {
+        self.audit = audit;
         self
     }
 
     /// Records a write refused because `refused.token` is below the fence,
-    /// and logs it. A shared audit that cannot be written is logged too:
-    /// the refusal itself stands.
-    pub async fn refused(&self, lease: &str, refused: Refused) {
+    /// and logs it. An audit that cannot be written is logged too: the
+    /// refusal itself stands.
+    pub async fn refused(&self, lease: &str, refused: Refusal) {
         tracing::warn!(
             target: "palisade::fence",
             lease,
@@ -149,55 +143,35 @@ impl Observer {
             peer = refused.peer.as_deref().unwrap_or("-"),
             "refused a write with a stale token"
         );
-        if let Some(shared) = &self.shared {
-            if let Err(err) = shared.record(lease, &refused).await {
-                tracing::warn!(lease, %err, "the shared fencing audit missed a refusal");
-            }
-            return;
+        if let Err(err) = self.audit.record(lease, &refused).await {
+            tracing::warn!(lease, %err, "the fencing audit missed a refusal");
         }
-        let mut leases = lock(&self.refused);
-        if !leases.contains_key(lease) && leases.len() >= AUDITED_LEASES {
-            let oldest = leases
-                .iter()
-                .min_by_key(|(_, r)| r.last.as_ref().map_or(0, |l| l.at_unix_ms))
-                .map(|(name, _)| name.clone());
-            if let Some(oldest) = oldest {
-                leases.remove(&oldest);
-            }
-        }
-        let entry = leases.entry(lease.to_owned()).or_default();
-        entry.count += 1;
-        entry.last = Some(refused);
     }
 
     /// `lease`'s refused writes.
     ///
     /// # Errors
-    /// When the shared audit cannot be read.
+    /// When the audit cannot be read.
     pub async fn refusals(&self, lease: &str) -> Result<Refusals, StoreError> {
-        if let Some(shared) = &self.shared {
-            return shared.refusals(lease).await;
-        }
-        Ok(lock(&self.refused).get(lease).cloned().unwrap_or_default())
+        Ok(self
+            .audit
+            .refusals(lease)
+            .await?
+            .map(Refusals::from)
+            .unwrap_or_default())
     }
 
     /// Leases with refused writes, the most recently refused first (at
     /// most `limit`), each with its refusals.
     ///
     /// # Errors
-    /// When the shared audit cannot be read.
+    /// When the audit cannot be read.
     pub async fn all_refusals(&self, limit: usize) -> Result<Vec<(String, Refusals)>, StoreError> {
-        if let Some(shared) = &self.shared {
-            return shared.recent(limit).await;
-        }
-        let leases = lock(&self.refused);
-        let mut all: Vec<(String, Refusals)> = leases
-            .iter()
-            .map(|(lease, r)| (lease.clone(), r.clone()))
-            .collect();
-        all.sort_by_key(|(_, r)| std::cmp::Reverse(r.last.as_ref().map_or(0, |l| l.at_unix_ms)));
-        all.truncate(limit);
-        Ok(all)
+        let recent = self.audit.recent(limit).await?;
+        Ok(recent
+            .into_iter()
+            .map(|r| (r.lease.clone(), Refusals::from(r)))
+            .collect())
     }
 
     /// The text exposition.

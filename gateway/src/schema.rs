@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::shared_audit::Refusals;
+use palisade_store::{LeaseRefusals, Refusal};
 
 /// Every error answer: a code and a sentence; `stale_token` adds the
 /// token and the fence it was below, `precondition_failed` the key and
@@ -88,6 +88,25 @@ pub struct ObjectList {
     /// Pass as `after` for the next page; `null` when no key under the
     /// prefix follows.
     pub next: Option<String>,
+}
+
+/// A lease's refused writes, as `GET /v1/fences` shows them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Refusals {
+    /// Writes refused for a stale token (since the gateway started, or,
+    /// shared, since the database's record of the lease was made).
+    pub count: u64,
+    /// The latest.
+    pub last: Option<Refusal>,
+}
+
+impl From<LeaseRefusals> for Refusals {
+    fn from(kept: LeaseRefusals) -> Self {
+        Self {
+            count: kept.count,
+            last: Some(kept.last),
+        }
+    }
 }
 
 /// A lease's fence, and the writes refused below it.

@@ -92,8 +92,7 @@ async fn fixture_with_policy(
                     .await
                     .expect("connect"),
             );
-            let observer =
-                palisade_gateway::observe::Observer::default().with_shared_audit(store.clone());
+            let observer = palisade_gateway::observe::Observer::default().with_audit(store.clone());
             palisade_gateway::router(AppState::new(AppParts {
                 store,
                 verifier,

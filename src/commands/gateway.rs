@@ -204,7 +204,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
                     .await
                     .context("cannot open the store in PostgreSQL")?,
             );
-            let observer = observer.with_shared_audit(store.clone());
+            let observer = observer.with_audit(store.clone());
             let parts = Parts {
                 verifier,
                 config,

@@ -3,6 +3,7 @@
 //! `backend_suite!` instantiates each check for one backend; add a backend by
 //! adding one invocation at the bottom.
 
+mod audit;
 mod conditional;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,9 +14,12 @@
 //!   commit. Nothing outside these names sled.
 //! - `postgres_store.rs`: [`PostgresStore`], the trait on PostgreSQL for
 //!   many gateways sharing one database; `postgres_store/` holds its
-//!   [`PostgresStoreConfig`], its pool, its versioned schema and the shared
-//!   fencing audit ([`Refusal`], [`LeaseRefusals`] in `refusals.rs`).
+//!   [`PostgresStoreConfig`], its pool, its versioned schema and its
+//!   [`FencingAudit`], shared by every gateway on the database.
 //!   Nothing outside these names PostgreSQL.
+//! - `audit.rs`: the fencing audit as a capability: [`FencingAudit`], its
+//!   record ([`Refusal`], [`LeaseRefusals`]) and [`MemoryAudit`], a
+//!   process's own.
 //! - `hooks.rs`: [`StoreHooks`], what an engine tells its owner.
 //! - `memory_store.rs`: [`MemoryStore`], the trait in memory, for tests of
 //!   code above the store.
@@ -24,19 +27,21 @@
 //! - [`names`] (the `palisade-names` crate) holds the validated newtypes every
 //!   operation takes.
 //!
-//! The same conformance suite (`conformance.rs`) runs against every backend.
+//! The same conformance suite (`conformance.rs`) runs against every backend,
+//! and its audit checks (`conformance/audit.rs`) against every audit.
 
+mod audit;
 mod error;
 mod fenced_store;
 mod hooks;
 mod memory_store;
 mod postgres_store;
-mod refusals;
 mod sled_store;
 
 #[cfg(test)]
 mod conformance;
 
+pub use audit::{AuditAnswer, FencingAudit, LeaseRefusals, MemoryAudit, Refusal, AUDITED_LEASES};
 pub use error::StoreError;
 pub use fenced_store::{
     Deleted, FencedStore, ObjectPage, ObjectSummary, Precondition, StoredObject, Written,
@@ -46,10 +51,8 @@ pub use hooks::StoreHooks;
 pub use memory_store::MemoryStore;
 pub use palisade_names as names;
 pub use palisade_names::{FencingToken, LeaseName, NameError, ObjectKey, MAX_KEY_LEN, MAX_TOKEN};
-pub use postgres_store::audit::AUDITED_LEASES;
 pub use postgres_store::config::PostgresStoreConfig;
 pub use postgres_store::schema::{LEASE_LOCK_CLASS, SCHEMA_VERSION};
 pub use postgres_store::PostgresStore;
-pub use refusals::{LeaseRefusals, Refusal};
 pub use sled_store::config::SledStoreConfig;
 pub use sled_store::SledStore;

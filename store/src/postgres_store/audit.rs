@@ -1,4 +1,4 @@
-//! The shared fencing audit in PostgreSQL: per lease, how many writes were
+//! [`FencingAudit`] in PostgreSQL, shared: per lease, how many writes were
 //! refused for a stale token and the last one, whichever gateway refused
 //! them. Bounded: past [`AUDITED_LEASES`] leases the ones refused longest
 //! ago are forgotten.
@@ -7,11 +7,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::PostgresStore;
+use crate::audit::{AuditAnswer, FencingAudit, LeaseRefusals, Refusal, AUDITED_LEASES};
 use crate::error::StoreError;
-use crate::refusals::{LeaseRefusals, Refusal};
-
-/// Leases whose refusals are kept (as a gateway on sled keeps in memory).
-pub const AUDITED_LEASES: i64 = 10_000;
 
 const RECORD: &str = "
 INSERT INTO palisade_gateway.refusals AS r
@@ -28,12 +25,26 @@ DELETE FROM palisade_gateway.refusals WHERE lease IN (
 
 const COLUMNS: &str = "lease, count, token, fence, holder, key, peer, at_unix_ms";
 
+impl FencingAudit for PostgresStore {
+    fn record<'a>(&'a self, lease: &'a str, refusal: &'a Refusal) -> AuditAnswer<'a, ()> {
+        Box::pin(self.record_refusal(lease, refusal))
+    }
+
+    fn refusals<'a>(&'a self, lease: &'a str) -> AuditAnswer<'a, Option<LeaseRefusals>> {
+        Box::pin(self.refusals_of(lease))
+    }
+
+    fn recent(&self, limit: usize) -> AuditAnswer<'_, Vec<LeaseRefusals>> {
+        Box::pin(self.recent_refusals(limit))
+    }
+}
+
 impl PostgresStore {
     /// Counts a refused write of `lease` and keeps it as the lease's last.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database fails.
-    pub async fn record_refusal(&self, lease: &str, refusal: &Refusal) -> Result<(), StoreError> {
+    async fn record_refusal(&self, lease: &str, refusal: &Refusal) -> Result<(), StoreError> {
         // PostgreSQL's text cannot hold NUL; a JWT's subject is not checked here.
         let holder = refusal.holder.replace('\0', "\u{fffd}");
         let (token, fence, at) = (
@@ -52,7 +63,7 @@ impl PostgresStore {
         ];
         let rows = self.query(RECORD, &params).await?;
         if rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
-            self.query(PRUNE, &[&AUDITED_LEASES]).await?;
+            self.query(PRUNE, &[&(AUDITED_LEASES as i64)]).await?;
         }
         Ok(())
     }
@@ -61,7 +72,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database fails.
-    pub async fn refusals(&self, lease: &str) -> Result<Option<LeaseRefusals>, StoreError> {
+    async fn refusals_of(&self, lease: &str) -> Result<Option<LeaseRefusals>, StoreError> {
         let sql = format!("SELECT {COLUMNS} FROM palisade_gateway.refusals WHERE lease = $1");
         let rows = self.query(&sql, &[&lease]).await?;
         Ok(rows.first().map(lease_refusals))
@@ -72,11 +83,11 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database fails.
-    pub async fn recent_refusals(&self, limit: usize) -> Result<Vec<LeaseRefusals>, StoreError> {
+    async fn recent_refusals(&self, limit: usize) -> Result<Vec<LeaseRefusals>, StoreError> {
         let sql = format!(
             "SELECT {COLUMNS} FROM palisade_gateway.refusals ORDER BY at_unix_ms DESC LIMIT $1"
         );
-        let limit = limit.min(AUDITED_LEASES as usize) as i64;
+        let limit = limit.min(AUDITED_LEASES) as i64;
         let rows = self.query(&sql, &[&limit]).await?;
         Ok(rows.iter().map(lease_refusals).collect())
     }
