@@ -263,3 +263,97 @@ async fn cli_prints_the_changes_and_exits_on_a_closed_stdout(
     };
     assert_eq!(status.code(), Some(0));
 }
+
+/// The next line of a raw watch answer that `wanted` accepts (earlier lines
+/// skipped), within [`PATIENCE`]; `None` if the answer ends first.
+async fn line_where(
+    response: &mut reqwest::Response,
+    buffer: &mut Vec<u8>,
+    wanted: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    let started = Instant::now();
+    loop {
+        while let Some(at) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=at).collect();
+            let line: Value = serde_json::from_slice(&line).expect("a JSON line");
+            if wanted(&line) {
+                return Some(line);
+            }
+        }
+        let left = PATIENCE.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => buffer.extend_from_slice(&chunk),
+            Ok(_) => return None,
+            Err(_) => panic!("no wanted line in time: {:?}", String::from_utf8_lossy(buffer)),
+        }
+    }
+}
+
+/// Under a policy: a prefix watch needs `read` on the whole prefix; one
+/// principal's open watches are bounded by its share of the node's `long`
+/// seats (as single watches are), and another principal still gets one; a
+/// policy reload that takes the right away ends the stream with a last
+/// `forbidden` line.
+#[tokio::test]
+async fn under_a_policy_a_prefix_watch_needs_read_is_bounded_per_principal_and_revocable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            // 8 `long` seats: one principal may take 6 of them.
+            setup.args.extend(["--max-requests".into(), "64".into()]);
+            setup
+        })
+        .collect();
+    let (cluster, access) = Cluster::start_secure(dir.path(), setups);
+    let admin = access.http("admin");
+    let base = cluster.url(cluster.leader(&admin).await);
+    let orders = access.http_with_timeout("orders", PATIENCE * 3);
+    let (status, grant) = acquire(&orders, &base, "orders.a", "o1", 60_000).await;
+    assert_eq!(status, 200, "{grant}");
+    let everything = orders.get(format!("{base}/v1/watch")).send().await.expect("GET");
+    assert_eq!(everything.status(), 403, "orders may read orders.* only");
+
+    let url = format!("{base}/v1/watch?prefix=orders.");
+    let mut open = Vec::new();
+    let refused = loop {
+        let response = orders.get(&url).send().await.expect("GET /v1/watch");
+        if response.status() != 200 {
+            break response;
+        }
+        open.push(response);
+        assert!(open.len() < 32, "one principal opened 32 watches on one node");
+    };
+    assert_eq!(refused.status(), 429, "over its share");
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"], "over_share", "{body}");
+    assert!(open.len() >= 2, "a principal gets more than one: {}", open.len());
+    let theirs = admin.get(format!("{base}/v1/watch")).send().await.expect("GET");
+    assert_eq!(theirs.status(), 200, "another principal still finds a seat");
+
+    let mut watch = open.pop().expect("an open watch");
+    let mut buffer = Vec::new();
+    let first = line_where(&mut watch, &mut buffer, |l| l.get("lease").is_some()).await;
+    assert_eq!(first.expect("the catch-up")["lease"]["lease"], "orders.a");
+    let mut policy: Value =
+        serde_json::from_slice(&std::fs::read(&access.policy).expect("policy")).expect("JSON");
+    policy["principals"]["orders"]["read"] = json!(["orders.other."]);
+    std::fs::write(&access.policy, serde_json::to_vec_pretty(&policy).expect("JSON"))
+        .expect("write the policy");
+    for id in 1..=3 {
+        let pid = cluster.node(id).map(|n| n.pid()).expect("a node");
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+    }
+    let last = line_where(&mut watch, &mut buffer, |l| l.get("error").is_some()).await;
+    let last = last.expect("a last line naming why");
+    assert_eq!(last["error"], "forbidden", "{last}");
+    assert!(last["index"].as_u64().is_some(), "where to resume: {last}");
+    assert!(
+        line_where(&mut watch, &mut buffer, |_| true).await.is_none(),
+        "the stream ends after its last line"
+    );
+}

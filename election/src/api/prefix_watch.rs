@@ -72,7 +72,17 @@ pub(super) struct PrefixWatchQuery {
     keepalive_ms: Option<u64>,
 }
 
-/// Opens a prefix watch (see the module's doc).
+/// One stream of every change to the leases under `prefix` after `index`.
+///
+/// Any node serves it from its applied state. First each lease under the
+/// prefix changed after `index`, in index order, as it is now; then every
+/// change as it applies; a keep-alive `{"index": N}` every `keepalive_ms`
+/// (every change up to N was sent: resume from N). Pass the last line's
+/// `index` to resume. The stream holds one of the caller's `long` seats
+/// (as a single watch); a client that falls more than 4096 changes behind
+/// gets a last line `{"index", "error": "behind", "message"}`, one whose
+/// right a policy reload removed a last `unauthorized` or `forbidden`
+/// line, and one that takes no line for the body deadline is dropped.
 #[utoipa::path(get, path = "/v1/watch", tag = "leases", params(PrefixWatchQuery),
     responses(ReadErrors, (status = 200, content_type = "application/x-ndjson",
         description = "One JSON object per line: {\"index\", \"lease\"} per change, \
