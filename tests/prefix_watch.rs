@@ -284,7 +284,10 @@ async fn line_where(
         match tokio::time::timeout(left, response.chunk()).await {
             Ok(Ok(Some(chunk))) => buffer.extend_from_slice(&chunk),
             Ok(_) => return None,
-            Err(_) => panic!("no wanted line in time: {:?}", String::from_utf8_lossy(buffer)),
+            Err(_) => panic!(
+                "no wanted line in time: {:?}",
+                String::from_utf8_lossy(buffer)
+            ),
         }
     }
 }
@@ -311,7 +314,11 @@ async fn under_a_policy_a_prefix_watch_needs_read_is_bounded_per_principal_and_r
     let orders = access.http_with_timeout("orders", PATIENCE * 3);
     let (status, grant) = acquire(&orders, &base, "orders.a", "o1", 60_000).await;
     assert_eq!(status, 200, "{grant}");
-    let everything = orders.get(format!("{base}/v1/watch")).send().await.expect("GET");
+    let everything = orders
+        .get(format!("{base}/v1/watch"))
+        .send()
+        .await
+        .expect("GET");
     assert_eq!(everything.status(), 403, "orders may read orders.* only");
 
     let url = format!("{base}/v1/watch?prefix=orders.");
@@ -322,13 +329,24 @@ async fn under_a_policy_a_prefix_watch_needs_read_is_bounded_per_principal_and_r
             break response;
         }
         open.push(response);
-        assert!(open.len() < 32, "one principal opened 32 watches on one node");
+        assert!(
+            open.len() < 32,
+            "one principal opened 32 watches on one node"
+        );
     };
     assert_eq!(refused.status(), 429, "over its share");
     let body: Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"], "over_share", "{body}");
-    assert!(open.len() >= 2, "a principal gets more than one: {}", open.len());
-    let theirs = admin.get(format!("{base}/v1/watch")).send().await.expect("GET");
+    assert!(
+        open.len() >= 2,
+        "a principal gets more than one: {}",
+        open.len()
+    );
+    let theirs = admin
+        .get(format!("{base}/v1/watch"))
+        .send()
+        .await
+        .expect("GET");
     assert_eq!(theirs.status(), 200, "another principal still finds a seat");
 
     let mut watch = open.pop().expect("an open watch");
@@ -338,8 +356,11 @@ async fn under_a_policy_a_prefix_watch_needs_read_is_bounded_per_principal_and_r
     let mut policy: Value =
         serde_json::from_slice(&std::fs::read(&access.policy).expect("policy")).expect("JSON");
     policy["principals"]["orders"]["read"] = json!(["orders.other."]);
-    std::fs::write(&access.policy, serde_json::to_vec_pretty(&policy).expect("JSON"))
-        .expect("write the policy");
+    std::fs::write(
+        &access.policy,
+        serde_json::to_vec_pretty(&policy).expect("JSON"),
+    )
+    .expect("write the policy");
     for id in 1..=3 {
         let pid = cluster.node(id).map(|n| n.pid()).expect("a node");
         let status = Command::new("kill")
@@ -353,7 +374,9 @@ async fn under_a_policy_a_prefix_watch_needs_read_is_bounded_per_principal_and_r
     assert_eq!(last["error"], "forbidden", "{last}");
     assert!(last["index"].as_u64().is_some(), "where to resume: {last}");
     assert!(
-        line_where(&mut watch, &mut buffer, |_| true).await.is_none(),
+        line_where(&mut watch, &mut buffer, |_| true)
+            .await
+            .is_none(),
         "the stream ends after its last line"
     );
 }

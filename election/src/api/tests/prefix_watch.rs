@@ -40,7 +40,10 @@ async fn lines(body: Body, wanted: usize) -> Vec<Value> {
 async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_ends() {
     let node = node().await;
     let (status, grant) = node
-        .post("/v1/leases/jobs.a/acquire", json!({"holder": "a", "ttl_ms": 60000}))
+        .post(
+            "/v1/leases/jobs.a/acquire",
+            json!({"holder": "a", "ttl_ms": 60000}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{grant}");
     let request = Request::get("/v1/watch?prefix=jobs.")
@@ -81,7 +84,10 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
         .map(|l| l["index"].as_u64().expect("index"))
         .max()
         .unwrap_or(first["index"].as_u64().expect("index"));
-    assert_eq!(last["index"], delivered, "resume after the last line delivered");
+    assert_eq!(
+        last["index"], delivered,
+        "resume after the last line delivered"
+    );
     assert!(
         rest.len() < 16,
         "the node held no backlog for the reader: {} lines",
