@@ -25,7 +25,7 @@ pub enum Change {
     Lease {
         index: u64,
         lease: LeaseName,
-        record: Option<LeaseRecord>,
+        record: Option<Box<LeaseRecord>>,
     },
     /// A snapshot replaced the whole table as of `index`: what changed in
     /// between is not in the feed, look at the table again.
@@ -90,7 +90,7 @@ pub fn changes(
             changes.push(Change::Lease {
                 index,
                 lease: lease.clone(),
-                record: Some(record.clone()),
+                record: Some(Box::new(record.clone())),
             });
         }
     }

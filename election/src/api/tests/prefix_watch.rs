@@ -72,7 +72,7 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
     let flood = (0..FEED_CAPACITY as u64 + 10).map(|i| Change::Lease {
         index: from + i,
         lease: lease.clone(),
-        record: Some(record.clone()),
+        record: Some(Box::new(record.clone())),
     });
     state.shared.feed.send(flood.collect());
 
