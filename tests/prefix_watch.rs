@@ -81,6 +81,9 @@ async fn a_prefix_watch_replays_then_streams_its_prefix_and_resumes_from_an_inde
     let mut watch = sdk.watch_prefix("jobs.", 0).await.expect("a watch");
     let first = next_change(&mut watch).await;
     assert_eq!(change(&first), ("jobs.a".into(), Some("w1".into())));
+    // A change outside the prefix, then one inside: only the second shows.
+    let (status, _) = acquire(&http, &base, "other.y", "w1", 60_000).await;
+    assert_eq!(status, 200);
     let (status, b) = acquire(&http, &base, "jobs.b", "w2", 60_000).await;
     assert_eq!(status, 200, "{b}");
     let second = next_change(&mut watch).await;
