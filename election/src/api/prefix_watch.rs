@@ -191,6 +191,8 @@ impl Watcher {
             }
             End::Gone => return,
         };
+        // The last line: no revocation cuts it short any more.
+        self.revocation = None;
         let _ = self.send(&line).await;
     }
 
@@ -199,6 +201,8 @@ impl Watcher {
         self.catch_up().await?;
         let mut keepalive =
             tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
+        // A keep-alive late for a slow client is one line, not a burst.
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 biased;
@@ -235,12 +239,7 @@ impl Watcher {
             (applied, pending)
         });
         pending.sort_unstable();
-        for (sent, (index, lease)) in pending.into_iter().enumerate() {
-            if sent % 256 == 255 {
-                if let Some(Err(err)) = self.revocation.as_ref().map(Revocation::check_now) {
-                    return Err(End::Revoked(err));
-                }
-            }
+        for (index, lease) in pending {
             let view = self.state.shared.read(|s| {
                 let record = s.table.leases.get(&lease)?;
                 (record.modify_index == index).then(|| LeaseView::new(&self.state, &lease, record))
@@ -301,11 +300,19 @@ impl Watcher {
     }
 
     /// Hands one line to the answer; a client that does not take it within
-    /// the body deadline is given up on.
-    async fn send(&self, line: &serde_json::Value) -> Result<(), End> {
+    /// the body deadline is given up on. A policy reload that revokes the
+    /// call ends the wait at once, so a reload reaches a stream whose
+    /// client reads slowly too (in the catch-up as later).
+    async fn send(&mut self, line: &serde_json::Value) -> Result<(), End> {
         let mut bytes = serde_json::to_vec(line).unwrap_or_default();
         bytes.push(b'\n');
-        match tokio::time::timeout(self.deadline, self.lines.send(bytes.into())).await {
+        let sent = tokio::time::timeout(self.deadline, self.lines.send(bytes.into()));
+        let sent = tokio::select! {
+            biased;
+            err = revoked(self.revocation.as_mut()) => return Err(End::Revoked(err)),
+            sent = sent => sent,
+        };
+        match sent {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(End::Gone),
             Err(_) => {
