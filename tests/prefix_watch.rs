@@ -212,13 +212,45 @@ async fn times_and_history(http: &reqwest::Client, base: &str) {
     }
 }
 
-/// `palisade lease watch --prefix` prints one line per change, then exits
-/// 0 once its reader is gone and it writes again.
+/// What `palisade args` prints on stdout (it must succeed).
+fn palisade_stdout(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(args)
+        .env_remove("PALISADE_ELECTION")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run palisade");
+    assert!(out.status.success(), "palisade {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `lease get` and `lease history` show absolute times beside relative
+/// ones; `palisade lease watch --prefix` prints one line per change, then
+/// exits 0 once its reader is gone and it writes again.
 async fn cli_prints_the_changes_and_exits_on_a_closed_stdout(
     follower: &str,
     http: &reqwest::Client,
     base: &str,
 ) {
+    let get = palisade_stdout(&["lease", "get", "jobs.b", "--election", base]);
+    assert!(
+        get.contains("; acquired 20") && get.contains("Z ("),
+        "{get}"
+    );
+    assert!(
+        get.contains("; renewed 20") && get.contains("s ago)"),
+        "{get}"
+    );
+    let history = palisade_stdout(&["lease", "history", "jobs.a", "--election", base]);
+    let lines: Vec<&str> = history.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "{history}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("Z (") && l.ends_with("s ago)")),
+        "{history}"
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args([
             "lease",
