@@ -15,6 +15,10 @@ use crate::transport::Transport;
 /// How long an open watch's request may last (the server ends it first).
 const STREAM_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// A stream silent this long is taken for dead: the server sends a
+/// keep-alive every 10 s (the default `keepalive_ms`).
+const SILENT_FOR: Duration = Duration::from_secs(35);
+
 /// The longest line the SDK accepts (a lease with its fields is far less).
 const MAX_LINE: usize = 1 << 20;
 
@@ -124,8 +128,9 @@ impl PrefixWatch {
     /// then `None`.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when the connection fails or the server says
-    /// the watch fell behind; [`Error::Unauthorized`] / [`Error::Forbidden`]
+    /// [`Error::Unavailable`] when the connection fails, the server says
+    /// the watch fell behind, or nothing (not even a keep-alive) came for
+    /// 35 s; [`Error::Unauthorized`] / [`Error::Forbidden`]
     /// after a policy reload; [`Error::Protocol`] for a line that is not an
     /// event.
     pub async fn next(&mut self) -> Option<Result<WatchEvent, Error>> {
@@ -147,7 +152,17 @@ impl PrefixWatch {
             if self.buffer.len() > MAX_LINE {
                 return Some(Err(self.end_with("a line longer than 1 MiB")));
             }
-            match self.response.chunk().await {
+            let Ok(chunk) = tokio::time::timeout(SILENT_FOR, self.response.chunk()).await else {
+                self.ended = true;
+                return Some(Err(Error::Unavailable {
+                    attempts: 1,
+                    elapsed: SILENT_FOR,
+                    last: format!(
+                        "the watch sent nothing, not even a keep-alive, for {SILENT_FOR:?}"
+                    ),
+                }));
+            };
+            match chunk {
                 Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
                 Ok(None) => {
                     self.ended = true;
@@ -217,5 +232,98 @@ impl PrefixWatch {
         };
         self.index = self.index.max(index);
         Ok(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::{Client, ClientConfig};
+
+    /// A one-shot HTTP/1.1 server answering `status` and `body`, then
+    /// closing; its URL.
+    async fn server(status: &'static str, body: &'static str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if socket.read(&mut byte).await.expect("read") == 0 {
+                    return;
+                }
+                request.push(byte[0]);
+            }
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/x-ndjson\r\nconnection: close\r\n\r\n{body}"
+            );
+            socket.write_all(answer.as_bytes()).await.expect("write");
+        });
+        url
+    }
+
+    fn client(url: &str) -> Client {
+        let mut config = ClientConfig::new([url]);
+        config.http2 = false;
+        Client::new(config)
+    }
+
+    #[tokio::test]
+    async fn lines_become_typed_events_and_a_last_line_an_error() {
+        let body = concat!(
+            r#"{"index":7,"lease":{"lease":"jobs.a","holder":"w","token":7,"ttl_ms":1000,"#,
+            r#""transitions":1,"modify_index":7,"acquire_time":"2026-11-28T00:40:12.345Z"}}"#,
+            "\n\n",
+            r#"{"index":9,"lease_name":"jobs.b","deleted":true}"#,
+            "\n",
+            r#"{"index":12}"#,
+            "\n",
+            r#"{"index":12,"error":"behind","message":"resume from index 12"}"#,
+            "\n",
+        );
+        let url = server("200 OK", body).await;
+        let mut watch = client(&url).watch_prefix("jobs.", 3).await.expect("open");
+        assert_eq!(watch.index(), 3);
+        let Some(Ok(WatchEvent::Changed { index: 7, lease })) = watch.next().await else {
+            panic!("a change first");
+        };
+        assert_eq!(
+            lease.acquire_time.as_deref(),
+            Some("2026-11-28T00:40:12.345Z")
+        );
+        assert_eq!(lease.renew_time, None);
+        let deleted = watch.next().await.expect("an event").expect("ok");
+        assert_eq!(
+            deleted,
+            WatchEvent::Deleted {
+                index: 9,
+                lease: "jobs.b".into()
+            }
+        );
+        let progress = watch.next().await.expect("an event").expect("ok");
+        assert_eq!(progress, WatchEvent::Progress { index: 12 });
+        let behind = watch.next().await.expect("the last line");
+        assert!(
+            matches!(&behind, Err(Error::Unavailable { last, .. }) if last.contains("behind")),
+            "{behind:?}"
+        );
+        assert!(watch.next().await.is_none(), "nothing after the last line");
+        assert_eq!(watch.index(), 12, "where to resume");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_the_mapped_error() {
+        let url = server(
+            "403 Forbidden",
+            r#"{"error":"forbidden","message":"no read right on \"\""}"#,
+        )
+        .await;
+        let refused = client(&url).watch_prefix("", 0).await;
+        assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
     }
 }
