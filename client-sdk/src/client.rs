@@ -15,6 +15,7 @@ use crate::renew_queue::RenewQueue;
 use crate::transport::answer::Answer;
 use crate::transport::config::ClientConfig;
 use crate::transport::Transport;
+use crate::watch::PrefixWatch;
 
 /// The election cluster (and gateway) client. Cheap to clone.
 ///
@@ -255,6 +256,20 @@ impl Client {
         );
         // The request itself lasts up to `wait`.
         self.get_json(&path, wait).await?.parse()
+    }
+
+    /// Opens one stream of the changes to every lease whose name starts
+    /// with `prefix`, after `index` (0: every lease as it is now, then each
+    /// change). Served by any node from its applied state; read it with
+    /// [`PrefixWatch::next`], and resume from [`PrefixWatch::index`] once
+    /// it ends.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] for a prefix outside the caller's `read` right;
+    /// [`Error::Unavailable`] when no node opens it (429 over the caller's
+    /// share of waiting calls included).
+    pub async fn watch_prefix(&self, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
+        PrefixWatch::open(&self.transport, prefix, index).await
     }
 
     /// Rotates the cluster's signing key; returns the new key's id.

@@ -13,7 +13,7 @@
 //! [`Error::Held`].
 //!
 //! Inside, each file uses only the ones below it (by type, not only by
-//! path): `elector` → `client` → `acquire`, `lease` → `postgres`, `lease` → `renew_queue` →
+//! path): `elector` → `client` → `acquire`, `watch`, `lease` → `postgres`, `lease` → `renew_queue` →
 //! `renew_stream` → `renew_batch` → `hedge` → `transport` (with
 //! `transport/config`, `transport/answer`, `transport/release_gates`,
 //! `transport/nodes` beneath it) → `model`; `error` is used by all.
@@ -27,7 +27,8 @@
 //!   requests; a [`Lease`] renews through it.
 //! - `lease.rs`: [`Lease`], background renewal and the safe deadline.
 //! - `acquire.rs`: [`AcquireOptions`] and the acquire loop.
-//! - `client.rs`: [`Client`], the public calls; `elector.rs`: [`Elector`].
+//! - `client.rs`: [`Client`], the public calls; `elector.rs`: [`Elector`];
+//!   `watch.rs`: [`PrefixWatch`], one stream of a prefix's changes.
 //! - `model.rs`: the wire types; `error.rs`: [`Error`].
 //! - `postgres.rs` (feature `postgres`): fenced transactions in your own
 //!   PostgreSQL; beside `lease.rs`, which uses it for
@@ -47,6 +48,7 @@ mod renew_batch;
 mod renew_queue;
 mod renew_stream;
 mod transport;
+mod watch;
 
 pub use acquire::AcquireOptions;
 pub use client::Client;
@@ -58,3 +60,4 @@ pub use objects::{Deleted, ObjectInfo, ObjectPage, Precondition, Written};
 pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;
 pub use transport::config::{ApiKey, ClientConfig, ClientIdentity, API_KEY_HEADER};
+pub use watch::{PrefixWatch, WatchEvent};

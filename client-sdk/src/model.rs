@@ -28,6 +28,18 @@ pub struct LeaseInfo {
     /// and it ends at its deadline.
     #[serde(default)]
     pub revoked: bool,
+    /// When the current grant began (RFC 3339 UTC with milliseconds, the
+    /// proposing leader's clock): `None` when free, or when the cluster no
+    /// longer keeps the transition that made it (or predates the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquire_time: Option<String>,
+    /// When the current grant was last renewed, as the leader knows it
+    /// (RFC 3339 UTC with milliseconds): its last renewal or repeated
+    /// acquire, else when that leader began tracking it. `None` when free
+    /// and in answers of a node that does not lead (a watch a follower
+    /// served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_time: Option<String>,
 }
 
 /// A grant as the cluster answers it.
@@ -120,6 +132,10 @@ pub struct Transition {
     /// epoch); `None` for entries older than stamps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_ms: Option<u64>,
+    /// The same instant in RFC 3339 UTC with milliseconds
+    /// (`2026-11-28T00:40:12.345Z`); `None` with `at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
     /// Why: `acquire`, `claim`, `handover`, `release`, `expire`, `preempt`
     /// or `revoke`.
     pub cause: String,

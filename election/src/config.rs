@@ -87,6 +87,11 @@ pub struct ElectionConfig {
     /// A snapshot is built every this many log entries; older entries are
     /// purged. Default 10 000.
     pub snapshot_every: u64,
+    /// How many transitions each lease's history keeps (1..=255). The
+    /// leader stamps it into the entries it proposes, so a history is
+    /// trimmed alike on every node whatever their own setting; a node that
+    /// becomes leader applies its own from then on. Default 8.
+    pub history_len: u16,
     /// A free lease's record leaves the table this long after it was freed
     /// (its name used again later starts afresh, with a higher token).
     /// Default 5 min.
@@ -193,6 +198,7 @@ impl ElectionConfig {
             max_requests: 4096,
             quorum_timeout: Duration::from_secs(2),
             snapshot_every: 10_000,
+            history_len: 8,
             reclaim_after: Duration::from_secs(300),
             max_leases: 1_000_000,
             max_leases_per_principal: 250_000,
@@ -256,6 +262,10 @@ impl ElectionConfig {
         }
         if self.ttl_range.0 > self.ttl_range.1 {
             return Err("the minimum lease ttl must not exceed the maximum".into());
+        }
+        let most = crate::lease_table::history::MAX_HISTORY_LEN;
+        if self.history_len == 0 || usize::from(self.history_len) > most {
+            return Err(format!("--history-len must be in 1..={most}"));
         }
         if self.snapshot_every < 100 {
             return Err("snapshot interval must be at least 100 entries".into());

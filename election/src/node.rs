@@ -298,6 +298,7 @@ fn api_state(
         config.id,
         config.quorum_timeout,
         shared.metrics.proposal_failures.clone(),
+        config.history_len,
     );
     let ui_gateway = config
         .ui_gateway

@@ -8,6 +8,7 @@ mod holder;
 pub mod sled_files;
 pub mod sync;
 pub mod text;
+pub mod time;
 
 pub use holder::{Holder, InvalidHolder, MAX_HOLDER_LEN};
 

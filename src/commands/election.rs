@@ -101,6 +101,10 @@ pub struct ElectionArgs {
     /// A snapshot every this many log entries (older entries are purged).
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
+    /// Transitions each lease's history keeps (1..=255). The leader stamps
+    /// its own into every entry it proposes, so all nodes keep the same.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=255))]
+    history_len: u16,
     /// Blocking acquires and watches allowed to wait at once on this node;
     /// one more gets 429 with Retry-After.
     #[arg(long, default_value_t = 10_000)]
@@ -225,6 +229,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     );
     config.snapshot_every = args.snapshot_every;
     config.max_waiters = args.max_waiters;
+    config.history_len = args.history_len;
     config.max_requests = args.max_requests as usize;
     config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
     config.body_deadline = Duration::from_millis(args.body_deadline_ms);

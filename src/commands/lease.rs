@@ -148,9 +148,19 @@ pub enum LeaseCommand {
     },
     /// Print the lease every time it changes, until Ctrl-C. A lease never
     /// granted is waited for (as etcd and Consul watches wait for a key):
-    /// stderr says so at once, and its first grant is printed.
+    /// stderr says so at once, and its first grant is printed. With
+    /// --prefix instead of a lease: every lease under the prefix as it is
+    /// now, then every change to one, over one stream (`GET /v1/watch`).
     Watch {
-        lease: String,
+        #[arg(required_unless_present = "prefix", conflicts_with = "prefix")]
+        lease: Option<String>,
+        /// Watch every lease whose name starts with this ("" for all).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// With --prefix: only changes after this log index (0: every
+        /// lease under the prefix first).
+        #[arg(long, default_value_t = 0, requires = "prefix")]
+        index: u64,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -291,7 +301,8 @@ pub(crate) fn print(json: bool, value: &serde_json::Value, readable: String) {
     }
 }
 
-/// One line per transition: `index 41  acquire  w1 (token 41)  3.2 s ago`.
+/// One line per transition:
+/// `index 41  acquire   w1 (token 41)  2026-11-28T00:40:12.345Z (3.2 s ago)`.
 fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> String {
     if history.is_empty() {
         return format!("{lease}: no transitions recorded");
@@ -302,7 +313,7 @@ fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> Str
             let holder = t.holder.as_deref().unwrap_or("-");
             let when = t
                 .at_ms
-                .map_or(String::new(), |at| format!("  {}", super::seconds_ago(at)));
+                .map_or(String::new(), |at| format!("  {}", super::when(at)));
             format!(
                 "index {}  {:<8}  {holder} (token {}){when}",
                 t.index, t.cause, t.token
@@ -312,10 +323,10 @@ fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> Str
     format!("{lease}:\n{}", lines.join("\n"))
 }
 
-fn describe(info: &palisade_client::LeaseInfo) -> String {
+pub(crate) fn describe(info: &palisade_client::LeaseInfo) -> String {
     match &info.holder {
         Some(holder) => format!(
-            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {})",
+            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {}){}",
             info.lease,
             info.token,
             info.ttl_ms,
@@ -327,7 +338,8 @@ fn describe(info: &palisade_client::LeaseInfo) -> String {
                 ""
             },
             info.transitions,
-            info.modify_index
+            info.modify_index,
+            grant_times(info)
         ),
         None => format!(
             "{} free (last token {}, {} transitions, index {})",
@@ -336,7 +348,25 @@ fn describe(info: &palisade_client::LeaseInfo) -> String {
     }
 }
 
-fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
+/// `; acquired <when>; renewed <when>`, for the times the answer carries.
+fn grant_times(info: &palisade_client::LeaseInfo) -> String {
+    let at = |label: &str, time: &Option<String>| {
+        time.as_deref().map_or(
+            String::new(),
+            |text| match palisade_names::time::parse_rfc3339_ms(text) {
+                Some(ms) => format!("; {label} {}", super::when(ms)),
+                None => format!("; {label} {text}"),
+            },
+        )
+    };
+    format!(
+        "{}{}",
+        at("acquired", &info.acquire_time),
+        at("renewed", &info.renew_time)
+    )
+}
+
+pub(crate) fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
     serde_json::to_value(info).unwrap_or_default()
 }
 
@@ -513,7 +543,16 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
                 Err(err) => fail(&err),
             })
         }
-        LeaseCommand::Watch { lease, endpoints } => watch(&lease, &endpoints).await,
+        LeaseCommand::Watch {
+            lease,
+            prefix,
+            index,
+            endpoints,
+        } => match (lease, prefix) {
+            (_, Some(prefix)) => super::prefix_watch::run(&prefix, index, &endpoints).await,
+            (Some(lease), None) => watch(&lease, &endpoints).await,
+            (None, None) => anyhow::bail!("name a lease, or --prefix"),
+        },
     }
 }
 

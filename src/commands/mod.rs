@@ -15,10 +15,21 @@ pub(crate) mod http;
 pub(crate) mod lease;
 pub(crate) mod object;
 pub(crate) mod policy;
+pub(crate) mod prefix_watch;
 pub(crate) mod proxy;
 pub(crate) mod run;
 pub(crate) mod sql;
 pub(crate) mod worker;
+
+/// `at_ms` as an absolute time and how long ago it was:
+/// `2026-11-28T00:40:12.345Z (3.2 s ago)`.
+pub(crate) fn when(at_ms: u64) -> String {
+    format!(
+        "{} ({})",
+        palisade_names::time::rfc3339_ms(at_ms),
+        seconds_ago(at_ms)
+    )
+}
 
 /// How long ago `at_ms` (ms since the Unix epoch) was on this machine's
 /// clock: `3.2 s ago`.

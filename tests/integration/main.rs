@@ -54,6 +54,8 @@ mod policy_reload;
 mod postgres_fence;
 #[path = "../postgres_trust.rs"]
 mod postgres_trust;
+#[path = "../prefix_watch.rs"]
+mod prefix_watch;
 #[path = "../renew_stream.rs"]
 mod renew_stream;
 #[path = "../retired_key_lag.rs"]

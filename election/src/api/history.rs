@@ -11,14 +11,15 @@ use super::extract::LeasePath;
 use super::schema::{LeaseNameParam, ReadErrors};
 use super::state::ApiState;
 use crate::error::ApiError;
-use crate::lease_table::history::{Cause, Transition, HISTORY_LEN};
+use crate::lease_table::history::{Cause, Transition};
 
 /// A lease's history, oldest first.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct HistoryView {
     #[schema(value_type = String)]
     lease: LeaseName,
-    /// At most this many transitions are kept (the oldest drop out).
+    /// At most this many transitions are kept (the oldest drop out): this
+    /// node's `--history-len`, which its entries carry while it leads.
     kept: usize,
     history: Vec<TransitionView>,
 }
@@ -32,6 +33,10 @@ pub(super) struct TransitionView {
     /// epoch); absent for entries written before commands were stamped.
     #[serde(skip_serializing_if = "Option::is_none")]
     at_ms: Option<u64>,
+    /// The same instant as `at_ms`, in RFC 3339 UTC with milliseconds
+    /// (`2026-11-28T00:40:12.345Z`); absent with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<String>,
     cause: Cause,
     /// The grant it is about: the new one (acquire, claim, handover) or the
     /// one that ended or was revoked (release, expire, preempt, revoke).
@@ -46,6 +51,7 @@ impl From<&Transition> for TransitionView {
         Self {
             index: t.index,
             at_ms: t.at_ms,
+            at: t.at_ms.map(palisade_names::time::rfc3339_ms),
             cause: t.cause,
             holder: t.holder.clone(),
             token: t.token,
@@ -72,7 +78,7 @@ pub(super) async fn history(
     })?;
     Ok(Json(HistoryView {
         lease,
-        kept: HISTORY_LEN,
+        kept: usize::from(state.config.history_len),
         history,
     }))
 }

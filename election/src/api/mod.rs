@@ -3,7 +3,8 @@
 //! - [`leases`]: acquire, renew, release — the leader's, forwarded to it by
 //!   [`forward::leader_only`] from any other node;
 //! - [`reads`]: one lease and the list (leader, quorum-confirmed), and the
-//!   watch (any node, its applied state);
+//!   watch (any node, its applied state); [`prefix_watch`]: one stream of
+//!   every change under a prefix (any node);
 //! - [`cluster`]: the cluster view, JWKS and health (any node);
 //! - [`authorize`]: who may call what (the policy file), before forwarding,
 //!   with [`credential`] (identifying the caller, checking its right) and
@@ -22,6 +23,7 @@ mod forward;
 mod history;
 mod leases;
 pub mod openapi;
+mod prefix_watch;
 mod reads;
 mod revocation;
 mod schema;
@@ -106,6 +108,17 @@ fn open_routes(state: &ApiState) -> Router<ApiState> {
                 get(reads::watch),
                 Need::Lease(Right::Read),
                 Kind::Long,
+                false,
+            ),
+        )
+        .route(
+            // Not under /v1/leases/: "watch" is a valid lease name. The
+            // handler takes its own `long` seat for as long as it streams.
+            "/v1/watch",
+            open(
+                get(prefix_watch::watch_prefix),
+                Need::Prefix(Right::Read),
+                Kind::Short,
                 false,
             ),
         )

@@ -13,7 +13,7 @@ use super::schema::{ErrorBody, HolderParam, LeaseNameParam};
 #[openapi(
     info(
         title = "Palisade election API",
-        description = "Leases with fencing tokens: acquire, renew, release, revoke, read, watch; cluster membership and keys; health and metrics. Under a policy every call but /v1/jwks, /livez, /readyz, /healthz, /metrics and /openapi.json needs an API key in x-palisade-key."
+        description = "Leases with fencing tokens: acquire, renew, release, revoke, read, watch (one lease, or a prefix as a stream); cluster membership and keys; health and metrics. Under a policy every call but /v1/jwks, /livez, /readyz, /healthz, /metrics and /openapi.json needs an API key in x-palisade-key."
     ),
     paths(
         super::leases::acquire::acquire,
@@ -26,6 +26,7 @@ use super::schema::{ErrorBody, HolderParam, LeaseNameParam};
         super::history::history,
         super::reads::list_leases,
         super::reads::watch,
+        super::prefix_watch::watch_prefix,
         super::cluster::cluster,
         super::cluster::jwks,
         super::cluster::rotate_key,

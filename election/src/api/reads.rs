@@ -63,14 +63,37 @@ pub(super) struct LeaseView {
     /// Free, but held back by the lock-delay of the grant that expired.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     lock_delayed: bool,
+    /// When the current grant began (RFC 3339 UTC, ms): the stamped time
+    /// of the acquire, claim or handover entry that made it, from the
+    /// replicated history, so the same on every node. Absent when free, or
+    /// when that entry is unstamped or no longer in the kept history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acquire_time: Option<String>,
+    /// When the current grant was last renewed, as the leader's lessor
+    /// knows it (RFC 3339 UTC, ms, on the answering leader's clock):
+    /// renewals ride the leader lease and write no log entry, so only the
+    /// leader knows. Its last renewal or repeated acquire, else when this
+    /// leader started tracking the grant (applied it, or took it over).
+    /// Absent when free and from a node that does not lead (a watch or a
+    /// prefix watch a follower serves).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renew_time: Option<String>,
 }
 
 impl LeaseView {
-    fn new(state: &ApiState, lease: &LeaseName, record: &LeaseRecord) -> Self {
+    pub(super) fn new(state: &ApiState, lease: &LeaseName, record: &LeaseRecord) -> Self {
         let expires_in_ms = record
             .holder
             .as_ref()
             .and_then(|_| state.lessor.remaining_ms(lease, record.token));
+        let renewed_ago = record
+            .holder
+            .as_ref()
+            .and_then(|_| state.lessor.renewed_ago(lease, record.token));
+        let renew_time = renewed_ago.map(|ago| {
+            let ago_ms = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
+            palisade_names::time::rfc3339_ms(crate::signing::unix_ms().saturating_sub(ago_ms))
+        });
         Self {
             lease: lease.clone(),
             holder: record.holder.clone(),
@@ -87,6 +110,10 @@ impl LeaseView {
             lock_delay_ms: record.terms.lock_delay_ms,
             max_hold_ms: record.terms.max_hold_ms,
             lock_delayed: record.lock_delayed && record.holder.is_none(),
+            acquire_time: record
+                .grant_began_ms()
+                .map(palisade_names::time::rfc3339_ms),
+            renew_time,
         }
     }
 }

@@ -18,6 +18,9 @@ use crate::node::ElectionNode;
 /// The status pages: sessions, headers, origins, what a principal sees.
 mod ui;
 
+/// The prefix watch's bound on a reader that falls behind.
+mod prefix_watch;
+
 /// A one-node cluster that leads and can sign; the router over its state.
 struct Node {
     app: Router,

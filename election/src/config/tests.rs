@@ -30,6 +30,12 @@ fn defaults_validate_and_broken_relations_are_named() {
     let mut bad = config.clone();
     bad.ttl_range.0 = bad.election_timeout.1;
     assert!(bad.validate().expect_err("ttl").contains("ttl"));
+    for len in [0, 256] {
+        let mut bad = config.clone();
+        bad.history_len = len;
+        let err = bad.validate().expect_err("history length");
+        assert!(err.contains("--history-len must be in 1..=255"), "{err}");
+    }
     let mut bad = config.clone();
     bad.placement.priority = Placement::MAX_PRIORITY + 1;
     assert!(bad.validate().expect_err("priority").contains("priority"));

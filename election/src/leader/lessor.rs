@@ -42,6 +42,9 @@ struct Tracked {
     /// When this leader started tracking the grant (its start, for
     /// max-hold; a new leader starts it afresh, so a cap only lengthens).
     since: Instant,
+    /// When the deadline was last set a full ttl ahead: the grant's start
+    /// or takeover by this leader, or its last renewal (`timing.rs`).
+    renewed: Instant,
     /// An `Expire` for this grant is being proposed.
     expiring: bool,
     /// The grant is a reservation (a handover's or a preemption's) not yet
@@ -144,6 +147,7 @@ impl State {
                 token,
                 deadline,
                 since: now,
+                renewed: now,
                 expiring: false,
                 reserved,
             },
@@ -291,6 +295,7 @@ impl Lessor {
                 }
                 let earlier = now + ttl < tracked.deadline;
                 tracked.deadline = now + ttl;
+                tracked.renewed = now;
                 if earlier {
                     // Check entries must not be later than the deadline.
                     state
@@ -467,22 +472,9 @@ impl Lessor {
             }
         }
     }
-
-    /// Milliseconds until `lease`'s grant `token` expires, as the leader sees
-    /// it; `None` on a follower or for an untracked grant.
-    pub fn remaining_ms(&self, lease: &LeaseName, token: FencingToken) -> Option<u64> {
-        let state = self.state();
-        state.leading?;
-        let tracked = state.deadlines.get(lease).filter(|t| t.token == token)?;
-        Some(
-            tracked
-                .deadline
-                .saturating_duration_since(Instant::now())
-                .as_millis() as u64,
-        )
-    }
 }
 
 mod reclaim;
 #[cfg(test)]
 mod tests;
+mod timing;

@@ -152,31 +152,20 @@ pub enum Command {
     Stamped {
         /// The proposer's clock.
         at_ms: u64,
+        /// How many transitions the lease keeps in its history, as the
+        /// proposer was told (`--history-len`): carried in the entry so that
+        /// every node trims alike, whatever its own flag. `None` in entries
+        /// written before the bound was configurable: [`HISTORY_LEN`].
+        ///
+        /// [`HISTORY_LEN`]: super::history::HISTORY_LEN
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history_len: Option<u16>,
         /// The command.
         command: Box<Command>,
     },
 }
 
 impl Command {
-    /// `self`, stamped with `at_ms` (a stamped command keeps its stamp).
-    pub fn stamped(self, at_ms: u64) -> Self {
-        match self {
-            Command::Stamped { .. } => self,
-            command => Command::Stamped {
-                at_ms,
-                command: Box::new(command),
-            },
-        }
-    }
-
-    /// The stamp, if any, and the bare command.
-    pub fn unstamped(&self) -> (Option<u64>, &Command) {
-        match self {
-            Command::Stamped { at_ms, command } => (Some(*at_ms), command.unstamped().1),
-            command => (None, command),
-        }
-    }
-
     /// The lease this command changes, if it is about one.
     pub fn lease(&self) -> Option<&LeaseName> {
         match self {

@@ -1,4 +1,4 @@
-//! A lease's history: its last [`HISTORY_LEN`] transitions (who got it,
+//! A lease's history: its last transitions (who got it,
 //! who lost it, and why), kept in its `LeaseRecord` and so replicated,
 //! snapshotted and restored like the rest of the record.
 //!
@@ -7,7 +7,9 @@
 //! reserved), not by each handler: one place, and a command that changed
 //! nothing leaves no entry. The time is the proposer's wall clock, carried
 //! in the entry ([`Command::Stamped`]); entries written before stamps
-//! existed have none.
+//! existed have none. So is the bound on the history's length (the
+//! leader's `--history-len`, [`HISTORY_LEN`] in older entries): trimming
+//! depends on the entry alone, never on a node's own flag.
 
 use std::collections::VecDeque;
 
@@ -16,8 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use super::command::Command;
 
-/// How many transitions a lease keeps (the oldest drops out first).
+/// How many transitions a lease keeps (the oldest drops out first) when
+/// its entry names no bound: the default of `--history-len`, and what
+/// entries written before the flag keep.
 pub const HISTORY_LEN: usize = 8;
+
+/// The largest `--history-len`: the snapshot stores a history's length in
+/// one byte (`raft/snapshot_codec.rs`).
+pub const MAX_HISTORY_LEN: usize = 255;
 
 /// Why a lease changed hands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -120,10 +128,12 @@ pub fn transition(
     })
 }
 
-/// Appends `transition`, dropping the oldest beyond [`HISTORY_LEN`].
-pub fn push(history: &mut VecDeque<Transition>, transition: Transition) {
-    if history.len() == HISTORY_LEN {
+/// Appends `transition`, dropping the oldest beyond `keep` (the bound the
+/// entry carries, so every node trims alike: a bound lowered since drops
+/// the surplus here, one raised lets the history grow).
+pub fn push(history: &mut VecDeque<Transition>, transition: Transition, keep: usize) {
+    history.push_back(transition);
+    while history.len() > keep.max(1) {
         history.pop_front();
     }
-    history.push_back(transition);
 }

@@ -8,6 +8,7 @@ mod ending;
 pub mod history;
 mod keys;
 pub mod record;
+pub mod stamp;
 pub mod table;
 
 #[cfg(test)]

@@ -163,6 +163,23 @@ impl LeaseRecord {
         }
     }
 
+    /// When the current grant began (ms since the Unix epoch, the
+    /// proposer's clock): the stamp of the acquire, claim or handover that
+    /// made it, as its kept history shows. `None` when free, and when that
+    /// transition is unstamped or no longer kept.
+    pub fn grant_began_ms(&self) -> Option<u64> {
+        use super::history::Cause;
+        self.holder.as_ref()?;
+        self.history
+            .iter()
+            .rev()
+            .find(|t| {
+                t.token == self.token
+                    && matches!(t.cause, Cause::Acquire | Cause::Claim | Cause::Handover)
+            })?
+            .at_ms
+    }
+
     /// Whether `holder`, presenting `secret`, may extend the current grant.
     pub(super) fn extensible_by(&self, holder: &str, secret: Option<&SecretHash>) -> bool {
         self.holder.as_deref() == Some(holder) && self.opens(secret) && !self.revoked

@@ -110,7 +110,7 @@ impl LeaseTable {
     /// lease's history of what it changed. Pure: the result depends only on
     /// the table, `index` and `command` (its stamp included).
     pub fn apply(&mut self, index: u64, command: &Command) -> CommandResult {
-        let (at_ms, command) = command.unstamped();
+        let (stamp, command) = command.unstamped();
         let lease = command.lease();
         let before = lease
             .and_then(|l| self.leases.get(l))
@@ -118,8 +118,9 @@ impl LeaseTable {
         let result = self.dispatch(index, command);
         if let Some(record) = lease.and_then(|l| self.leases.get_mut(l)) {
             let after = record.standing();
-            if let Some(t) = history::transition(index, at_ms, command, before.as_ref(), &after) {
-                history::push(&mut record.history, t);
+            let made = history::transition(index, stamp.at_ms, command, before.as_ref(), &after);
+            if let Some(t) = made {
+                history::push(&mut record.history, t, stamp.history_len());
             }
         }
         result

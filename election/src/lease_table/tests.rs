@@ -897,3 +897,104 @@ fn the_history_records_every_cause_with_its_stamp_and_keeps_the_last_few() {
     let decoded = crate::raft::snapshot_codec::decode(&bytes).expect("decode");
     assert_eq!(decoded.table.leases["a"].history, table.leases["a"].history);
 }
+
+/// The history's bound travels in each entry (`Command::Stamped`), so two
+/// nodes applying the same log keep the same history whatever their own
+/// `--history-len`: a leader with 3 stamps 3, the next with 5 stamps 5,
+/// and entries from before the flag keep the default 8.
+#[test]
+fn the_history_is_trimmed_by_the_bound_each_entry_carries_alike_on_every_node() {
+    use super::history::HISTORY_LEN;
+    let mut log = Vec::new();
+    let mut index = 0;
+    let mut churn = |log: &mut Vec<Command>, bound: Option<u16>, rounds: u64| {
+        for _ in 0..rounds {
+            for command in [acquire_with("w", 1, Terms::default(), false), {
+                index += 2;
+                release_of("w", index - 1, 1)
+            }] {
+                let stamped = match bound {
+                    Some(n) => command.stamped_with(1_000 + index, Some(n)),
+                    None => command.stamped(1_000 + index),
+                };
+                log.push(stamped);
+            }
+        }
+    };
+    churn(&mut log, None, 6);
+    let old_entries = log.len();
+    churn(&mut log, Some(3), 2);
+    churn(&mut log, Some(5), 4);
+    // One node applies the entries as proposed, the other as it reads them
+    // back from its log (JSON), as a follower or a restart does.
+    let mut leader = LeaseTable::default();
+    let mut follower = LeaseTable::default();
+    let mut lengths = Vec::new();
+    for (i, command) in log.iter().enumerate() {
+        let index = i as u64 + 1;
+        leader.apply(index, command);
+        let stored = serde_json::to_vec(command).expect("encode");
+        let read: Command = serde_json::from_slice(&stored).expect("decode");
+        follower.apply(index, &read);
+        lengths.push(leader.leases["a"].history.len());
+        assert_eq!(leader.leases["a"].history, follower.leases["a"].history);
+    }
+    assert_eq!(
+        lengths[old_entries - 1],
+        HISTORY_LEN,
+        "unbounded entries keep 8"
+    );
+    assert_eq!(lengths[old_entries], 3, "a lower bound trims at once");
+    assert_eq!(
+        *lengths.last().expect("some"),
+        5,
+        "a higher one lets it grow"
+    );
+    // An entry written before the bound existed reads back without one.
+    let old = r#"{"Stamped":{"at_ms":5,"command":{"RetireKey":{"kid":"k"}}}}"#;
+    let old: Command = serde_json::from_str(old).expect("an old entry still reads");
+    assert_eq!(old.unstamped().0.history_len(), HISTORY_LEN);
+}
+
+#[test]
+fn a_history_of_the_largest_bound_survives_the_snapshot() {
+    use super::history::MAX_HISTORY_LEN;
+    let bound = u16::try_from(MAX_HISTORY_LEN).expect("fits");
+    let mut table = LeaseTable::default();
+    let mut index = 0;
+    while table
+        .leases
+        .get("a")
+        .is_none_or(|r| r.history.len() < MAX_HISTORY_LEN)
+    {
+        index += 1;
+        let command = if index % 2 == 1 {
+            acquire_with("w", 1, Terms::default(), false)
+        } else {
+            release_of("w", index - 1, 1)
+        };
+        table.apply(index, &command.stamped_with(index, Some(bound)));
+    }
+    if table.leases["a"].holder.is_some() {
+        index += 1;
+        table.apply(
+            index,
+            &release_of("w", index - 1, 1).stamped_with(index, Some(bound)),
+        );
+    }
+    let last = acquire_with("w", 1, Terms::default(), false);
+    table.apply(index + 1, &last.stamped_with(7, Some(bound)));
+    assert_eq!(table.leases["a"].history.len(), MAX_HISTORY_LEN);
+    assert_eq!(
+        table.leases["a"].grant_began_ms(),
+        Some(7),
+        "the acquire's stamp"
+    );
+    let state = crate::raft::applied::AppliedState {
+        table: table.clone(),
+        ..Default::default()
+    };
+    let bytes = crate::raft::snapshot_codec::encode(&state).expect("encode");
+    let decoded = crate::raft::snapshot_codec::decode(&bytes).expect("decode");
+    assert_eq!(decoded.table.leases["a"].history, table.leases["a"].history);
+}

@@ -9,6 +9,7 @@ use palisade_names::sync::{lock, read, write};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::feed::Feed;
 use super::types::TypeConfig;
 use crate::lease_table::table::LeaseTable;
 use crate::metrics::ElectionMetrics;
@@ -41,6 +42,8 @@ pub struct SharedState {
     pub bells: Arc<Bells>,
     /// The node's metrics (apply counts grants, releases, expiries...).
     pub metrics: Arc<ElectionMetrics>,
+    /// Every change to a lease record, for the prefix watches.
+    pub feed: Feed,
 }
 
 /// Leases changed since the last [`SharedState::take_touched`].
@@ -70,6 +73,7 @@ impl SharedState {
             })),
             bells: Arc::default(),
             metrics: Arc::default(),
+            feed: Feed::default(),
         }
     }
 

@@ -9,6 +9,7 @@
 
 pub mod applied;
 pub mod durable;
+pub mod feed;
 pub mod lease;
 pub mod log_store;
 pub mod propose;

@@ -37,6 +37,8 @@ pub struct Proposer {
     timeout: Duration,
     /// Counts proposals that did not apply.
     failures: prometheus_client::metrics::counter::Counter,
+    /// The history bound stamped into every entry (`--history-len`).
+    history_len: u16,
 }
 
 impl Proposer {
@@ -47,11 +49,13 @@ impl Proposer {
         me: NodeId,
         timeout: Duration,
         failures: prometheus_client::metrics::counter::Counter,
+        history_len: u16,
     ) -> Self {
         Self {
             raft,
             me,
             timeout,
+            history_len,
             failures,
         }
     }
@@ -66,8 +70,9 @@ impl Proposer {
     /// the entry was discarded by a leader change, or a fatal Raft error.
     pub async fn propose(&self, command: Command) -> Result<CommandResult, ProposeError> {
         // The time the lease history shows (never a deadline: those are
-        // measured on each node's monotonic clock).
-        let command = command.stamped(crate::signing::unix_ms());
+        // measured on each node's monotonic clock), and the history's bound,
+        // so that every node trims it alike.
+        let command = command.stamped_with(crate::signing::unix_ms(), Some(self.history_len));
         let response = self
             .write(|| self.raft.client_write(command.clone()))
             .await

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::applied::{AppliedState, SharedState};
 use super::durable::Durable;
+use super::feed;
 use super::snapshot_codec;
 use super::snapshot_file::SnapshotFile;
 use super::types::TypeConfig;
@@ -183,6 +184,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last_index = None;
         while let Some((entry, responder)) = entries.try_next().await? {
             let index = entry.log_id.index;
+            let watched = self.shared.feed.watched();
+            let mut changes = Vec::new();
             let result = self.shared.write(|state| {
                 state.last_applied = Some(entry.log_id);
                 match &entry.payload {
@@ -192,7 +195,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             self.shared.touch(Some(lease));
                         }
                         let before = state.table.leases.len();
+                        let reclaimable = if watched {
+                            feed::reclaimable(&state.table, command)
+                        } else {
+                            Vec::new()
+                        };
                         let result = state.table.apply(index, command);
+                        if watched {
+                            changes = feed::changes(index, &state.table, command, reclaimable);
+                        }
                         let removed = before.saturating_sub(state.table.leases.len());
                         self.shared.metrics.applied(command, &result, removed);
                         result
@@ -207,7 +218,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             });
             // Rung after the write lock is released: a woken waiter reads
-            // the table with this entry applied.
+            // the table with this entry applied. The feed goes out before
+            // `changes` names this index (a prefix watch relies on it).
+            self.shared.feed.send(changes);
             if let EntryPayload::Normal(command) = &entry.payload {
                 if let Some(lease) = command.lease() {
                     self.shared.bells.ring(lease);
@@ -249,6 +262,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let applied = state.last_applied.as_ref().map_or(0, |id| id.index);
         self.shared.write(|current| *current = state);
         self.shared.touch(None);
+        self.shared
+            .feed
+            .send(vec![feed::Change::Reset { index: applied }]);
         self.shared.changes.send_replace(applied);
         self.shared.bells.ring_all();
         Ok(())

@@ -90,7 +90,8 @@ fn standing(html: &mut String, state: &ApiState, lease: &LeaseName, record: &Lea
 fn history(html: &mut String, record: &LeaseRecord) {
     let _ = write!(
         html,
-        "<h2>History</h2><p>the last {HISTORY_LEN} transitions are kept, in the replicated \
+        "<h2>History</h2><p>the last transitions are kept (the leader's --history-len, \
+         default {HISTORY_LEN}), in the replicated \
          record: the same on every node, through failovers and restarts</p>\
          <table id=\"history\"><tr><th>log index</th><th>when</th><th>cause</th><th>holder</th><th>token</th></tr>"
     );

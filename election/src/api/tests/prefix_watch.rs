@@ -1,0 +1,96 @@
+//! `GET /v1/watch` in process: a reader that falls more than the feed keeps
+//! behind gets a last line saying so and where to resume, and the stream
+//! ends; the node buffers no more for it than the feed's ring.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use futures::StreamExt;
+use http::{Request, StatusCode};
+use palisade_names::LeaseName;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::node;
+use crate::raft::feed::{Change, FEED_CAPACITY};
+
+/// The lines of `body` until it ends (bounded in time).
+async fn lines(body: Body, wanted: usize) -> Vec<Value> {
+    let mut stream = body.into_data_stream();
+    let mut text = Vec::new();
+    let mut lines = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), stream.next()).await;
+        match next.expect("a chunk or the end in time") {
+            Some(chunk) => text.extend_from_slice(&chunk.expect("a chunk")),
+            None => break,
+        }
+        while let Some(at) = text.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = text.drain(..=at).collect();
+            lines.push(serde_json::from_slice(&line).expect("a JSON line"));
+        }
+        if lines.len() >= wanted {
+            break;
+        }
+    }
+    lines
+}
+
+#[tokio::test]
+async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_ends() {
+    let node = node().await;
+    let (status, grant) = node
+        .post(
+            "/v1/leases/jobs.a/acquire",
+            json!({"holder": "a", "ttl_ms": 60000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let request = Request::get("/v1/watch?prefix=jobs.")
+        .body(Body::empty())
+        .expect("request");
+    let response = node.app.clone().oneshot(request).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let first = tokio::time::timeout(Duration::from_secs(20), body.next())
+        .await
+        .expect("the catch-up in time")
+        .expect("a chunk")
+        .expect("bytes");
+    let first: Value = serde_json::from_slice(&first).expect("a JSON line");
+    assert_eq!(first["lease"]["lease"], "jobs.a", "{first}");
+
+    // More changes than the feed keeps arrive while the reader reads
+    // nothing (as apply sends them: it never waits for a watcher).
+    let state = &node._node.state;
+    let lease = LeaseName::new("jobs.a").expect("name");
+    let record = state
+        .shared
+        .read(|s| s.table.leases.get(&lease).cloned())
+        .expect("the record");
+    let from = first["index"].as_u64().expect("index") + 1;
+    let flood = (0..FEED_CAPACITY as u64 + 10).map(|i| Change::Lease {
+        index: from + i,
+        lease: lease.clone(),
+        record: Some(Box::new(record.clone())),
+    });
+    state.shared.feed.send(flood.collect());
+
+    let rest = lines(Body::from_stream(body), usize::MAX).await;
+    let last = rest.last().expect("a last line");
+    assert_eq!(last["error"], "behind", "{last}");
+    let delivered = rest[..rest.len() - 1]
+        .iter()
+        .map(|l| l["index"].as_u64().expect("index"))
+        .max()
+        .unwrap_or(first["index"].as_u64().expect("index"));
+    assert_eq!(
+        last["index"], delivered,
+        "resume after the last line delivered"
+    );
+    assert!(
+        rest.len() < 16,
+        "the node held no backlog for the reader: {} lines",
+        rest.len()
+    );
+}
