@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod raft;
+pub mod series;
 pub mod signing;
 pub mod waiters;
 

@@ -145,10 +145,13 @@ impl ElectionNode {
             self.state.incarnations.clone(),
             api.clone(),
             self.peer_tls.is_some(),
-            Standing {
-                priority: self.state.config.placement.priority,
-                never_lead: self.state.config.never_lead,
-            },
+            (
+                Standing {
+                    priority: self.state.config.placement.priority,
+                    never_lead: self.state.config.never_lead,
+                },
+                figures_source(&self.state),
+            ),
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
@@ -391,4 +394,10 @@ async fn report_waiting(raft: Arc<Raft>, config: Arc<ElectionConfig>) {
             tracing::warn!(term = metrics.current_term, waiting_for = ?others, "no leader yet: waiting for a quorum of peers");
         }
     }
+}
+
+/// What this node tells a peer's status page (`POST /raft/figures`).
+fn figures_source(state: &ApiState) -> crate::peer::figures::FiguresSource {
+    let (raft, series) = (state.raft.clone(), state.series.clone());
+    Arc::new(move || crate::peer::figures::Figures::of(&raft, &series))
 }

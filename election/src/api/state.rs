@@ -77,7 +77,7 @@ pub struct ApiParts {
     /// The status page's sign-ins on this node (`ui/sessions.rs`).
     pub sessions: Arc<super::ui::sessions::Sessions>,
     /// What the status page plots (`ui/series.rs`).
-    pub series: Arc<super::ui::series::Series>,
+    pub series: Arc<crate::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').
     pub incarnations: Arc<crate::peer::incarnation::Incarnations>,
     /// Permits for blocking calls (waiting acquires, watches): the cap.

@@ -11,6 +11,7 @@
 pub mod acquaint;
 pub mod client;
 pub mod dialer;
+pub mod figures;
 pub mod gate;
 pub mod incarnation;
 pub mod reachability;

@@ -17,6 +17,7 @@ use openraft::raft::{
 use openraft::vote::RaftLeaderId;
 use openraft::Snapshot;
 
+use super::figures::FiguresSource;
 use super::incarnation::Incarnations;
 use super::standing::Standing;
 use crate::error::ApiError;
@@ -28,16 +29,17 @@ use super::snapshot_frame::{parse_snapshot_frame, MAX_SNAPSHOT_BYTES};
 /// What peers call on the peer listener: Raft RPC under `/raft/` and client
 /// requests forwarded to the leader under `/forward/` (the client API), all
 /// behind [`authenticate`]. `standing` is what this node tells the leader
-/// of itself; a `never_lead` node refuses leadership transfers to it.
+/// of itself; a `never_lead` node refuses leadership transfers to it;
+/// `figures`, what it tells a peer's status page.
 pub fn peer_router(
     raft: Arc<Raft>,
     incarnations: Arc<Incarnations>,
     api: Router,
     tls: bool,
-    standing: Standing,
+    (standing, figures): (Standing, FiguresSource),
 ) -> Router {
     let gate = PeerGate::new(raft.clone(), incarnations, tls);
-    raft_routes(raft, standing)
+    raft_routes(raft, standing, figures)
         .nest("/forward", api)
         .layer(axum::middleware::from_fn_with_state(gate, authenticate))
 }
@@ -57,8 +59,8 @@ fn speaks_for_itself(from: PeerId, vote: &VoteOf<TypeConfig>) -> Result<(), ApiE
 }
 
 /// The routes peers call:
-/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader,standing}`.
-fn raft_routes(raft: Arc<Raft>, standing: Standing) -> Router {
+/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader,standing,figures}`.
+fn raft_routes(raft: Arc<Raft>, standing: Standing, figures: FiguresSource) -> Router {
     let transfer = if standing.never_lead {
         post(refuse_transfer)
     } else {
@@ -76,6 +78,10 @@ fn raft_routes(raft: Arc<Raft>, standing: Standing) -> Router {
         .route(
             "/raft/standing",
             post(move || async move { Json(standing) }),
+        )
+        .route(
+            "/raft/figures",
+            post(move || async move { Json(figures()) }),
         )
         .with_state(raft)
 }

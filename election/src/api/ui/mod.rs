@@ -16,6 +16,7 @@
 //! leases. Every answer carries the headers of `headers.rs`; the forms
 //! are accepted from this node's own origin only (`origin.rs`).
 
+mod cluster;
 mod cookie;
 pub mod gateway;
 pub(super) mod headers;
@@ -24,7 +25,6 @@ pub(super) mod login;
 mod origin;
 mod plots;
 pub mod sampler;
-pub mod series;
 pub mod sessions;
 pub(super) mod signed_in;
 
@@ -91,7 +91,8 @@ pub(super) async fn page(
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
     let sees_all = sees_all(&state, principal.as_ref().map(|p| &p.0));
     let mut html = head(&format!("Palisade node {}", state.config.id));
-    node_section(&mut html, &state);
+    let members = cluster::gather(&state).await;
+    node_section(&mut html, &state, &members);
     if state.config.policy.is_some() {
         html.push_str(
             "<form id=\"logout\" method=\"post\" action=\"/ui/logout\">\
@@ -107,9 +108,11 @@ pub(super) async fn page(
     };
     lease_section(&mut html, &state, &rows);
     if sees_all {
+        let answered = members.iter().filter(|m| m.answer.is_ok()).count();
         plots::section(
             &mut html,
-            &state.series.samples(),
+            &cluster::combined(&members),
+            (answered, members.len()),
             crate::signing::unix_ms(),
         );
     }
@@ -139,9 +142,11 @@ fn head(title: &str) -> String {
     )
 }
 
-/// This node's view of Raft: role, leader, term, commit and applied
-/// indexes, and the members.
-fn node_section(html: &mut String, state: &ApiState) {
+/// This node's view of Raft (role, leader, term, commit and applied
+/// indexes), then every member as it answered: its role and term, how far
+/// its applied index is behind the highest commit index any member
+/// reported, or why it did not answer.
+fn node_section(html: &mut String, state: &ApiState, members: &[cluster::Member]) {
     let metrics = state.raft.metrics().borrow_watched().clone();
     let me = state.config.id;
     let role = format!("{:?}", metrics.state);
@@ -150,30 +155,69 @@ fn node_section(html: &mut String, state: &ApiState) {
         .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
     let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
     let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
+    let now_ms = crate::signing::unix_ms();
     let _ = write!(
         *html,
         "<h1>Palisade election node {me}</h1>\
          <p>role <b id=\"role\">{}</b> · leader <b id=\"leader\">{}</b> · term <b id=\"term\">{}</b> \
-         · commit {} · applied {}</p><h2>Members</h2><table id=\"members\"><tr><th>node</th><th>peer address</th><th></th></tr>",
+         · commit {} · applied {} · at <time>{}</time></p><h2>Members</h2>\
+         <table id=\"members\"><tr><th>node</th><th>peer address</th><th>answers</th>\
+         <th>role</th><th>term</th><th>applied</th><th>behind</th></tr>",
         escape(&role),
         escape(&leader),
         metrics.current_term,
         committed,
         applied,
+        palisade_names::time::rfc3339_ms(now_ms),
     );
-    for (id, node) in metrics.membership_config.membership().nodes() {
-        let mark = if Some(*id) == metrics.current_leader {
-            "leader"
-        } else {
-            ""
-        };
-        let _ = write!(
-            *html,
-            "<tr><td>{id}</td><td>{}</td><td>{mark}</td></tr>",
-            escape(&node.addr)
-        );
+    let top = cluster::committed(members);
+    for member in members {
+        member_row(html, member, top, metrics.current_leader);
     }
     html.push_str("</table>");
+}
+
+/// One member's row: `class="up"` or `class="down"` (with the reason).
+fn member_row(html: &mut String, member: &cluster::Member, top: u64, leader: Option<u64>) {
+    let mut marks = Vec::new();
+    if Some(member.id) == leader {
+        marks.push("leader");
+    }
+    if !member.voter {
+        marks.push("learner");
+    }
+    let name = if marks.is_empty() {
+        member.id.to_string()
+    } else {
+        format!("{} ({})", member.id, marks.join(", "))
+    };
+    match &member.answer {
+        Ok(f) => {
+            let _ = write!(
+                *html,
+                "<tr class=\"up\" data-node=\"{id}\"><td>{}</td><td>{}</td><td class=\"answers\">yes</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td class=\"behind\">{}</td></tr>",
+                escape(&name),
+                escape(&member.addr),
+                escape(&f.role),
+                f.term,
+                f.applied_index,
+                top.saturating_sub(f.applied_index),
+                id = member.id,
+            );
+        }
+        Err(why) => {
+            let _ = write!(
+                *html,
+                "<tr class=\"down\" data-node=\"{id}\"><td>{}</td><td>{}</td>\
+                 <td class=\"answers\" colspan=\"5\">no: {}</td></tr>",
+                escape(&name),
+                escape(&member.addr),
+                escape(why),
+                id = member.id,
+            );
+        }
+    }
 }
 
 /// Which leases the page lists.
@@ -285,9 +329,14 @@ fn last_change(t: &Transition) -> String {
     )
 }
 
-/// How long before `now_ms` the time `at_ms` was: `3.2 s ago`.
+/// How long before `now_ms` the time `at_ms` was, and when, in UTC:
+/// `3.2 s ago (2026-11-28T00:40:12.345Z)`.
 fn ago(now_ms: u64, at_ms: u64) -> String {
-    format!("{:.1} s ago", now_ms.saturating_sub(at_ms) as f64 / 1000.0)
+    let at = palisade_names::time::rfc3339_ms(at_ms);
+    format!(
+        "{:.1} s ago (<time datetime=\"{at}\">{at}</time>)",
+        now_ms.saturating_sub(at_ms) as f64 / 1000.0
+    )
 }
 
 /// Percent-encodes `text` for a query string value.

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::escape;
-use super::series::{Sample, EVERY, KEPT};
+use crate::series::{Sample, EVERY, KEPT};
 
 /// The chart's size in SVG units, and its margins (axis labels).
 const WIDTH: f64 = 440.0;
@@ -23,6 +23,9 @@ struct Plot {
     id: &'static str,
     title: &'static str,
     format: fn(f64) -> String,
+    /// The axis's top for a peak ([`ceiling`], or [`whole_ceiling`] for
+    /// counts, whose half-way label must be a whole number too).
+    top: fn(f64) -> f64,
     values: Vec<(u64, Option<f64>)>,
 }
 
@@ -47,9 +50,15 @@ fn millis(v: f64) -> String {
     }
 }
 
-/// The plots section of the page: six charts of `samples` (oldest first)
-/// ending at `now_ms`.
-pub(super) fn section(html: &mut String, samples: &[Sample], now_ms: u64) {
+/// The plots section of the page: six charts of the cluster's `samples`
+/// (oldest first, `cluster.rs`) ending at `now_ms`; `answered` of
+/// `members` nodes gave theirs.
+pub(super) fn section(
+    html: &mut String,
+    samples: &[Sample],
+    (answered, members): (usize, usize),
+    now_ms: u64,
+) {
     let series = |f: fn(&Sample) -> Option<f64>| -> Vec<(u64, Option<f64>)> {
         samples.iter().map(|s| (s.at_ms, f(s))).collect()
     };
@@ -58,36 +67,42 @@ pub(super) fn section(html: &mut String, samples: &[Sample], now_ms: u64) {
             id: "plot-renewals",
             title: "Renewals answered",
             format: per_second,
+            top: ceiling,
             values: series(|s| Some(s.renewals)),
         },
         Plot {
             id: "plot-grants",
             title: "New grants",
             format: per_second,
+            top: ceiling,
             values: series(|s| Some(s.grants)),
         },
         Plot {
             id: "plot-refused",
             title: "Writes refused by the gateway",
             format: per_second,
+            top: ceiling,
             values: series(|s| s.refused),
         },
         Plot {
             id: "plot-held",
             title: "Leases held",
             format: count,
+            top: whole_ceiling,
             values: series(|s| Some(s.held as f64)),
         },
         Plot {
             id: "plot-waiters",
             title: "Waiters",
             format: count,
+            top: whole_ceiling,
             values: series(|s| Some(s.waiters as f64)),
         },
         Plot {
             id: "plot-renew-p99",
             title: "Renewal p99",
             format: millis,
+            top: ceiling,
             values: series(|s| s.renew_p99_ms),
         },
     ];
@@ -98,9 +113,11 @@ pub(super) fn section(html: &mut String, samples: &[Sample], now_ms: u64) {
         .collect();
     let _ = write!(
         html,
-        "<h2>Last 15 minutes</h2><p>as this node saw them, one sample every {} s \
-         (renewals: while it led); <span class=\"leader-change-note\">dashed red</span>: \
-         the leader changed</p><div id=\"plots\">",
+        "<h2>Last 15 minutes</h2><p id=\"plots-source\">the cluster's, from {answered} of \
+         {members} nodes (a node that did not answer is left out), one sample every {} s: \
+         renewals and waiters summed over the nodes, the rest the highest any node saw; \
+         <span class=\"leader-change-note\">dashed red</span>: the leader changed</p>\
+         <div id=\"plots\">",
         EVERY.as_secs()
     );
     for plot in &plots {
@@ -123,11 +140,25 @@ fn ceiling(peak: f64) -> f64 {
         .unwrap_or(10.0 * power)
 }
 
+/// [`ceiling`] for counts: 2, 4 or 10 times a power of ten, at least 2,
+/// so the half-way label is a whole number too (a top of 1 read `1/0/0`).
+fn whole_ceiling(peak: f64) -> f64 {
+    if !peak.is_finite() || peak <= 2.0 {
+        return 2.0;
+    }
+    let power = 10_f64.powf(peak.log10().floor());
+    [2.0, 4.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|v| *v >= peak)
+        .unwrap_or(10.0 * power)
+}
+
 /// One chart, in a `<figure>`.
 fn chart(html: &mut String, plot: &Plot, changes: &[(u64, Option<u64>)], now_ms: u64) {
     let measured: Vec<f64> = plot.values.iter().filter_map(|(_, v)| *v).collect();
     let peak = measured.iter().copied().fold(0.0, f64::max);
-    let top = ceiling(peak);
+    let top = (plot.top)(peak);
     let last = plot.values.last().and_then(|(_, v)| *v);
     let (inner_w, inner_h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
     let start = now_ms.saturating_sub(span_ms());
@@ -145,7 +176,7 @@ fn chart(html: &mut String, plot: &Plot, changes: &[(u64, Option<u64>)], now_ms:
         points = measured.len(),
         last = last.map_or_else(String::new, |v| v.to_string()),
     );
-    axes(html, top, plot.format);
+    axes(html, top, plot.format, now_ms);
     for (at, leader) in changes {
         let who = leader.map_or_else(|| "no leader".to_owned(), |id| format!("node {id}"));
         let _ = write!(
@@ -190,8 +221,9 @@ fn chart(html: &mut String, plot: &Plot, changes: &[(u64, Option<u64>)], now_ms:
     );
 }
 
-/// The y axis (0, half, top) and the time axis (−15, −10, −5 min, now).
-fn axes(html: &mut String, top: f64, format: fn(f64) -> String) {
+/// The y axis (0, half, top) and the time axis (−15, −10, −5 min, and
+/// now as a UTC time of day).
+fn axes(html: &mut String, top: f64, format: fn(f64) -> String, now_ms: u64) {
     let (inner_w, inner_h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
     for (fraction, value) in [(0.0, 0.0), (0.5, top / 2.0), (1.0, top)] {
         let y = TOP + inner_h - fraction * inner_h;
@@ -207,7 +239,9 @@ fn axes(html: &mut String, top: f64, format: fn(f64) -> String) {
     }
     for (minutes, anchor) in [(15, "start"), (10, "middle"), (5, "middle"), (0, "end")] {
         let label = if minutes == 0 {
-            "now".to_owned()
+            // HH:MM:SS of the RFC 3339 time, in UTC.
+            let now = palisade_names::time::rfc3339_ms(now_ms);
+            format!("{} UTC", now.get(11..19).unwrap_or("now"))
         } else {
             format!("−{minutes} min")
         };
@@ -222,8 +256,30 @@ fn axes(html: &mut String, top: f64, format: fn(f64) -> String) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::series::Sample;
-    use super::{ceiling, section};
+    use super::{ceiling, count, section, whole_ceiling};
+    use crate::series::Sample;
+
+    /// A count's axis reads whole numbers at the top and half-way (a top
+    /// of 1 read `1/0/0`).
+    #[test]
+    fn a_count_axis_reads_whole_numbers() {
+        for (peak, top) in [
+            (0.0, 2.0),
+            (1.0, 2.0),
+            (3.0, 4.0),
+            (5.0, 10.0),
+            (11.0, 20.0),
+            (400.0, 400.0),
+        ] {
+            assert_eq!(whole_ceiling(peak), top, "peak {peak}");
+            let half = count(top / 2.0);
+            assert_eq!(
+                half.parse::<f64>().ok(),
+                Some(top / 2.0),
+                "peak {peak}: {half}"
+            );
+        }
+    }
 
     #[test]
     fn the_axis_top_is_a_round_number_at_or_above_the_peak() {
@@ -255,7 +311,7 @@ mod tests {
             sample(5, 40.0, Some(4.0), false),
         ];
         let mut html = String::new();
-        section(&mut html, &samples, now);
+        section(&mut html, &samples, (1, 1), now);
         let svg = |id: &str| {
             let start = html.find(&format!("<svg id=\"{id}\"")).expect(id);
             let end = start + html[start..].find("</svg>").expect("end");

@@ -1,13 +1,13 @@
 //! The status page's sampler: every [`EVERY`] it takes the differences of
 //! this node's counters (and the gateway's refused-writes counter) into a
-//! [`Sample`] of the node's [`Series`](super::series::Series).
+//! [`Sample`] of the node's [`Series`](crate::series::Series).
 
 use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::series::{Sample, EVERY};
 use crate::api::state::ApiState;
+use crate::series::{Sample, EVERY};
 
 /// The counters a sample takes differences of.
 #[derive(Debug, Clone, Copy)]

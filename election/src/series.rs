@@ -4,7 +4,9 @@
 //! p99 — and who led; the last [`KEPT`] samples (15 minutes) stay in
 //! memory. A node counts what it served (renewals: only as leader) and
 //! what it applied (grants: every node), as `/metrics` does; a restarted
-//! node starts with an empty plot. `sampler.rs` takes the samples.
+//! node starts with an empty plot. `api/ui/sampler.rs` takes the samples;
+//! peers ask for them (`peer/figures.rs`), so any node's status page plots
+//! the whole cluster's.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -19,8 +21,8 @@ pub(crate) const EVERY: Duration = Duration::from_secs(5);
 pub(crate) const KEPT: usize = 180;
 
 /// One interval of this node's life.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Sample {
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Sample {
     /// When it was taken, ms since the Unix epoch.
     pub at_ms: u64,
     /// Renewals answered per second (as leader).
