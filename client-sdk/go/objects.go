@@ -2,6 +2,7 @@ package palisade
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 )
 
@@ -112,4 +113,38 @@ func (l *Lease) DeleteIf(ctx context.Context, key string, cond Precondition) (*W
 		return nil, badRequest("a delete takes IfMatch or IfExists, not IfAbsent")
 	}
 	return l.writeResult(l.write(ctx, "DELETE", "/v1/objects/"+EncodeKey(key), nil, cond))
+}
+
+// ListAllObjects calls fn with every object whose key starts with
+// opts.Prefix (after opts.After, if set), in byte order of the keys, page
+// by page (opts.Limit objects a page; 0: the server's default), until the
+// last page. It stops at the first error: fn's (returned as is), a page's
+// (as ListObjects), ctx's, or an *ProtocolError (ErrProtocol) when a
+// page's Next does not move past the key the page started after, so a
+// misbehaving server cannot make it loop. Under a policy, objects the key
+// may not read are left out, as in ListObjects, and the walk still covers
+// the whole prefix.
+func (c *Client) ListAllObjects(ctx context.Context, opts ListOptions, fn func(ObjectInfo) error) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		page, err := c.ListObjects(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for _, o := range page.Objects {
+			if err := fn(o); err != nil {
+				return err
+			}
+		}
+		if !page.More {
+			return nil
+		}
+		if page.Next <= opts.After { // "" too: Next must move forward
+			return &ProtocolError{Status: 200,
+				Message: fmt.Sprintf("a listing's next %q does not move past %q", page.Next, opts.After)}
+		}
+		opts.After = page.Next
+	}
 }

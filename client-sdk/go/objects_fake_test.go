@@ -224,3 +224,42 @@ func TestTheLeaseDocumentWithAndWithoutTheNewerFields(t *testing.T) {
 		t.Fatalf("info = %+v, %v", info, err)
 	}
 }
+
+func TestListAllObjectsWalksEveryPageAndStopsWhenNextStalls(t *testing.T) {
+	obj := func(k string) map[string]any { return map[string]any{"key": k, "version": 1, "token": 1, "size": 0} }
+	g := newFake(t, scripted(
+		reply{status: 200, body: map[string]any{"objects": []any{obj("o/a")}, "next": "o/b"}},
+		reply{status: 200, body: map[string]any{"objects": []any{}, "next": "o/c"}}, // a short page, next set
+		reply{status: 200, body: map[string]any{"objects": []any{obj("o/d")}, "next": nil}},
+		reply{status: 200, body: map[string]any{"objects": []any{obj("o/a")}, "next": "o/a"}},
+		reply{status: 200, body: map[string]any{"objects": []any{}, "next": "o/a"}}, // next does not move
+		reply{status: 200, body: map[string]any{"objects": []any{obj("o/a")}, "next": "o/b"}},
+	))
+	c, _ := storeClient(t, g)
+	ctx := context.Background()
+	var keys []string
+	collect := func(o ObjectInfo) error { keys = append(keys, o.Key); return nil }
+	if err := c.ListAllObjects(ctx, ListOptions{Prefix: "o/", Limit: 1}, collect); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(keys, []string{"o/a", "o/d"}) {
+		t.Fatalf("walked %v", keys)
+	}
+	want := []string{
+		"GET /v1/objects?limit=1&prefix=o%2F", "GET /v1/objects?limit=1&prefix=o%2F&after=o%2Fb",
+		"GET /v1/objects?limit=1&prefix=o%2F&after=o%2Fc",
+	}
+	if got := g.paths(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("requests: %v", got)
+	}
+	if err := c.ListAllObjects(ctx, ListOptions{}, collect); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("a stalled next: %v", err)
+	}
+	stop := errors.New("enough")
+	if err := c.ListAllObjects(ctx, ListOptions{}, func(ObjectInfo) error { return stop }); err != stop {
+		t.Fatalf("fn's error: %v", err)
+	}
+	if n := g.count(); n != 6 {
+		t.Fatalf("%d requests, want 6", n)
+	}
+}

@@ -61,7 +61,8 @@ def test_takeover_then_the_late_write_is_refused(cluster: DevCluster, name: str)
     lost: List[str] = []
     a = first.acquire(name, "A", ttl=2.5, wait=5.0, on_lost=lost.append)
     assert a.is_held()
-    assert a.put(key, b"from A")["token"] == a.token
+    written = a.put(key, b"from A")
+    assert written == palisade.Written(key, written.version, a.token) and written.version > 0
     assert fence_of(cluster, name)["fence"] == a.token  # fence-on-acquire
 
     thread, results, errors = blocking_acquire(second, name, "B", ttl=5.0, wait=30.0)
@@ -77,7 +78,7 @@ def test_takeover_then_the_late_write_is_refused(cluster: DevCluster, name: str)
         b = results[0]
         assert b.token > a.token
         assert fence_of(cluster, name)["fence"] == b.token  # B raised the fence
-        b.put(key, b"from B")
+        from_b = b.put(key, b"from B")
 
         assert not a.is_held()
         with pytest.raises(palisade.LeaseLost):
@@ -86,6 +87,7 @@ def test_takeover_then_the_late_write_is_refused(cluster: DevCluster, name: str)
         assert lost and "deadline" in lost[0]
         obj = b.get(key)
         assert obj is not None and obj.value == b"from B" and obj.token == b.token
+        assert obj.version == from_b.version  # the ETag, as an int
         b.release()
         assert not b.is_held() and b.lost.is_set()
     finally:

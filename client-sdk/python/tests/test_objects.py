@@ -128,6 +128,37 @@ def test_head_object(fake_server: MakeServer, etag: str) -> None:
     assert server.requests[0][:2] == ("HEAD", "/v1/objects/orders/a%20b")
 
 
+@pytest.mark.parametrize("etag", ['"7"', "7", 'W/"7"'])
+def test_get_object_version_is_an_int(fake_server: MakeServer, etag: str) -> None:
+    headers = {"etag": etag, "fencing-token": "3"}
+    server = fake_server(gateway(lambda m, p, b: (200, ("headers", headers, ("raw", b"v")))))
+    assert client(server).get_object("orders/a") == palisade.Object(b"v", 7, 3)
+
+
+def test_get_object_without_an_etag_is_a_protocol_error(fake_server: MakeServer) -> None:
+    headers = {"etag": "abc", "fencing-token": "3"}
+    server = fake_server(gateway(lambda m, p, b: (200, ("headers", headers, ("raw", b"v")))))
+    with pytest.raises(palisade.ProtocolError):
+        client(server).get_object("orders/a")
+
+
+def test_written_and_deleted_still_read_as_dicts_with_a_warning(fake_server: MakeServer) -> None:
+    written = {"key": "orders/a", "version": 8, "token": 7}
+    deleted = {"key": "orders/a", "deleted": True, "token": 7}
+    server = fake_server(gateway(lambda m, p, b: (200, written if m == "PUT" else deleted)))
+    with client(server).acquire("orders", "A", ttl=30.0) as lease:
+        put, gone = lease.put("orders/a", b"x"), lease.delete("orders/a")
+    with pytest.warns(DeprecationWarning, match=r"Written\['version'\] is deprecated: use \.version"):
+        assert put["version"] == 8
+    with pytest.warns(DeprecationWarning):
+        assert (put["key"], put.get("token"), put.get("size", 0)) == ("orders/a", 7, 0)
+    with pytest.warns(DeprecationWarning):
+        assert gone["deleted"] is True
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError):
+        gone["version"]
+    assert "version" in put and "version" not in gone
+
+
 def test_head_object_404_is_none_and_other_errors_raise(fake_server: MakeServer) -> None:
     replies = iter([(404, ("raw", b"")), (401, ("raw", b"")), (200, ("raw", b""))])
     server = fake_server(gateway(lambda m, p, b: next(replies)))
@@ -141,15 +172,16 @@ def test_head_object_404_is_none_and_other_errors_raise(fake_server: MakeServer)
 
 def test_conditional_puts_and_deletes_send_their_headers(fake_server: MakeServer) -> None:
     written = {"key": "orders/a", "version": 8, "token": 7}
-    server = fake_server(gateway(lambda m, p, b: (200, written)))
+    deleted = {"key": "orders/a", "deleted": False, "token": 7}
+    server = fake_server(gateway(lambda m, p, b: (200, written if m == "PUT" else deleted)))
     with client(server).acquire("orders", "A", ttl=30.0) as lease:
-        assert lease.put("orders/a", b"x", if_match=7) == written
+        assert lease.put("orders/a", b"x", if_match=7) == palisade.Written("orders/a", 8, 7)
         lease.put("orders/a", b"x", if_match="*")
         lease.put("orders/a", b"x", if_none_match=True)
         lease.put("orders/a", b"x")
         lease.delete("orders/a", if_match=8)
         lease.delete("orders/a", if_match="*")
-        lease.delete("orders/a")
+        assert lease.delete("orders/a") == palisade.Deleted("orders/a", False, 7)
     calls = object_calls(server)
     seen = [
         (server.requests[i][0], header(server, i, "if-match"), header(server, i, "if-none-match"))

@@ -20,20 +20,20 @@ def test_conditional_writes_head_and_listing(cluster: DevCluster, name: str) -> 
         first = lease.put(key, b"one", if_none_match=True)
         with pytest.raises(palisade.PreconditionFailed) as err:
             lease.put(key, b"two", if_none_match=True)
-        assert (err.value.key, err.value.current_version) == (key, first["version"])
-        second = lease.put(key, b"three", if_match=first["version"])
-        assert second["version"] > first["version"]
+        assert (err.value.key, err.value.current_version) == (key, first.version)
+        second = lease.put(key, b"three", if_match=first.version)
+        assert second.version > first.version
         with pytest.raises(palisade.PreconditionFailed):
-            lease.put(key, b"four", if_match=first["version"])
+            lease.put(key, b"four", if_match=first.version)
         with pytest.raises(palisade.PreconditionFailed) as err:
             lease.put(f"{name}/none", b"x", if_match="*")
         assert err.value.current_version is None
         assert lease.is_held()
 
         head = client.head_object(key)
-        assert head == palisade.ObjectInfo(key, second["version"], lease.token, 5)
+        assert head == palisade.ObjectInfo(key, second.version, lease.token, 5)
         got = client.get_object(key)
-        assert got is not None and got.value == b"three"
+        assert got == palisade.Object(b"three", second.version, lease.token)
         assert client.head_object(f"{name}/none") is None
 
         for k in ("c", "b", "d"):
@@ -54,8 +54,8 @@ def test_conditional_writes_head_and_listing(cluster: DevCluster, name: str) -> 
             client.list_objects(limit=1001)
 
         with pytest.raises(palisade.PreconditionFailed):
-            lease.delete(key, if_match=first["version"])
-        assert lease.delete(key, if_match=second["version"])["deleted"] is True
+            lease.delete(key, if_match=first.version)
+        assert lease.delete(key, if_match=second.version) == palisade.Deleted(key, True, lease.token)
         with pytest.raises(palisade.PreconditionFailed) as err:
             lease.delete(key, if_match="*")
         assert err.value.current_version is None

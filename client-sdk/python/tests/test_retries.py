@@ -208,7 +208,7 @@ def test_writes_after_the_deadline_are_refused_locally(fake_server: MakeServer) 
     gateway = fake_server(scripted([(200, {"key": "orders/x", "version": 1, "token": 7})]))
     c = client(server.url, gateway=gateway.url, fence_on_acquire=False, retry_budget=0.2)
     lease = c.acquire("orders", "A", ttl=0.6, on_lost=lost.append)
-    assert lease.put("orders/x", b"1")["version"] == 1
+    assert lease.put("orders/x", b"1") == palisade.Written("orders/x", 1, 7)
     assert lease.lost.wait(5.0)
     assert not lease.is_held()
     with pytest.raises(palisade.LeaseLost):

@@ -18,7 +18,9 @@
   :meth:`Client.iter_objects` (:class:`ObjectPage` of :class:`ObjectInfo`),
   :meth:`Client.head_object`, and conditional writes
   (``lease.put(key, value, if_match=...)`` / ``if_none_match=True``,
-  ``lease.delete(key, if_match=...)``) raising :class:`PreconditionFailed`.
+  ``lease.delete(key, if_match=...)``) raising :class:`PreconditionFailed`;
+  a write answers a :class:`Written`, a delete a :class:`Deleted`, and
+  :class:`Object` (a read) carries its version as an int.
 - :mod:`palisade.postgres` (the ``postgres`` extra, psycopg 3) fences
   transactions in your own PostgreSQL: ``with lease.fenced(conn) as cur``.
 
@@ -46,6 +48,7 @@ from ._errors import (
 )
 from ._lease import Lease, OnLost
 from ._model import (
+    Deleted,
     Grant,
     GrantId,
     LeaseInfo,
@@ -53,6 +56,7 @@ from ._model import (
     ObjectInfo,
     ObjectPage,
     Transition,
+    Written,
     check_lease_name,
     encode_key,
 )
@@ -69,6 +73,7 @@ __all__ = [
     "BadRequest",
     "Client",
     "ClientConfig",
+    "Deleted",
     "Elector",
     "Fenced",
     "Forbidden",
@@ -92,6 +97,7 @@ __all__ = [
     "Transition",
     "Unauthorized",
     "Unavailable",
+    "Written",
     "check_lease_name",
     "encode_key",
 ]

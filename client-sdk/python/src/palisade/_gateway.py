@@ -88,12 +88,11 @@ class Gateway:
         """Reads ``key``; ``None`` if there is no object."""
         response = self._send("GET", f"{self.base()}/v1/objects/{encode_key(key)}")
         if response.status_code == 200:
-            token = response.headers.get("fencing-token", "0")
-            return Object(
-                value=response.content,
-                version=response.headers.get("etag", ""),
-                token=int(token) if token.isdigit() else 0,
-            )
+            version = version_of(response.headers.get("etag"))
+            token = _digits(response.headers.get("fencing-token"))
+            if version is None or token is None:
+                raise ProtocolError(200, "an object without ETag or Fencing-Token")
+            return Object(value=response.content, version=version, token=token)
         if response.status_code == 404:
             return None
         raise error_for(response.status_code, json_of(response))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, Union
 
 from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError, Preempted
 from ._gateway import IfMatch, precondition
-from ._model import Grant, GrantId, JsonObject, Object, encode_key
+from ._model import Deleted, Grant, GrantId, JsonObject, Object, Written, encode_key
 from ._transport import Transport
 
 if TYPE_CHECKING:  # psycopg is optional: only palisade.postgres imports it
@@ -319,10 +319,10 @@ class Lease:
         *,
         if_match: IfMatch = None,
         if_none_match: bool = False,
-    ) -> JsonObject:
+    ) -> Written:
         """Writes ``value`` at ``key`` (whose first segment must be this
         lease's name) through the gateway, stamped with the lease JWT.
-        Answers ``{"key", "version", "token"}``.
+        Answers a :class:`Written` (``.key``, ``.version``, ``.token``).
 
         ``if_match`` (a version, or ``"*"``: an object must exist) or
         ``if_none_match=True`` (no object may exist) make the write
@@ -337,15 +337,18 @@ class Lease:
         transport failure."""
         headers = precondition(if_match, if_none_match)
         content = value.encode() if isinstance(value, str) else bytes(value)
-        return self._write("PUT", f"/v1/objects/{encode_key(key)}", content, headers)
+        answer = self._write("PUT", f"/v1/objects/{encode_key(key)}", content, headers)
+        return Written.from_json(answer)
 
-    def delete(self, key: str, *, if_match: IfMatch = None) -> JsonObject:
+    def delete(self, key: str, *, if_match: IfMatch = None) -> Deleted:
         """Deletes ``key`` through the gateway, fenced like :meth:`put`
         (it raises the fence even if nothing was there). ``if_match`` (a
         version, or ``"*"``) makes it conditional: errors as :meth:`put`.
-        Answers ``{"key", "deleted", "token"}``."""
+        Answers a :class:`Deleted` (``.key``, ``.deleted``: whether there
+        was an object, ``.token``)."""
         headers = precondition(if_match)
-        return self._write("DELETE", f"/v1/objects/{encode_key(key)}", None, headers)
+        answer = self._write("DELETE", f"/v1/objects/{encode_key(key)}", None, headers)
+        return Deleted.from_json(answer)
 
     def fence(self) -> int:
         """Raises the gateway fence of this lease to its token; answers the

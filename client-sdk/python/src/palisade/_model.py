@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote
 
 from ._errors import BadRequest, ProtocolError
@@ -187,10 +188,82 @@ class Object:
 
     #: The bytes.
     value: bytes
-    #: The version (the ``ETag``).
-    version: str
+    #: The version (the ``ETag``, parsed: what ``if_match`` takes).
+    version: int
     #: The token of the write that stored it.
     token: int
+
+
+class _ReadAsDict:
+    """Until the next release, a write's answer may still be read as the
+    dict it was (``answer["version"]``, ``answer.get("token")``,
+    ``"key" in answer``), with a :class:`DeprecationWarning`: read the
+    attribute instead."""
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ()
+
+    def _legacy(self, name: str) -> None:
+        warnings.warn(
+            f"{type(self).__name__}[{name!r}] is deprecated: use .{name} "
+            "(lease.put/delete answer a dataclass, not a dict)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+    def __getitem__(self, name: str) -> Any:
+        self._legacy(name)
+        if name not in self._FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """``dict.get``, deprecated: read the attribute."""
+        self._legacy(name)
+        return getattr(self, name) if name in self._FIELDS else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._FIELDS
+
+
+@dataclass(frozen=True)
+class Written(_ReadAsDict):
+    """What an accepted write (:meth:`palisade.Lease.put`) answers."""
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ("key", "version", "token")
+
+    #: The key written.
+    key: str
+    #: The object's new version (its ``ETag``; what ``if_match`` takes).
+    version: int
+    #: The fencing token the write carried.
+    token: int
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Written":
+        """Parses a ``PUT``'s answer."""
+        return cls(key=_str(body, "key"), version=_int(body, "version"), token=_int(body, "token"))
+
+
+@dataclass(frozen=True)
+class Deleted(_ReadAsDict):
+    """What an accepted delete (:meth:`palisade.Lease.delete`) answers."""
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ("key", "deleted", "token")
+
+    #: The key deleted.
+    key: str
+    #: Whether there was an object (the fence is raised either way).
+    deleted: bool
+    #: The fencing token the delete carried.
+    token: int
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Deleted":
+        """Parses a ``DELETE``'s answer."""
+        deleted = body.get("deleted")
+        if not isinstance(deleted, bool):
+            raise ProtocolError(200, f"field 'deleted' is not a boolean: {deleted!r}")
+        return cls(key=_str(body, "key"), deleted=deleted, token=_int(body, "token"))
 
 
 @dataclass(frozen=True)
