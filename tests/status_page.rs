@@ -476,7 +476,7 @@ async fn the_plots_show_a_scripted_load_and_a_lease_page_shows_its_history() {
         .await;
     assert!(marks.parse::<u32>().is_ok_and(|n| n >= 1), "marks: {marks}");
     // The leases come before the plots, inside the first screen (the
-    // browser's window is 1200x900).
+    // browser's window is 1400x1000).
     let leases_top = page
         .eval("document.getElementById('leases').getBoundingClientRect().top < window.innerHeight")
         .await;
@@ -486,6 +486,58 @@ async fn the_plots_show_a_scripted_load_and_a_lease_page_shows_its_history() {
     );
     page.screenshot("plots").await;
 
+    // The follower's page: the cluster's renewals (the leader answered
+    // them all; the follower none), and every member with whether it
+    // answers — the killed one does not — and how far behind it is.
+    let follower = survivors
+        .iter()
+        .copied()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let mut html = String::new();
+    for _ in 0..20 {
+        html = page_of(format!("{}/ui", cluster.url(follower))).await;
+        if chart_figure(&html, "plot-renewals", "peak") > 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(
+        chart_figure(&html, "plot-renewals", "peak") > 0.0,
+        "a follower's page plots no renewals of the cluster: {html}"
+    );
+    assert!(html.contains("from 2 of 3 nodes"), "{html}");
+    page.navigate(&format!("{}/ui", cluster.url(follower)))
+        .await;
+    page.wait_for("document.querySelectorAll('#members tr[data-node]').length === 3")
+        .await;
+    let rows = page
+        .eval("[...document.querySelectorAll('#members tr[data-node]')].map(r => r.dataset.node + ':' + r.className + ':' + (r.querySelector('.behind') ? r.querySelector('.behind').textContent : '-')).join(',')")
+        .await;
+    for id in 1..=3u64 {
+        let row = rows
+            .split(',')
+            .find(|r| r.starts_with(&format!("{id}:")))
+            .unwrap_or_else(|| panic!("no row for node {id}: {rows}"));
+        if id == first {
+            assert_eq!(row, format!("{id}:down:-"), "{rows}");
+        } else {
+            let behind: u64 = row
+                .rsplit(':')
+                .next()
+                .and_then(|b| b.parse().ok())
+                .expect("behind");
+            assert!(
+                row.starts_with(&format!("{id}:up:")) && behind < 1000,
+                "{rows}"
+            );
+        }
+    }
+    page.screenshot("follower").await;
+
+    page.navigate(&format!("{base}/ui")).await;
+    page.wait_for("document.querySelectorAll('#plots svg').length === 6")
+        .await;
     page.eval("document.querySelector('a[href=\"/ui/leases/plotted\"]').click(); true")
         .await;
     page.wait_for(

@@ -44,7 +44,7 @@ impl Page {
                 "--disable-gpu",
                 "--disable-dev-shm-usage",
                 "--ignore-certificate-errors",
-                "--window-size=1200,900",
+                "--window-size=1400,1000",
                 "--remote-debugging-port=0",
             ])
             .arg(format!(
