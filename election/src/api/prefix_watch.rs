@@ -6,7 +6,8 @@
 //! - `{"index": I, "lease": {...}}`: a lease as `GET /v1/leases/{name}`
 //!   shows it, changed by the entry at `I` (its `modify_index`);
 //! - `{"index": I, "lease_name": "a.b", "deleted": true}`: the record was
-//!   reclaimed by the entry at `I` (a free lease forgotten);
+//!   reclaimed by the entry at `I` (a free lease forgotten; one reclaim
+//!   removes several at once, each a line with the same `I`);
 //! - `{"index": I}`: a keep-alive, every `keepalive_ms` (default 10 000):
 //!   every change up to `I` under the prefix has been sent, so `I` is where
 //!   to resume from;
