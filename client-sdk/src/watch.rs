@@ -240,7 +240,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::{Client, ClientConfig};
+    use crate::transport::config::ClientConfig;
 
     /// A one-shot HTTP/1.1 server answering `status` and `body`, then
     /// closing; its URL.
@@ -267,10 +267,11 @@ mod tests {
         url
     }
 
-    fn client(url: &str) -> Client {
+    /// What `Client::watch_prefix` does, on a transport to `url`.
+    async fn watch_prefix(url: &str, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
         let mut config = ClientConfig::new([url]);
         config.http2 = false;
-        Client::new(config)
+        PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, index).await
     }
 
     #[tokio::test]
@@ -287,7 +288,7 @@ mod tests {
             "\n",
         );
         let url = server("200 OK", body).await;
-        let mut watch = client(&url).watch_prefix("jobs.", 3).await.expect("open");
+        let mut watch = watch_prefix(&url, "jobs.", 3).await.expect("open");
         assert_eq!(watch.index(), 3);
         let Some(Ok(WatchEvent::Changed { index: 7, lease })) = watch.next().await else {
             panic!("a change first");
@@ -323,7 +324,7 @@ mod tests {
             r#"{"error":"forbidden","message":"no read right on \"\""}"#,
         )
         .await;
-        let refused = client(&url).watch_prefix("", 0).await;
+        let refused = watch_prefix(&url, "", 0).await;
         assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
     }
 }

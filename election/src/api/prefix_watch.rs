@@ -6,7 +6,8 @@
 //! - `{"index": I, "lease": {...}}`: a lease as `GET /v1/leases/{name}`
 //!   shows it, changed by the entry at `I` (its `modify_index`);
 //! - `{"index": I, "lease_name": "a.b", "deleted": true}`: the record was
-//!   reclaimed by the entry at `I` (a free lease forgotten);
+//!   reclaimed by the entry at `I` (a free lease forgotten; one reclaim
+//!   removes several at once, each a line with the same `I`);
 //! - `{"index": I}`: a keep-alive, every `keepalive_ms` (default 10 000):
 //!   every change up to `I` under the prefix has been sent, so `I` is where
 //!   to resume from;
@@ -253,33 +254,37 @@ impl Watcher {
         Ok(())
     }
 
-    /// One change from the feed: a line if it is under the prefix and not
-    /// already covered by the catch-up.
+    /// One change from the feed: its lines for the leases under the prefix,
+    /// unless the catch-up covered it already.
     async fn deliver(&mut self, change: &Change) -> Result<(), End> {
+        let under = |lease: &LeaseName| lease.as_str().starts_with(self.prefix.as_str());
         match change {
+            Change::Lease { index, .. } | Change::Reclaimed { index, .. }
+                if *index <= self.cursor => {}
             Change::Lease {
                 index,
                 lease,
                 record,
             } => {
-                if *index <= self.cursor || !lease.as_str().starts_with(self.prefix.as_str()) {
-                    return Ok(());
+                if under(lease) {
+                    let view = LeaseView::new(&self.state, lease, record);
+                    self.send(&json!({ "index": index, "lease": view })).await?;
                 }
-                let line = match record {
-                    Some(record) => json!({
-                        "index": index,
-                        "lease": LeaseView::new(&self.state, lease, record),
-                    }),
-                    None => json!({ "index": index, "lease_name": lease, "deleted": true }),
-                };
-                self.send(&line).await?;
                 self.cursor = *index;
-                Ok(())
+            }
+            Change::Reclaimed { index, leases } => {
+                let gone: Vec<LeaseName> = leases.iter().filter(|l| under(l)).cloned().collect();
+                for lease in gone {
+                    let line = json!({ "index": index, "lease_name": lease, "deleted": true });
+                    self.send(&line).await?;
+                }
+                self.cursor = *index;
             }
             // The table was replaced: what changed in between is found by
             // reading it again.
-            Change::Reset { .. } => self.catch_up().await,
+            Change::Reset { .. } => self.catch_up().await?,
         }
+        Ok(())
     }
 
     /// The keep-alive: the applied index, once every change up to it was

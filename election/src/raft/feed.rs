@@ -21,12 +21,14 @@ pub const FEED_CAPACITY: usize = 4096;
 #[derive(Debug)]
 pub enum Change {
     /// The entry at `index` changed `lease`: `record` is the record it
-    /// left, `None` when it removed the record (a reclaim).
+    /// left.
     Lease {
         index: u64,
         lease: LeaseName,
-        record: Option<Box<LeaseRecord>>,
+        record: Box<LeaseRecord>,
     },
+    /// The entry at `index` (a `Reclaim`) removed these records.
+    Reclaimed { index: u64, leases: Vec<LeaseName> },
     /// A snapshot replaced the whole table as of `index`: what changed in
     /// between is not in the feed, look at the table again.
     Reset { index: u64 },
@@ -77,7 +79,7 @@ pub fn reclaimable(table: &LeaseTable, command: &Command) -> Vec<LeaseName> {
 /// After `command` applied at `index`: what it changed. A command that
 /// left its lease's record as it was (a refused acquire, a stale expiry)
 /// is no change; reclaimed names (`reclaimable` before) that left the
-/// table are.
+/// table are one change, all at `index`.
 pub fn changes(
     index: u64,
     table: &LeaseTable,
@@ -90,18 +92,98 @@ pub fn changes(
             changes.push(Change::Lease {
                 index,
                 lease: lease.clone(),
-                record: Some(Box::new(record.clone())),
+                record: Box::new(record.clone()),
             });
         }
     }
-    for lease in reclaimable {
-        if !table.leases.contains_key(&lease) {
-            changes.push(Change::Lease {
-                index,
-                lease,
-                record: None,
-            });
-        }
+    let mut leases = reclaimable;
+    leases.retain(|lease| !table.leases.contains_key(lease));
+    if !leases.is_empty() {
+        changes.push(Change::Reclaimed { index, leases });
     }
     changes
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_names::FencingToken;
+
+    use super::*;
+
+    fn name(lease: &str) -> LeaseName {
+        LeaseName::new(lease).expect("lease name")
+    }
+
+    /// Acquires `lease` at `index`, then releases it at `index + 1`.
+    fn use_once(table: &mut LeaseTable, lease: &str, index: u64) {
+        let acquire = Command::Acquire {
+            lease: name(lease),
+            holder: "w".into(),
+            ttl_ms: 1000,
+            secret: None,
+            terms: Default::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        };
+        table.apply(index, &acquire);
+        let release = Command::Release {
+            lease: name(lease),
+            holder: "w".into(),
+            token: FencingToken(index),
+            grant_index: None,
+            secret: None,
+        };
+        table.apply(index + 1, &release);
+    }
+
+    #[test]
+    fn a_change_is_what_an_entry_did_and_a_reclaim_is_one_change_of_every_record_it_removed() {
+        let mut table = LeaseTable::default();
+        use_once(&mut table, "jobs.a", 1);
+        use_once(&mut table, "jobs.b", 3);
+        let acquire = Command::Acquire {
+            lease: name("jobs.a"),
+            holder: "w".into(),
+            ttl_ms: 1000,
+            secret: None,
+            terms: Default::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        }
+        .stamped(5);
+        table.apply(5, &acquire);
+        let made = changes(5, &table, &acquire, reclaimable(&table, &acquire));
+        assert!(
+            matches!(&made[..], [Change::Lease { index: 5, lease, record }]
+                if lease.as_str() == "jobs.a" && record.holder.is_some()),
+            "{made:?}"
+        );
+        // A second acquire by another holder changes nothing: no change.
+        let refused = Command::Acquire {
+            lease: name("jobs.a"),
+            holder: "other".into(),
+            ttl_ms: 1000,
+            secret: None,
+            terms: Default::default(),
+            preempt: false,
+            delay_seen: None,
+            principal: None,
+        };
+        table.apply(6, &refused);
+        assert!(changes(6, &table, &refused, Vec::new()).is_empty());
+        // jobs.a is held again (not reclaimed), x never existed.
+        let reclaim = Command::Reclaim {
+            leases: vec![(name("jobs.a"), 2), (name("jobs.b"), 4), (name("x"), 1)],
+        };
+        let before = reclaimable(&table, &reclaim);
+        table.apply(7, &reclaim);
+        let made = changes(7, &table, &reclaim, before);
+        assert!(
+            matches!(&made[..], [Change::Reclaimed { index: 7, leases }]
+                if *leases == vec![name("jobs.b")]),
+            "{made:?}"
+        );
+    }
 }

@@ -72,7 +72,7 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
     let flood = (0..FEED_CAPACITY as u64 + 10).map(|i| Change::Lease {
         index: from + i,
         lease: lease.clone(),
-        record: Some(Box::new(record.clone())),
+        record: Box::new(record.clone()),
     });
     state.shared.feed.send(flood.collect());
 
@@ -92,5 +92,35 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
         rest.len() < 16,
         "the node held no backlog for the reader: {} lines",
         rest.len()
+    );
+}
+
+#[tokio::test]
+async fn one_reclaim_of_several_records_is_a_line_for_each_under_the_prefix() {
+    let node = node().await;
+    // Keep-alives far apart: every line below is the reclaim's.
+    let request = Request::get("/v1/watch?prefix=jobs.&keepalive_ms=60000")
+        .body(Body::empty())
+        .expect("request");
+    let response = node.app.clone().oneshot(request).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    // The watch subscribed to the feed before it answered: what is sent
+    // now, past the applied index (well past: the leader's duties may
+    // append meanwhile), reaches it.
+    let state = &node._node.state;
+    let index = *state.shared.changes.borrow() + 1000;
+    let leases = ["jobs.a", "other.x", "jobs.b"].map(|l| LeaseName::new(l).expect("name"));
+    let body = response.into_body();
+    state.shared.feed.send(vec![Change::Reclaimed {
+        index,
+        leases: leases.to_vec(),
+    }]);
+    let rest = lines(body, 2).await;
+    assert_eq!(
+        rest,
+        vec![
+            json!({"index": index, "lease_name": "jobs.a", "deleted": true}),
+            json!({"index": index, "lease_name": "jobs.b", "deleted": true}),
+        ]
     );
 }
