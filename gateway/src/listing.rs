@@ -26,13 +26,17 @@ pub const DEFAULT_PAGE: usize = 100;
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Keys that start with this (any string; empty: every key). A prefix
-    /// may span leases: `ord` lists `orders/...` and `ordinal/...`.
+    /// Keys that start with this (empty: every key). A prefix may span
+    /// leases: `ord` lists `orders/...` and `ordinal/...`. No control
+    /// character, at most 1 024 characters (a key is at most 1 024 bytes).
     #[serde(default)]
+    #[param(max_length = 1024, pattern = r"^[^\x00-\x1F\x7F-\x9F]*$")]
     prefix: String,
-    /// Start after this key (the `next` of the page before).
+    /// Start after this key (the `next` of the page before); as `prefix`.
+    #[param(max_length = 1024, pattern = r"^[^\x00-\x1F\x7F-\x9F]*$")]
     after: Option<String>,
     /// 1..=1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
@@ -82,11 +86,13 @@ pub async fn list<S: FencedStore>(
 }
 
 /// A prefix or `after` no key could reach is refused rather than scanned
-/// for: keys are at most `MAX_KEY_LEN` bytes and hold no control character.
+/// for: keys hold no control character and at most `MAX_KEY_LEN` bytes
+/// (counted here in characters, as the OpenAPI document's `maxLength`
+/// counts them).
 fn check_bound(name: &str, text: &str) -> Result<(), ApiError> {
-    if text.len() > MAX_KEY_LEN {
+    if text.chars().count() > MAX_KEY_LEN {
         return Err(ApiError::BadRequest(format!(
-            "{name} is longer than a key can be ({MAX_KEY_LEN} bytes)"
+            "{name} is longer than a key can be ({MAX_KEY_LEN} characters)"
         )));
     }
     if text.chars().any(char::is_control) {
