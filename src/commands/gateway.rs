@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{ArgGroup, Args};
 use palisade_gateway::observe::Observer;
 use palisade_gateway::{AppParts, AppState, GatewayConfig, JwksCache, KeySource, Verifier};
+use palisade_serve::policy::LivePolicy;
 use palisade_store::{FencedStore, PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 
 #[derive(Debug, Args)]
@@ -200,13 +201,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
 /// The gateway's configuration from its flags, validated, and its policy.
 fn config_and_policy(
     args: &GatewayArgs,
-) -> Result<
-    (
-        GatewayConfig,
-        Option<Arc<palisade_serve::policy::LivePolicy>>,
-    ),
-    String,
-> {
+) -> Result<(GatewayConfig, Option<Arc<LivePolicy>>), String> {
     let config = GatewayConfig {
         max_value_bytes: args.max_value_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
@@ -273,7 +268,7 @@ fn postgres_config(
 struct Parts {
     verifier: Arc<Verifier>,
     config: GatewayConfig,
-    policy: Option<Arc<palisade_serve::policy::LivePolicy>>,
+    policy: Option<Arc<LivePolicy>>,
     observer: Arc<Observer>,
 }
 

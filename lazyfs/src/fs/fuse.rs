@@ -1,6 +1,7 @@
 //! The FUSE side: [`LazyFs`], the filesystem handed to fuser. Each request
-//! takes the state's lock, makes one call into it and replies; entries and
-//! attributes with a zero ttl, files opened with FOPEN_DIRECT_IO.
+//! takes the state's lock, has the state do the work (`ops.rs`, and
+//! `durability.rs` for fsync) and replies: entries and attributes with a
+//! zero ttl, files opened with FOPEN_DIRECT_IO.
 
 use std::ffi::OsStr;
 use std::path::Path;
