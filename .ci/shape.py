@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """The code's shape, checked by .ci/run (ARCHITECTURE.md, "Cross-cutting"):
 
-- no source file over 500 lines in the library crates (election, gateway,
-  store, serve, client-sdk; test files — `tests.rs`, `tests/` — may be
-  longer) and no function over 80 lines there, tests included;
-- no import circle between the files of any crate: a path (`use`, or inline
-  `crate::`/`super::`/`self::`) is an edge to the file that defines the
-  module it names, and a `mod.rs`/`lib.rs` re-export (`pub use child::X`)
-  is an edge too, so a module root must not define what its children use;
+- every Rust crate of the workspace (`src/` of election, gateway, store,
+  serve, client-sdk, names, local-cluster, bench, lazyfs and of the
+  `palisade` binary): no source file over 500 lines (test files —
+  `tests.rs`, `tests/` — may be longer) and no function over 80 lines,
+  tests included (a `fn` from its line to its closing brace); the files in
+  SIZE_EXEMPT, and only they, are left out of both, each for the reason
+  given there. Integration tests beside `src/` (`tests/`, `gateway/tests`,
+  `serve/tests`, `lazyfs/tests`) and the Rust SDK's examples
+  (`client-sdk/examples`) are not read;
+- no import circle between the files of any of those crates: a path (`use`,
+  or inline `crate::`/`super::`/`self::`) is an edge to the file that
+  defines the module it names, and a `mod.rs`/`lib.rs` re-export (`pub use
+  child::X`) is an edge too, so a module root must not define what its
+  children use;
 - the Go and Python SDKs (`client-sdk/go`, its examples included, and
   `client-sdk/python/src`; test files — `*_test.go`, `tests/` — left out):
   no file over 500 lines and no function over 80 lines (a Go `func` from
@@ -29,6 +36,13 @@ import sys
 
 LIBRARIES = ["election/src", "gateway/src", "store/src", "serve/src", "client-sdk/src"]
 CRATES = LIBRARIES + ["names/src", "src", "local-cluster/src", "bench/src", "lazyfs/src"]
+# Temporary: files not yet held to the sizes, each with its reason. Remove
+# an entry in the change that brings its file within them.
+SIZE_EXEMPT = {
+    # A colleague is changing `palisade lease` (the lease watch change); its
+    # 158-line `run` and the file's 576 lines are split after that lands.
+    "src/commands/lease.rs": "issue 45: split after the lease watch change lands",
+}
 MAX_FILE_LINES = 500
 MAX_FN_LINES = 80
 FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(async\s+)?(const\s+)?(unsafe\s+)?fn\s+(\w+)")
@@ -49,7 +63,7 @@ def sizes(root):
     for directory, _, files in os.walk(root):
         for name in sorted(files):
             path = os.path.join(directory, name)
-            if not name.endswith(".rs"):
+            if not name.endswith(".rs") or path in SIZE_EXEMPT:
                 continue
             lines = open(path, encoding="utf-8").read().split("\n")
             if len(lines) > MAX_FILE_LINES and not is_test_file(path):
@@ -303,10 +317,9 @@ def strongly_connected(edges):
 
 def main():
     problems = []
-    for root in LIBRARIES:
-        problems += sizes(root)
     for root in CRATES:
         if os.path.isdir(root):
+            problems += sizes(root)
             problems += circles(root)
     problems += sdk_sizes()
     problems += python_circles()

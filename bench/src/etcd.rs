@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::load::{
     failover_summary, failovers, http_client, load, print_table, transport_error, Failover,
-    LoadArgs, OpResult,
+    Figures, LoadArgs, OpResult,
 };
 
 #[derive(Debug, Args)]
@@ -227,128 +227,13 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         anyhow::bail!("etcd elected no leader (is etcd installed?)")
     };
     for &concurrency in &args.load.concurrency {
-        let (c, base, cycle_value) = (client.clone(), cluster.url(leader), value.clone());
-        results.push(
-            load("etcd grant+put+revoke cycle", concurrency, duration, move |task, i| {
-                let (c, base, value) = (c.clone(), base.clone(), cycle_value.clone());
-                async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64), &value).await }
-            })
-            .await,
-        );
-        let mut ids = Vec::new();
-        for _ in 0..concurrency {
-            let grant = post(
-                &client,
-                &format!("{}/v3/lease/grant", cluster.url(leader)),
-                &json!({"TTL": 60}),
-            )
-            .await;
-            ids.push(grant.map(|g| g["ID"].clone()).unwrap_or(Value::Null));
-        }
-        let ids = std::sync::Arc::new(ids);
-        let (c, base, held) = (client.clone(), cluster.url(leader), ids.clone());
-        results.push(
-            load(
-                "etcd lease keepalive",
-                concurrency,
-                duration,
-                move |task, _| {
-                    let (c, base, id) = (c.clone(), base.clone(), held[task].clone());
-                    async move {
-                        call(
-                            &c,
-                            &format!("{base}/v3/lease/keepalive"),
-                            &json!({"ID": id}),
-                        )
-                        .await
-                        .map(drop)
-                    }
-                },
-            )
-            .await,
-        );
-        let (c, base, held, value) = (
-            client.clone(),
-            cluster.url(leader),
-            ids.clone(),
-            value.clone(),
-        );
-        results.push(
-            load(
-                "etcd mix 70% keepalive/20% cycle/10% range",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (c, base, id, value) =
-                        (c.clone(), base.clone(), held[task].clone(), value.clone());
-                    async move {
-                        match i % 10 {
-                            0..=6 => call(
-                                &c,
-                                &format!("{base}/v3/lease/keepalive"),
-                                &json!({"ID": id}),
-                            )
-                            .await
-                            .map(drop),
-                            7 | 8 => {
-                                cycle(&c, &base, &format!("mix-{task}-{}", i % 64), &value).await
-                            }
-                            _ => call(
-                                &c,
-                                &format!("{base}/v3/kv/range"),
-                                &json!({"key": b64(format!("mix-{task}-0").as_bytes())}),
-                            )
-                            .await
-                            .map(drop),
-                        }
-                    }
-                },
-            )
-            .await,
-        );
+        let base = cluster.url(leader);
+        results.push(cycle_row(&client, &base, concurrency, duration, &value).await);
+        let ids = std::sync::Arc::new(grant_leases(&client, &base, concurrency).await);
+        results.push(keepalive_row(&client, &base, concurrency, duration, &ids).await);
+        results.push(mix_row(&client, &base, concurrency, duration, &ids, &value).await);
     }
-
-    #[cfg(feature = "etcd-grpc")]
-    let mut hold = serde_json::Value::Null;
-    #[cfg(not(feature = "etcd-grpc"))]
-    let hold = serde_json::Value::Null;
-    #[cfg(feature = "etcd-grpc")]
-    {
-        let endpoints: Vec<String> = (0..3).map(|i| cluster.url(i)).collect();
-        // As `compare.sh` users connect (all endpoints: most calls reach a
-        // follower, which forwards them), and at etcd's best: the leader
-        // alone.
-        for (label, given) in [
-            ("etcd grpc", endpoints.clone()),
-            ("etcd grpc@leader", vec![cluster.url(leader)]),
-        ] {
-            results.extend(
-                crate::etcd_grpc::cluster_rows(
-                    &given,
-                    label,
-                    &args.load.concurrency,
-                    duration,
-                    args.value_bytes,
-                )
-                .await?,
-            );
-        }
-        if args.hold_leases > 0 {
-            let pid = cluster.nodes[leader].0.as_ref().map(Child::id);
-            hold = crate::etcd_grpc::hold(
-                &endpoints,
-                args.hold_leases,
-                args.hold_ttl_secs,
-                args.hold_seconds,
-                || crate::hold::cpu_time(pid?),
-            )
-            .await?;
-        }
-    }
-    #[cfg(not(feature = "etcd-grpc"))]
-    if args.hold_leases > 0 {
-        anyhow::bail!("--hold-leases needs the gRPC client: build with --features etcd-grpc");
-    }
+    let hold = grpc_rows(&args, &cluster, leader, &mut results).await?;
 
     let short = http_client(Duration::from_millis(300), 1)?;
     let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
@@ -357,28 +242,7 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
     let single = Etcd::start(1)?;
     Failover::leader(&single, &client).await;
     for &concurrency in &args.load.concurrency {
-        let (c, base, value) = (client.clone(), single.url(0), value.clone());
-        results.push(
-            load(
-                "etcd single-node put",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (c, base, value) = (c.clone(), base.clone(), value.clone());
-                    async move {
-                        let key = b64(format!("bench/{task}/{}", i % 100).as_bytes());
-                        call(
-                            &c,
-                            &format!("{base}/v3/kv/put"),
-                            &json!({"key": key, "value": value}),
-                        )
-                        .await
-                        .map(drop)
-                    }
-                },
-            )
-            .await,
-        );
+        results.push(single_put_row(&client, &single.url(0), concurrency, duration, &value).await);
     }
 
     #[cfg(feature = "etcd-grpc")]
@@ -408,4 +272,203 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Grant+put+revoke cycles against `base`.
+async fn cycle_row(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    duration: Duration,
+    value: &str,
+) -> Figures {
+    let (c, base, cycle_value) = (client.clone(), base.to_owned(), value.to_owned());
+    load(
+        "etcd grant+put+revoke cycle",
+        concurrency,
+        duration,
+        move |task, i| {
+            let (c, base, value) = (c.clone(), base.clone(), cycle_value.clone());
+            async move { cycle(&c, &base, &format!("cycle-{task}-{}", i % 64), &value).await }
+        },
+    )
+    .await
+}
+
+/// One 60 s lease per task for the keepalive rows: its ID (null if the
+/// grant failed).
+async fn grant_leases(client: &reqwest::Client, base: &str, concurrency: usize) -> Vec<Value> {
+    let mut ids = Vec::new();
+    for _ in 0..concurrency {
+        let grant = post(
+            client,
+            &format!("{base}/v3/lease/grant"),
+            &json!({"TTL": 60}),
+        )
+        .await;
+        ids.push(grant.map(|g| g["ID"].clone()).unwrap_or(Value::Null));
+    }
+    ids
+}
+
+/// Each task keeps its lease in `ids` alive.
+async fn keepalive_row(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    duration: Duration,
+    ids: &std::sync::Arc<Vec<Value>>,
+) -> Figures {
+    let (c, base, held) = (client.clone(), base.to_owned(), ids.clone());
+    load(
+        "etcd lease keepalive",
+        concurrency,
+        duration,
+        move |task, _| {
+            let (c, base, id) = (c.clone(), base.clone(), held[task].clone());
+            async move {
+                call(
+                    &c,
+                    &format!("{base}/v3/lease/keepalive"),
+                    &json!({"ID": id}),
+                )
+                .await
+                .map(drop)
+            }
+        },
+    )
+    .await
+}
+
+/// 70% keepalives of the lease in `ids`, 20% cycles, 10% ranges.
+async fn mix_row(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    duration: Duration,
+    ids: &std::sync::Arc<Vec<Value>>,
+    value: &str,
+) -> Figures {
+    let (c, base, held, value) = (
+        client.clone(),
+        base.to_owned(),
+        ids.clone(),
+        value.to_owned(),
+    );
+    load(
+        "etcd mix 70% keepalive/20% cycle/10% range",
+        concurrency,
+        duration,
+        move |task, i| {
+            let (c, base, id, value) = (c.clone(), base.clone(), held[task].clone(), value.clone());
+            async move {
+                match i % 10 {
+                    0..=6 => call(
+                        &c,
+                        &format!("{base}/v3/lease/keepalive"),
+                        &json!({"ID": id}),
+                    )
+                    .await
+                    .map(drop),
+                    7 | 8 => cycle(&c, &base, &format!("mix-{task}-{}", i % 64), &value).await,
+                    _ => call(
+                        &c,
+                        &format!("{base}/v3/kv/range"),
+                        &json!({"key": b64(format!("mix-{task}-0").as_bytes())}),
+                    )
+                    .await
+                    .map(drop),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// With the gRPC client: its rows against the cluster (appended to
+/// `results`) and, with `--hold-leases`, the hold figures (else null).
+#[cfg(feature = "etcd-grpc")]
+async fn grpc_rows(
+    args: &EtcdBench,
+    cluster: &Etcd,
+    leader: usize,
+    results: &mut Vec<Figures>,
+) -> anyhow::Result<Value> {
+    let duration = args.load.duration();
+    let endpoints: Vec<String> = (0..3).map(|i| cluster.url(i)).collect();
+    // As `compare.sh` users connect (all endpoints: most calls reach a
+    // follower, which forwards them), and at etcd's best: the leader
+    // alone.
+    for (label, given) in [
+        ("etcd grpc", endpoints.clone()),
+        ("etcd grpc@leader", vec![cluster.url(leader)]),
+    ] {
+        results.extend(
+            crate::etcd_grpc::cluster_rows(
+                &given,
+                label,
+                &args.load.concurrency,
+                duration,
+                args.value_bytes,
+            )
+            .await?,
+        );
+    }
+    if args.hold_leases == 0 {
+        return Ok(Value::Null);
+    }
+    let pid = cluster.nodes[leader].0.as_ref().map(Child::id);
+    crate::etcd_grpc::hold(
+        &endpoints,
+        args.hold_leases,
+        args.hold_ttl_secs,
+        args.hold_seconds,
+        || crate::hold::cpu_time(pid?),
+    )
+    .await
+}
+
+/// Without the gRPC client there are no such rows, and `--hold-leases`
+/// is refused.
+#[cfg(not(feature = "etcd-grpc"))]
+async fn grpc_rows(
+    args: &EtcdBench,
+    _cluster: &Etcd,
+    _leader: usize,
+    _results: &mut Vec<Figures>,
+) -> anyhow::Result<Value> {
+    if args.hold_leases > 0 {
+        anyhow::bail!("--hold-leases needs the gRPC client: build with --features etcd-grpc");
+    }
+    Ok(Value::Null)
+}
+
+/// Puts of `value` to a single-node etcd at `base`.
+async fn single_put_row(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    duration: Duration,
+    value: &str,
+) -> Figures {
+    let (c, base, value) = (client.clone(), base.to_owned(), value.to_owned());
+    load(
+        "etcd single-node put",
+        concurrency,
+        duration,
+        move |task, i| {
+            let (c, base, value) = (c.clone(), base.clone(), value.clone());
+            async move {
+                let key = b64(format!("bench/{task}/{}", i % 100).as_bytes());
+                call(
+                    &c,
+                    &format!("{base}/v3/kv/put"),
+                    &json!({"key": key, "value": value}),
+                )
+                .await
+                .map(drop)
+            }
+        },
+    )
+    .await
 }

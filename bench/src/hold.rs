@@ -77,33 +77,30 @@ async fn counters(client: &reqwest::Client, base: &str) -> anyhow::Result<[f64; 
     ])
 }
 
-pub async fn run(args: HoldBench, palisade: &Path) -> anyhow::Result<ExitCode> {
-    let dir = tempfile::tempdir()?;
-    let certs = dir.path().join("certs");
+/// A 3-node cluster in `dir`, peers on mutual TLS.
+fn start_cluster(palisade: &Path, dir: &Path) -> anyhow::Result<Cluster> {
+    let certs = dir.join("certs");
     make_certs(palisade, &certs, 3, &[])?;
-    let mut config = ClusterConfig::new(dir.path(), 3, PeerAuth::Certs(certs));
+    let mut config = ClusterConfig::new(dir, 3, PeerAuth::Certs(certs));
     for node in &mut config.nodes {
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;
     }
-    let cluster = Cluster::start(palisade, config)?;
-    let http = http_client(Duration::from_secs(5), 4)?;
-    let Some(leader) = Failover::leader(&cluster, &http).await else {
-        anyhow::bail!("the cluster did not elect a leader");
-    };
-    let base = cluster.url(leader);
-    let pid = cluster
-        .node(leader)
-        .map(|n| n.pid())
-        .ok_or_else(|| anyhow::anyhow!("the leader is not running"))?;
+    Ok(Cluster::start(palisade, config)?)
+}
 
+/// One SDK client, configured as the flags ask, and the `--leases` leases
+/// it acquired (128 at a time); the client renews them while it lives.
+async fn acquire_leases(
+    args: &HoldBench,
+    cluster: &Cluster,
+) -> anyhow::Result<(Arc<palisade_client::Client>, Vec<palisade_client::Lease>)> {
     let mut sdk = palisade_client::ClientConfig::new(cluster.urls());
     sdk.batch_renewals = !args.no_batch;
     sdk.http2 = !args.http1;
     sdk.renew_stream = !args.no_stream;
     let client = Arc::new(palisade_client::Client::new(sdk));
     let ttl = Duration::from_millis(args.ttl_ms);
-    let started = Instant::now();
     let mut leases = Vec::with_capacity(args.leases);
     let names: Vec<String> = (0..args.leases).map(|i| format!("shard-{i}")).collect();
     for chunk in names.chunks(128) {
@@ -117,6 +114,25 @@ pub async fn run(args: HoldBench, palisade: &Path) -> anyhow::Result<ExitCode> {
             leases.push(lease?);
         }
     }
+    Ok((client, leases))
+}
+
+pub async fn run(args: HoldBench, palisade: &Path) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let cluster = start_cluster(palisade, dir.path())?;
+    let http = http_client(Duration::from_secs(5), 4)?;
+    let Some(leader) = Failover::leader(&cluster, &http).await else {
+        anyhow::bail!("the cluster did not elect a leader");
+    };
+    let base = cluster.url(leader);
+    let pid = cluster
+        .node(leader)
+        .map(|n| n.pid())
+        .ok_or_else(|| anyhow::anyhow!("the leader is not running"))?;
+
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let started = Instant::now();
+    let (_client, leases) = acquire_leases(&args, &cluster).await?;
     let acquire_seconds = started.elapsed().as_secs_f64();
     // Warm-up: a full ttl, so renewals run at their steady rate.
     tokio::time::sleep(ttl).await;

@@ -5,10 +5,10 @@
 //! - `load.rs`: the load engine (concurrent tasks for a duration, latency
 //!   percentiles, errors by kind), the table, and the failover trials any
 //!   replicated system runs through the `Failover` trait.
-//! - `gateway.rs`, `gateway_postgres.rs`, `election.rs`, `etcd.rs` (+ `etcd_grpc.rs`, etcd's
+//! - `gateway.rs`, `gateway_postgres.rs`, `election/`, `etcd.rs` (+ `etcd_grpc.rs`, etcd's
 //!   native client, with `--features etcd-grpc`): one benchmark each; each uses
 //!   `load`, none uses another. `scale.rs` (big table, many watchers,
-//!   reclamation) borrows `election.rs`'s request helpers; `hold.rs` (one
+//!   reclamation) borrows `election/`'s request helpers and footprint; `hold.rs` (one
 //!   SDK client keeping many leases) uses the SDK itself. Palisade's processes come from
 //!   `palisade-local-cluster`, started from the binary `--palisade` names.
 

@@ -28,7 +28,7 @@ use palisade_names::sync::lock;
 use serde_json::{json, Value};
 
 use crate::election::{disk_bytes, holder_token, post, renew, rss_kib};
-use crate::load::{http_client, http_client_from, load, print_table, Failover};
+use crate::load::{http_client, http_client_from, load, print_table, Failover, Figures};
 
 #[derive(Debug, Args)]
 pub struct ScaleBench {
@@ -120,7 +120,7 @@ async fn renew_load(
     (tag, what): (&str, &str),
     concurrency: usize,
     duration: Duration,
-) -> crate::load::Figures {
+) -> Figures {
     let mut grants = Vec::new();
     for task in 0..concurrency {
         let lease = format!("renew-{tag}-{task}");
@@ -165,11 +165,60 @@ async fn table_size(client: &reqwest::Client, base: &str) -> u64 {
     }
 }
 
+/// The report's figures, in the order they are taken.
+type Report = serde_json::Map<String, Value>;
+
 pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir()?;
-    let certs = dir.path().join("certs");
+    let config = cluster_config(&args, palisade, dir.path())?;
+    let client = http_client(Duration::from_secs(10), 256)?;
+    let cluster = Cluster::start(palisade, config)?;
+    let Some(leader) = Failover::leader(&cluster, &client).await else {
+        anyhow::bail!("the cluster did not elect a leader");
+    };
+    let bench = Scale {
+        base: cluster.url(leader),
+        args: &args,
+        client: &client,
+        cluster: &cluster,
+        duration: Duration::from_secs(args.seconds),
+    };
+    let mut report = Report::new();
+    let mut results = Vec::new();
+
+    // 1. Empty table.
+    report.insert("rss_kib_empty".into(), json!(rss_kib(&cluster)));
+    results.push(bench.renewals(("empty", "empty table")).await);
+
+    // 2. A big table and idle watchers.
+    let grants = bench.grant_table(&mut report).await;
+    results.push(bench.renewals_while_watched(&mut report).await?);
+
+    // 3. Release everything; a million names used once; reclaimed.
+    bench.release_table(&grants).await;
+    if args.names > 0 {
+        bench.names_once(&mut report).await;
+    }
+    bench.await_reclamation(&mut report).await;
+
+    if args.json {
+        let out = json!({"load": results, "footprint": report});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&results);
+        for (key, value) in &report {
+            println!("{key}: {value}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The 3-node cluster in `dir`: peers on mutual TLS, the nodes' flags from
+/// the bench's.
+fn cluster_config(args: &ScaleBench, palisade: &Path, dir: &Path) -> anyhow::Result<ClusterConfig> {
+    let certs = dir.join("certs");
     make_certs(palisade, &certs, 3, &[])?;
-    let mut config = ClusterConfig::new(dir.path(), 3, PeerAuth::Certs(certs));
+    let mut config = ClusterConfig::new(dir, 3, PeerAuth::Certs(certs));
     for node in &mut config.nodes {
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;
@@ -186,145 +235,111 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
             node.args.push(args.max_requests.to_string());
         }
     }
-    let client = http_client(Duration::from_secs(10), 256)?;
-    let cluster = Cluster::start(palisade, config)?;
-    let Some(leader) = Failover::leader(&cluster, &client).await else {
-        anyhow::bail!("the cluster did not elect a leader");
-    };
-    let base = cluster.url(leader);
-    let duration = Duration::from_secs(args.seconds);
-    let mut report = serde_json::Map::new();
-    let mut results = Vec::new();
+    Ok(config)
+}
 
-    // 1. Empty table.
-    report.insert("rss_kib_empty".into(), json!(rss_kib(&cluster)));
-    results.push(
+/// What every step of the bench shares.
+struct Scale<'a> {
+    args: &'a ScaleBench,
+    client: &'a reqwest::Client,
+    cluster: &'a Cluster,
+    /// The leader's URL, where the leases are granted and renewed.
+    base: String,
+    /// How long each renew measurement runs.
+    duration: Duration,
+}
+
+impl Scale<'_> {
+    /// [`renew_load`] on the leader at `--concurrency`.
+    async fn renewals(&self, (tag, what): (&str, &str)) -> Figures {
+        let concurrency = self.args.concurrency;
         renew_load(
-            &client,
-            &base,
-            ("empty", "empty table"),
-            args.concurrency,
-            duration,
+            self.client,
+            &self.base,
+            (tag, what),
+            concurrency,
+            self.duration,
         )
-        .await,
-    );
+        .await
+    }
 
-    // 2. A big table and idle watchers.
-    let grants: Arc<std::sync::Mutex<Vec<Value>>> =
-        Arc::new(std::sync::Mutex::new(vec![Value::Null; args.leases]));
-    let (c, b, g) = (client.clone(), base.clone(), grants.clone());
-    let seconds = spread(args.leases, 64, move |i| {
-        let (c, b, g) = (c.clone(), b.clone(), g.clone());
-        async move {
-            if let Some(grant) = acquire(&c, &b, &format!("big-{i}"), 3_600_000).await {
-                lock(&g)[i] = grant;
-            }
-        }
-    })
-    .await;
-    report.insert("grant_seconds".into(), json!(seconds));
-    report.insert("rss_kib_with_table".into(), json!(rss_kib(&cluster)));
-    report.insert(
-        "disk_bytes_per_node_with_table".into(),
-        json!(cluster
+    /// Each node's bytes on disk.
+    fn disk_per_node(&self) -> Value {
+        json!(self
+            .cluster
             .ids()
-            .map(|id| disk_bytes(&cluster.setup(id).data_dir))
-            .collect::<Vec<_>>()),
-    );
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let answered = Arc::new(AtomicU64::new(0));
-    let refused = Arc::new(AtomicU64::new(0));
-    let watch_clients = watch_clients(args.watchers, args.watchers_per_address)?;
-    let urls: Vec<String> = cluster.urls();
-    let mut watchers = Vec::new();
-    for w in 0..args.watchers {
-        let per = args.watchers_per_address.max(1);
-        let (c, stop, answered, refused) = (
-            watch_clients[(w / per).min(watch_clients.len() - 1)].clone(),
-            stop.clone(),
-            answered.clone(),
-            refused.clone(),
-        );
-        let url = format!(
-            "{}/v1/leases/big-{}/watch?index={}&wait_ms=60000",
-            urls[w % urls.len()],
-            w % args.leases.max(1),
-            u64::MAX
-        );
-        watchers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match c.get(&url).send().await {
-                    Ok(answer) if answer.status().is_success() => {
-                        let _ = answer.bytes().await;
-                        answered.fetch_add(1, Ordering::Relaxed);
-                    }
-                    // Over the node's waiting seats (429 with Retry-After):
-                    // back off as a client should, never spin.
-                    Ok(answer) => {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                        let after = answer
-                            .headers()
-                            .get("retry-after")
-                            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                            .unwrap_or(1)
-                            .max(1);
-                        tokio::time::sleep(Duration::from_secs(after)).await;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            .map(|id| disk_bytes(&self.cluster.setup(id).data_dir))
+            .collect::<Vec<_>>())
+    }
+
+    /// Grants `--leases` leases (ttl 1 h) from 64 tasks; answers their
+    /// grants (null where an acquire failed).
+    async fn grant_table(&self, report: &mut Report) -> Arc<std::sync::Mutex<Vec<Value>>> {
+        let grants: Arc<std::sync::Mutex<Vec<Value>>> =
+            Arc::new(std::sync::Mutex::new(vec![Value::Null; self.args.leases]));
+        let (c, b, g) = (self.client.clone(), self.base.clone(), grants.clone());
+        let seconds = spread(self.args.leases, 64, move |i| {
+            let (c, b, g) = (c.clone(), b.clone(), g.clone());
+            async move {
+                if let Some(grant) = acquire(&c, &b, &format!("big-{i}"), 3_600_000).await {
+                    lock(&g)[i] = grant;
                 }
             }
-        }));
-        if w % 100 == 99 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        })
+        .await;
+        report.insert("grant_seconds".into(), json!(seconds));
+        report.insert("rss_kib_with_table".into(), json!(rss_kib(self.cluster)));
+        report.insert(
+            "disk_bytes_per_node_with_table".into(),
+            self.disk_per_node(),
+        );
+        grants
     }
-    // Let them all arrive and settle into waiting.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let label = format!("{} leases + {} watchers", args.leases, args.watchers);
-    results.push(
-        renew_load(
-            &client,
-            &base,
-            ("loaded", &label),
-            args.concurrency,
-            duration,
-        )
-        .await,
-    );
-    report.insert(
-        "rss_kib_with_table_and_watchers".into(),
-        json!(rss_kib(&cluster)),
-    );
-    report.insert(
-        "watch_answers_during_run".into(),
-        json!(answered.load(Ordering::Relaxed)),
-    );
-    report.insert(
-        "watches_refused_during_run".into(),
-        json!(refused.load(Ordering::Relaxed)),
-    );
-    stop.store(true, Ordering::Relaxed);
-    for watcher in watchers {
-        watcher.abort();
-    }
-    drop(watch_clients);
 
-    // 3. Release everything; a million names used once; reclaimed.
-    let held: Vec<Value> = std::mem::take(&mut *lock(&grants));
-    let held = Arc::new(held);
-    let (c, b, h) = (client.clone(), base.clone(), held.clone());
-    spread(args.leases, 64, move |i| {
-        let (c, b, h) = (c.clone(), b.clone(), h.clone());
-        async move {
-            if !h[i].is_null() {
-                release(&c, &b, &format!("big-{i}"), &h[i]).await;
+    /// The renew load again, with `--watchers` idle watches on the table.
+    async fn renewals_while_watched(&self, report: &mut Report) -> anyhow::Result<Figures> {
+        let args = self.args;
+        let watchers = Watchers::start(args, self.cluster).await?;
+        // Let them all arrive and settle into waiting.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let label = format!("{} leases + {} watchers", args.leases, args.watchers);
+        let figures = self.renewals(("loaded", &label)).await;
+        report.insert(
+            "rss_kib_with_table_and_watchers".into(),
+            json!(rss_kib(self.cluster)),
+        );
+        report.insert(
+            "watch_answers_during_run".into(),
+            json!(watchers.answered.load(Ordering::Relaxed)),
+        );
+        report.insert(
+            "watches_refused_during_run".into(),
+            json!(watchers.refused.load(Ordering::Relaxed)),
+        );
+        watchers.stop();
+        Ok(figures)
+    }
+
+    /// Releases the leases [`Self::grant_table`] granted.
+    async fn release_table(&self, grants: &std::sync::Mutex<Vec<Value>>) {
+        let held: Vec<Value> = std::mem::take(&mut *lock(grants));
+        let held = Arc::new(held);
+        let (c, b, h) = (self.client.clone(), self.base.clone(), held.clone());
+        spread(self.args.leases, 64, move |i| {
+            let (c, b, h) = (c.clone(), b.clone(), h.clone());
+            async move {
+                if !h[i].is_null() {
+                    release(&c, &b, &format!("big-{i}"), &h[i]).await;
+                }
             }
-        }
-    })
-    .await;
-    if args.names > 0 {
-        let (c, b) = (client.clone(), base.clone());
-        let seconds = spread(args.names, 64, move |i| {
+        })
+        .await;
+    }
+
+    /// `--names` distinct names, each acquired and released once.
+    async fn names_once(&self, report: &mut Report) {
+        let (c, b) = (self.client.clone(), self.base.clone());
+        let seconds = spread(self.args.names, 64, move |i| {
             let (c, b) = (c.clone(), b.clone());
             async move {
                 let lease = format!("name-{i}");
@@ -334,46 +349,123 @@ pub async fn run(args: ScaleBench, palisade: &Path) -> anyhow::Result<ExitCode> 
             }
         })
         .await;
-        report.insert("names".into(), json!(args.names));
+        report.insert("names".into(), json!(self.args.names));
         report.insert("names_seconds".into(), json!(seconds));
-        report.insert("rss_kib_after_names".into(), json!(rss_kib(&cluster)));
+        report.insert("rss_kib_after_names".into(), json!(rss_kib(self.cluster)));
         report.insert(
             "table_after_names".into(),
-            json!(table_size(&client, &base).await),
+            json!(table_size(self.client, &self.base).await),
         );
     }
-    // Wait for reclamation: the table back to (about) empty, bounded.
-    let waited = Instant::now();
-    let limit = Duration::from_millis(args.reclaim_after_ms) + Duration::from_secs(120);
-    let mut left = table_size(&client, &base).await;
-    while left > 2 * args.concurrency as u64 && waited.elapsed() < limit {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        left = table_size(&client, &base).await;
-    }
-    report.insert("table_after_reclaim".into(), json!(left));
-    report.insert(
-        "reclaim_wait_seconds".into(),
-        json!(waited.elapsed().as_secs_f64()),
-    );
-    report.insert("rss_kib_after_reclaim".into(), json!(rss_kib(&cluster)));
-    report.insert(
-        "disk_bytes_per_node_after_reclaim".into(),
-        json!(cluster
-            .ids()
-            .map(|id| disk_bytes(&cluster.setup(id).data_dir))
-            .collect::<Vec<_>>()),
-    );
 
-    if args.json {
-        let out = json!({"load": results, "footprint": report});
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print_table(&results);
-        for (key, value) in &report {
-            println!("{key}: {value}");
+    /// Waits for reclamation: the table back to (about) empty, bounded.
+    async fn await_reclamation(&self, report: &mut Report) {
+        let waited = Instant::now();
+        let limit = Duration::from_millis(self.args.reclaim_after_ms) + Duration::from_secs(120);
+        let mut left = table_size(self.client, &self.base).await;
+        while left > 2 * self.args.concurrency as u64 && waited.elapsed() < limit {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            left = table_size(self.client, &self.base).await;
+        }
+        report.insert("table_after_reclaim".into(), json!(left));
+        report.insert(
+            "reclaim_wait_seconds".into(),
+            json!(waited.elapsed().as_secs_f64()),
+        );
+        report.insert("rss_kib_after_reclaim".into(), json!(rss_kib(self.cluster)));
+        report.insert(
+            "disk_bytes_per_node_after_reclaim".into(),
+            self.disk_per_node(),
+        );
+    }
+}
+
+/// The idle watchers of step 2: their tasks, counting what the nodes
+/// answer and refuse, until stopped.
+struct Watchers {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Their clients, kept until the watchers stop.
+    clients: Vec<reqwest::Client>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    answered: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+}
+
+impl Watchers {
+    /// Starts `--watchers` watches spread over the nodes, a hundred at a
+    /// time 10 ms apart.
+    async fn start(args: &ScaleBench, cluster: &Cluster) -> anyhow::Result<Self> {
+        let mut watchers = Self {
+            tasks: Vec::new(),
+            clients: watch_clients(args.watchers, args.watchers_per_address)?,
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            answered: Arc::new(AtomicU64::new(0)),
+            refused: Arc::new(AtomicU64::new(0)),
+        };
+        let urls: Vec<String> = cluster.urls();
+        for w in 0..args.watchers {
+            let per = args.watchers_per_address.max(1);
+            let client = &watchers.clients[(w / per).min(watchers.clients.len() - 1)];
+            let url = format!(
+                "{}/v1/leases/big-{}/watch?index={}&wait_ms=60000",
+                urls[w % urls.len()],
+                w % args.leases.max(1),
+                u64::MAX
+            );
+            watchers.tasks.push(tokio::spawn(watch(
+                client.clone(),
+                url,
+                watchers.stop.clone(),
+                watchers.answered.clone(),
+                watchers.refused.clone(),
+            )));
+            if w % 100 == 99 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(watchers)
+    }
+
+    /// Stops every watcher and drops their clients.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.abort();
+        }
+        drop(self.clients);
+    }
+}
+
+/// One watcher: watches `url` again each time it returns, until `stop`,
+/// counting the answers and the refusals.
+async fn watch(
+    c: reqwest::Client,
+    url: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    answered: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match c.get(&url).send().await {
+            Ok(answer) if answer.status().is_success() => {
+                let _ = answer.bytes().await;
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+            // Over the node's waiting seats (429 with Retry-After):
+            // back off as a client should, never spin.
+            Ok(answer) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                let after = answer
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                    .unwrap_or(1)
+                    .max(1);
+                tokio::time::sleep(Duration::from_secs(after)).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The watchers' clients: one from the bench's own address, or one per

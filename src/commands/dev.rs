@@ -6,7 +6,7 @@
 //! started again, within a limit (`dev_supervise.rs`).
 
 use crate::output::say;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -86,98 +86,29 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&root)?;
     let exe = std::env::current_exe()?;
-
-    // Peers authenticate each other with mutual TLS: the certificates live
-    // with the data (made once; a reused --data-dir keeps them).
-    let certs = root.join("certs");
-    if !certs.join("ca.pem").exists() {
-        palisade_serve::certs::init(
-            &certs,
-            &palisade_serve::certs::Layout {
-                nodes: 3,
-                dns: vec!["localhost".into()],
-                ips: vec![std::net::Ipv4Addr::LOCALHOST.into()],
-            },
-        )?;
-    }
-
-    // Clients need an API key: one principal, `admin`, may do everything;
-    // its key is in admin.key (made once, like the certificates).
-    let policy = root.join("policy.json");
-    if !policy.exists() {
-        palisade_serve::policy::add(&root, "admin", &palisade_serve::policy::operator())?;
-    }
-    let policy_args = vec!["--policy".to_owned(), policy.display().to_string()];
+    let certs = make_credentials(&root)?;
     let ca = certs.join("ca.pem");
     let scheme = if args.tls { "https" } else { "http" };
-    // A gateway over TLS serves gateway.pem and trusts the CA for the
-    // nodes' https:// JWKS.
-    let mut gateway_args = policy_args.clone();
-    if args.tls {
-        gateway_args.extend(["--certs".to_owned(), certs.display().to_string()]);
-    }
-
     let env = vec![(
         "RUST_LOG".to_owned(),
         std::env::var("RUST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
     )];
-    let first_peer_port = args
-        .peer_port
-        .unwrap_or_else(|| args.election_port.saturating_add(100));
-    let mut config = ClusterConfig::new(&root, 3, PeerAuth::Certs(certs.clone()));
-    config.client_tls = args.tls;
-    for (i, node) in (0..).zip(&mut config.nodes) {
-        node.port = args.election_port + i;
-        node.peer_port = first_peer_port + i;
-        node.env = env.clone();
-        node.args.clone_from(&policy_args);
-        node.args
-            .extend(["--max-wait-ms".to_owned(), args.max_wait_ms.to_string()]);
-        // The status page shows the gateway's refused writes.
-        node.args.extend([
-            "--ui-gateway".to_owned(),
-            format!("{scheme}://127.0.0.1:{}", args.gateway_port),
-            "--ui-gateway-key-file".to_owned(),
-            root.join("admin.key").display().to_string(),
-        ]);
-        if args.tls {
-            node.args
-                .extend(["--ui-gateway-ca".to_owned(), ca.display().to_string()]);
-        }
-        node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
-    }
+    let config = cluster_config(&args, &root, &certs, &env);
     let postgres = match args.postgres {
         true => Some(super::dev_postgres::start(&root)?),
         false => None,
     };
     let cluster = Cluster::start(&exe, config)?;
     let election_urls = cluster.urls();
-    let count = if postgres.is_some() { 2 } else { 1 };
-    let mut gateways = Vec::new();
-    let mut gateway_urls = Vec::new();
-    for i in 0..count {
-        let port = args.gateway_port + i;
-        let listen = format!("127.0.0.1:{port}");
-        let keys = GatewayKeys::Election(election_urls.clone());
-        let spec = match &postgres {
-            Some(pg) => NodeSpec::gateway_on_postgres(listen, pg.url("postgres"), keys),
-            None => NodeSpec::gateway(listen, root.join("gateway"), keys),
-        };
-        let log = match i {
-            0 => root.join("gateway.log"),
-            _ => root.join(format!("gateway-{}.log", i + 1)),
-        };
-        gateways.push(Node::start(
-            &exe,
-            NodeSpec {
-                env: env.clone(),
-                args: gateway_args.clone(),
-                logs: Logs::File(log),
-                ..spec
-            },
-        )?);
-        gateway_urls.push(format!("{scheme}://127.0.0.1:{port}"));
-    }
+    let launch = GatewayLaunch {
+        exe: &exe,
+        root: &root,
+        certs: &certs,
+        env: &env,
+        scheme,
+    };
+    let (gateways, gateway_urls) =
+        start_gateways(&args, &launch, &election_urls, postgres.as_ref())?;
     let pg_url = postgres.as_ref().map(|pg| pg.url("postgres"));
     let mut running = Running {
         cluster,
@@ -196,8 +127,147 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         ca: trusted,
     };
     print_walkthrough(&root, &urls);
-    let mut supervisor =
-        super::dev_supervise::Supervisor::new(Duration::from_secs(args.restart_window_secs));
+    let window = Duration::from_secs(args.restart_window_secs);
+    supervise_until_shutdown(&mut running, &exe, &root, window).await;
+    say!("stopping the cluster...");
+    drop(running);
+    say!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Makes what the cluster's processes authenticate with, once per data dir
+/// (a reused `--data-dir` keeps them), and answers the certificates' dir.
+/// Peers authenticate each other with mutual TLS; clients need an API key:
+/// one principal, `admin`, may do everything, its key in admin.key.
+fn make_credentials(root: &Path) -> anyhow::Result<PathBuf> {
+    let certs = root.join("certs");
+    if !certs.join("ca.pem").exists() {
+        palisade_serve::certs::init(
+            &certs,
+            &palisade_serve::certs::Layout {
+                nodes: 3,
+                dns: vec!["localhost".into()],
+                ips: vec![std::net::Ipv4Addr::LOCALHOST.into()],
+            },
+        )?;
+    }
+    let policy = root.join("policy.json");
+    if !policy.exists() {
+        palisade_serve::policy::add(root, "admin", &palisade_serve::policy::operator())?;
+    }
+    Ok(certs)
+}
+
+/// The `--policy` arguments every process of the cluster takes.
+fn policy_args(root: &Path) -> Vec<String> {
+    let policy = root.join("policy.json");
+    vec!["--policy".to_owned(), policy.display().to_string()]
+}
+
+/// The three election nodes: their ports, environment, arguments and logs.
+fn cluster_config(
+    args: &DevArgs,
+    root: &Path,
+    certs: &Path,
+    env: &[(String, String)],
+) -> ClusterConfig {
+    let ca = certs.join("ca.pem");
+    let scheme = if args.tls { "https" } else { "http" };
+    let first_peer_port = args
+        .peer_port
+        .unwrap_or_else(|| args.election_port.saturating_add(100));
+    let mut config = ClusterConfig::new(root, 3, PeerAuth::Certs(certs.to_owned()));
+    config.client_tls = args.tls;
+    for (i, node) in (0..).zip(&mut config.nodes) {
+        node.port = args.election_port + i;
+        node.peer_port = first_peer_port + i;
+        node.env = env.to_vec();
+        node.args = policy_args(root);
+        node.args
+            .extend(["--max-wait-ms".to_owned(), args.max_wait_ms.to_string()]);
+        // The status page shows the gateway's refused writes.
+        node.args.extend([
+            "--ui-gateway".to_owned(),
+            format!("{scheme}://127.0.0.1:{}", args.gateway_port),
+            "--ui-gateway-key-file".to_owned(),
+            root.join("admin.key").display().to_string(),
+        ]);
+        if args.tls {
+            node.args
+                .extend(["--ui-gateway-ca".to_owned(), ca.display().to_string()]);
+        }
+        node.logs = Logs::File(root.join(format!("election-{}.log", i + 1)));
+    }
+    config
+}
+
+/// What every gateway dev starts shares.
+struct GatewayLaunch<'a> {
+    /// This binary, which the gateways run as.
+    exe: &'a Path,
+    /// The data dir, for the gateways' data and logs.
+    root: &'a Path,
+    /// The certificates' dir, for `--certs` under `--tls`.
+    certs: &'a Path,
+    /// The environment every process of the cluster gets.
+    env: &'a [(String, String)],
+    /// `https` under `--tls`, else `http`.
+    scheme: &'a str,
+}
+
+/// Starts one gateway, or two sharing `postgres`, on the gateway port and
+/// the next one; answers them and their URLs.
+fn start_gateways(
+    args: &DevArgs,
+    launch: &GatewayLaunch<'_>,
+    election_urls: &[String],
+    postgres: Option<&PostgresServer>,
+) -> anyhow::Result<(Vec<Node>, Vec<String>)> {
+    let root = launch.root;
+    // A gateway over TLS serves gateway.pem and trusts the CA for the
+    // nodes' https:// JWKS.
+    let mut gateway_args = policy_args(root);
+    if args.tls {
+        gateway_args.extend(["--certs".to_owned(), launch.certs.display().to_string()]);
+    }
+    let count = if postgres.is_some() { 2 } else { 1 };
+    let mut gateways = Vec::new();
+    let mut gateway_urls = Vec::new();
+    for i in 0..count {
+        let port = args.gateway_port + i;
+        let listen = format!("127.0.0.1:{port}");
+        let keys = GatewayKeys::Election(election_urls.to_vec());
+        let spec = match postgres {
+            Some(pg) => NodeSpec::gateway_on_postgres(listen, pg.url("postgres"), keys),
+            None => NodeSpec::gateway(listen, root.join("gateway"), keys),
+        };
+        let log = match i {
+            0 => root.join("gateway.log"),
+            _ => root.join(format!("gateway-{}.log", i + 1)),
+        };
+        gateways.push(Node::start(
+            launch.exe,
+            NodeSpec {
+                env: launch.env.to_vec(),
+                args: gateway_args.clone(),
+                logs: Logs::File(log),
+                ..spec
+            },
+        )?);
+        gateway_urls.push(format!("{}://127.0.0.1:{port}", launch.scheme));
+    }
+    Ok((gateways, gateway_urls))
+}
+
+/// Restarts what dies (within the restart window) every 500 ms until
+/// Ctrl-C or SIGTERM.
+async fn supervise_until_shutdown(
+    running: &mut Running,
+    exe: &Path,
+    root: &Path,
+    window: Duration,
+) {
+    let mut supervisor = super::dev_supervise::Supervisor::new(window);
     let shutdown = crate::shutdown::shutdown_signal();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -205,16 +275,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         tokio::select! {
             () = &mut shutdown => break,
             _ = tick.tick() => {
-                let Running { cluster, gateways, .. } = &mut running;
-                supervisor.check(&exe, &root, cluster, gateways);
+                let Running { cluster, gateways, .. } = running;
+                supervisor.check(exe, root, cluster, gateways);
             }
         }
     }
-    say!("stopping the cluster...");
-    drop(running);
-    say!("stopped");
-    Ok(ExitCode::SUCCESS)
 }
+
 /// Waits until node 1 has the signing key and `gateway` answers healthy
 /// (trusting `ca` for https://).
 async fn wait_ready(
@@ -276,22 +343,7 @@ fn print_walkthrough(root: &std::path::Path, urls: &Urls<'_>) {
         ),
         None => String::new(),
     };
-    let mut exports = Vec::new();
-    if let Some(ca) = ca {
-        exports.push(format!(
-            "PALISADE_CA={}",
-            shell_word(&ca.display().to_string())
-        ));
-    }
-    exports.extend([
-        format!("PALISADE_ELECTION={}", elections.join(",")),
-        format!("PALISADE_GATEWAY={gateway}"),
-        format!(
-            "PALISADE_API_KEY_FILE={}",
-            shell_word(&root.join("admin.key").display().to_string())
-        ),
-    ]);
-    let exports = exports.join(" ");
+    let exports = exports(root, elections, gateway, ca);
     let (tls, curl) = match ca {
         Some(ca) => (
             format!(
@@ -343,6 +395,27 @@ Ctrl-C stops everything.",
         elections = elections.join(" "),
         gateways = gateways.join(" "),
     );
+}
+
+/// The walkthrough's `export` line's variables: the CA under `--tls`, the
+/// endpoints and the API key's file.
+fn exports(root: &Path, elections: &[String], gateway: &str, ca: Option<&Path>) -> String {
+    let mut exports = Vec::new();
+    if let Some(ca) = ca {
+        exports.push(format!(
+            "PALISADE_CA={}",
+            shell_word(&ca.display().to_string())
+        ));
+    }
+    exports.extend([
+        format!("PALISADE_ELECTION={}", elections.join(",")),
+        format!("PALISADE_GATEWAY={gateway}"),
+        format!(
+            "PALISADE_API_KEY_FILE={}",
+            shell_word(&root.join("admin.key").display().to_string())
+        ),
+    ]);
+    exports.join(" ")
 }
 
 /// `text` as one shell word: as it is when it holds only characters no

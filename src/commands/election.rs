@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use palisade_election::config::{parse_peers, PeerTls, Placement};
+use palisade_election::config::{parse_peers, PeerTls, Placement, UiGateway};
 use palisade_election::{ElectionConfig, ElectionNode};
 
 #[derive(Debug, Args)]
@@ -179,95 +179,8 @@ fn parse_range(text: &str) -> Result<(u64, u64), String> {
 }
 
 pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
-    let mut config = ElectionConfig::new(args.id, args.listen, args.data_dir, args.peers);
-    config.source_ip = args.source_ip;
-    config.peer_listen = args.peer_listen;
-    if args.client_tls {
-        if let Some(dir) = &args.certs {
-            config.client_tls = Some((
-                dir.join(format!("node-{}.pem", args.id)),
-                dir.join(format!("node-{}-key.pem", args.id)),
-            ));
-        }
-    }
-    config.peer_tls = match (&args.certs, &args.peer_ca, args.insecure_peers) {
-        (Some(dir), _, _) => Some(PeerTls {
-            ca: dir.join("ca.pem"),
-            cert: dir.join(format!("node-{}.pem", args.id)),
-            key: dir.join(format!("node-{}-key.pem", args.id)),
-        }),
-        (None, Some(ca), _) => Some(PeerTls {
-            ca: ca.clone(),
-            cert: args.peer_cert.clone().unwrap_or_default(),
-            key: args.peer_key.clone().unwrap_or_default(),
-        }),
-        (None, None, true) => None,
-        (None, None, false) => {
-            eprintln!(
-                "error: peer traffic needs --certs DIR (from `palisade certs init`) or \
-                 --peer-ca/--peer-cert/--peer-key; --insecure-peers runs it in plaintext"
-            );
-            return Ok(ExitCode::from(2));
-        }
-    };
-    config.heartbeat = Duration::from_millis(args.heartbeat_ms);
-    config.never_lead = args.never_lead;
-    config.placement = Placement {
-        priority: args.priority,
-        checks: args.priority_checks,
-        every: Duration::from_millis(args.priority_check_ms),
-    };
-    config.timing_seed = args.timing_seed;
-    config.election_timeout = (
-        Duration::from_millis(args.election_timeout_ms.0),
-        Duration::from_millis(args.election_timeout_ms.1),
-    );
-    config.lease_margin = args.lease_margin_ms.map(Duration::from_millis);
-    config.ttl_range = (
-        Duration::from_millis(args.min_ttl_ms),
-        Duration::from_millis(args.max_ttl_ms),
-    );
-    config.snapshot_every = args.snapshot_every;
-    config.max_waiters = args.max_waiters;
-    config.history_len = args.history_len;
-    config.max_requests = args.max_requests as usize;
-    config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
-    config.body_deadline = Duration::from_millis(args.body_deadline_ms);
-    config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
-    config.max_leases = args.max_leases;
-    config.max_leases_per_principal = args
-        .max_leases_per_principal
-        .unwrap_or(args.max_leases / 4)
-        .max(1);
-    if let Some(url) = args.ui_gateway {
-        let key = match &args.ui_gateway_key_file {
-            Some(path) => match std::fs::read_to_string(path) {
-                Ok(key) => Some(key.trim().to_owned()),
-                Err(err) => {
-                    eprintln!(
-                        "error: cannot read --ui-gateway-key-file {}: {err}",
-                        path.display()
-                    );
-                    return Ok(ExitCode::from(2));
-                }
-            },
-            None => None,
-        };
-        config.ui_gateway = Some(palisade_election::config::UiGateway {
-            url,
-            key,
-            ca: args.ui_gateway_ca,
-        });
-    }
-    config.ui.public_urls = args.public_url;
-    config.ui.idle = Duration::from_secs(args.ui_session_idle_secs);
-    config.ui.lifetime = Duration::from_secs(args.ui_session_lifetime_secs);
-    if let Err(problem) = config.validate() {
-        eprintln!("error: {problem}");
-        return Ok(ExitCode::from(2));
-    }
-    config.policy = match super::policy::load_policy(args.policy.as_deref(), "client API") {
-        Ok(policy) => policy,
+    let config = match node_config(args) {
+        Ok(config) => config,
         Err(line) => {
             eprintln!("error: {line}");
             return Ok(ExitCode::from(2));
@@ -292,4 +205,122 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     node.serve(crate::shutdown::shutdown_signal()).await?;
     tracing::info!(id, "election node stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The node's configuration from its flags, validated, with its policy
+/// loaded; or the line to print before exiting with status 2.
+fn node_config(args: ElectionArgs) -> Result<ElectionConfig, String> {
+    let peer_tls = peer_tls(&args)?;
+    let ui_gateway = ui_gateway(&args)?;
+    let mut config = ElectionConfig::new(
+        args.id,
+        args.listen,
+        args.data_dir.clone(),
+        args.peers.clone(),
+    );
+    config.source_ip = args.source_ip;
+    config.peer_listen = args.peer_listen;
+    if args.client_tls {
+        if let Some(dir) = &args.certs {
+            config.client_tls = Some((
+                dir.join(format!("node-{}.pem", args.id)),
+                dir.join(format!("node-{}-key.pem", args.id)),
+            ));
+        }
+    }
+    config.peer_tls = peer_tls;
+    set_timing(&mut config, &args);
+    set_limits(&mut config, &args);
+    config.ui_gateway = ui_gateway;
+    config.ui.public_urls = args.public_url;
+    config.ui.idle = Duration::from_secs(args.ui_session_idle_secs);
+    config.ui.lifetime = Duration::from_secs(args.ui_session_lifetime_secs);
+    config.validate()?;
+    config.policy = super::policy::load_policy(args.policy.as_deref(), "client API")?;
+    Ok(config)
+}
+
+/// How peers authenticate each other: from --certs, from
+/// --peer-ca/--peer-cert/--peer-key, or not at all (--insecure-peers).
+fn peer_tls(args: &ElectionArgs) -> Result<Option<PeerTls>, String> {
+    match (&args.certs, &args.peer_ca, args.insecure_peers) {
+        (Some(dir), _, _) => Ok(Some(PeerTls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("node-{}.pem", args.id)),
+            key: dir.join(format!("node-{}-key.pem", args.id)),
+        })),
+        (None, Some(ca), _) => Ok(Some(PeerTls {
+            ca: ca.clone(),
+            cert: args.peer_cert.clone().unwrap_or_default(),
+            key: args.peer_key.clone().unwrap_or_default(),
+        })),
+        (None, None, true) => Ok(None),
+        (None, None, false) => Err(
+            "peer traffic needs --certs DIR (from `palisade certs init`) or \
+             --peer-ca/--peer-cert/--peer-key; --insecure-peers runs it in plaintext"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Raft's timing and leadership placement.
+fn set_timing(config: &mut ElectionConfig, args: &ElectionArgs) {
+    config.heartbeat = Duration::from_millis(args.heartbeat_ms);
+    config.never_lead = args.never_lead;
+    config.placement = Placement {
+        priority: args.priority,
+        checks: args.priority_checks,
+        every: Duration::from_millis(args.priority_check_ms),
+    };
+    config.timing_seed = args.timing_seed;
+    config.election_timeout = (
+        Duration::from_millis(args.election_timeout_ms.0),
+        Duration::from_millis(args.election_timeout_ms.1),
+    );
+    config.lease_margin = args.lease_margin_ms.map(Duration::from_millis);
+}
+
+/// The bounds on leases, snapshots, waiters and requests.
+fn set_limits(config: &mut ElectionConfig, args: &ElectionArgs) {
+    config.ttl_range = (
+        Duration::from_millis(args.min_ttl_ms),
+        Duration::from_millis(args.max_ttl_ms),
+    );
+    config.snapshot_every = args.snapshot_every;
+    config.max_waiters = args.max_waiters;
+    config.max_requests = args.max_requests as usize;
+    config.max_wait = Duration::from_millis(args.max_wait_ms.min(60_000));
+    config.body_deadline = Duration::from_millis(args.body_deadline_ms);
+    config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
+    config.max_leases = args.max_leases;
+    config.history_len = args.history_len;
+    config.max_leases_per_principal = args
+        .max_leases_per_principal
+        .unwrap_or(args.max_leases / 4)
+        .max(1);
+}
+
+/// The gateway whose refused writes the status page shows, with the key
+/// read from --ui-gateway-key-file.
+fn ui_gateway(args: &ElectionArgs) -> Result<Option<UiGateway>, String> {
+    let Some(url) = &args.ui_gateway else {
+        return Ok(None);
+    };
+    let key = match &args.ui_gateway_key_file {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(key) => Some(key.trim().to_owned()),
+            Err(err) => {
+                return Err(format!(
+                    "cannot read --ui-gateway-key-file {}: {err}",
+                    path.display()
+                ))
+            }
+        },
+        None => None,
+    };
+    Ok(Some(UiGateway {
+        url: url.clone(),
+        key,
+        ca: args.ui_gateway_ca.clone(),
+    }))
 }

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{ArgGroup, Args};
 use palisade_gateway::observe::Observer;
 use palisade_gateway::{AppParts, AppState, GatewayConfig, JwksCache, KeySource, Verifier};
+use palisade_serve::policy::LivePolicy;
 use palisade_store::{FencedStore, PostgresStore, PostgresStoreConfig, SledStore, SledStoreConfig};
 
 #[derive(Debug, Args)]
@@ -121,20 +122,10 @@ impl PostgresArgs {
 }
 
 pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
-    let config = GatewayConfig {
-        max_value_bytes: args.max_value_bytes,
-        request_timeout: Duration::from_millis(args.request_timeout_ms),
-        drain_timeout: Duration::from_millis(args.drain_timeout_ms),
-        max_requests: args.max_requests,
-    };
-    if let Err(problem) = config.validate() {
-        eprintln!("error: {problem}");
-        return Ok(ExitCode::from(2));
-    }
-    let policy = match super::policy::load_policy(args.policy.as_deref(), "gateway") {
-        Ok(policy) => policy,
-        Err(line) => {
-            eprintln!("error: {line}");
+    let (config, policy) = match config_and_policy(&args) {
+        Ok(found) => found,
+        Err(problem) => {
+            eprintln!("error: {problem}");
             return Ok(ExitCode::from(2));
         }
     };
@@ -148,55 +139,29 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             }
         },
         None => {
-            let mut cache = JwksCache::new(
-                args.election.clone(),
-                Duration::from_millis(args.jwks_refetch_ms),
-                Duration::from_millis(args.jwks_wait_ms),
-            );
-            if let Some(dir) = &args.certs {
-                let path = dir.join("ca.pem");
-                let pem = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                let ca = reqwest::Certificate::from_pem(&pem)
-                    .with_context(|| format!("{} is not a PEM certificate", path.display()))?;
-                cache = cache.with_ca(ca);
-            }
-            let cache = Arc::new(cache);
-            refresher = Some(cache.spawn_refresher(Duration::from_millis(args.jwks_refresh_ms)));
-            KeySource::Jwks(cache)
+            let (keys, task) = jwks_keys(&args)?;
+            refresher = Some(task);
+            keys
         }
     };
     let verifier = Arc::new(Verifier::new(keys, args.exp_leeway_secs));
     let observer = Observer::default();
-    let postgres = match (&args.postgres, &args.postgres_file) {
-        (Some(url), _) => Some(url.clone()),
-        (None, Some(file)) => match super::first_line_of(file, "--postgres-file") {
-            Ok(url) => Some(url),
-            Err(problem) => {
-                eprintln!("error: {problem}");
-                return Ok(ExitCode::from(2));
-            }
-        },
-        (None, None) => None,
+    let postgres = match postgres_url(&args) {
+        Ok(url) => url,
+        Err(problem) => {
+            eprintln!("error: {problem}");
+            return Ok(ExitCode::from(2));
+        }
     };
     let served = match (&postgres, &args.data_dir) {
         (Some(url), _) => {
-            let checked = args.pg.config(url, args.max_value_bytes).and_then(|c| {
-                c.validate()?;
-                c.driver_config().map_err(|e| e.to_string())?;
-                Ok(c)
-            });
-            let pg_config = match checked {
+            let pg_config = match postgres_config(&args, url, &config) {
                 Ok(pg_config) => pg_config,
                 Err(problem) => {
                     eprintln!("error: {problem}");
                     return Ok(ExitCode::from(2));
                 }
             };
-            if pg_config.statement_timeout >= config.request_timeout {
-                eprintln!("error: --pg-statement-timeout-ms must be below --request-timeout-ms");
-                return Ok(ExitCode::from(2));
-            }
             let mut pg_config = pg_config;
             pg_config.hooks = observer.store_hooks();
             let store = Arc::new(
@@ -233,11 +198,77 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The gateway's configuration from its flags, validated, and its policy.
+fn config_and_policy(
+    args: &GatewayArgs,
+) -> Result<(GatewayConfig, Option<Arc<LivePolicy>>), String> {
+    let config = GatewayConfig {
+        max_value_bytes: args.max_value_bytes,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        drain_timeout: Duration::from_millis(args.drain_timeout_ms),
+        max_requests: args.max_requests,
+    };
+    config.validate()?;
+    let policy = super::policy::load_policy(args.policy.as_deref(), "gateway")?;
+    Ok((config, policy))
+}
+
+/// The election's signing keys, fetched from its JWKS (trusting the CA in
+/// --certs for https://) and kept fresh by the returned task.
+fn jwks_keys(args: &GatewayArgs) -> anyhow::Result<(KeySource, tokio::task::JoinHandle<()>)> {
+    let mut cache = JwksCache::new(
+        args.election.clone(),
+        Duration::from_millis(args.jwks_refetch_ms),
+        Duration::from_millis(args.jwks_wait_ms),
+    );
+    if let Some(dir) = &args.certs {
+        let path = dir.join("ca.pem");
+        let pem =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let ca = reqwest::Certificate::from_pem(&pem)
+            .with_context(|| format!("{} is not a PEM certificate", path.display()))?;
+        cache = cache.with_ca(ca);
+    }
+    let cache = Arc::new(cache);
+    let refresher = cache.spawn_refresher(Duration::from_millis(args.jwks_refresh_ms));
+    Ok((KeySource::Jwks(cache), refresher))
+}
+
+/// PostgreSQL's URL, from --postgres or the first line of --postgres-file;
+/// none when objects live on sled.
+fn postgres_url(args: &GatewayArgs) -> Result<Option<String>, String> {
+    match (&args.postgres, &args.postgres_file) {
+        (Some(url), _) => Ok(Some(url.clone())),
+        (None, Some(file)) => super::first_line_of(file, "--postgres-file")
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The PostgreSQL store's configuration from the --pg-* flags, checked,
+/// with statements timing out before requests do.
+fn postgres_config(
+    args: &GatewayArgs,
+    url: &str,
+    config: &GatewayConfig,
+) -> Result<PostgresStoreConfig, String> {
+    let pg_config = args.pg.config(url, args.max_value_bytes).and_then(|c| {
+        c.validate()?;
+        c.driver_config().map_err(|e| e.to_string())?;
+        Ok(c)
+    })?;
+    if pg_config.statement_timeout >= config.request_timeout {
+        return Err("--pg-statement-timeout-ms must be below --request-timeout-ms".to_owned());
+    }
+    Ok(pg_config)
+}
+
 /// What the gateway's state holds besides its store.
 struct Parts {
     verifier: Arc<Verifier>,
     config: GatewayConfig,
-    policy: Option<Arc<palisade_serve::policy::LivePolicy>>,
+    policy: Option<Arc<LivePolicy>>,
     observer: Arc<Observer>,
 }
 

@@ -103,24 +103,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The child must not pick up a JWT for a lease it no longer holds.
     let _ = write_atomically(&jwt_file, "");
     eprintln!("palisade run: {stop_reason}; stopping the command");
-    if let Some(pid) = child.id() {
-        let _ = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_millis(args.grace_ms), child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
-    }
+    stop_child(&mut child, Duration::from_millis(args.grace_ms)).await;
     release(lease).await;
     Ok(ExitCode::from(if stop_reason == "lease lost" {
         3
     } else {
         0
     }))
+}
+
+/// Sends the child SIGTERM, then SIGKILL if it has not exited within `grace`.
+async fn stop_child(child: &mut tokio::process::Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
 }
 
 /// A directory only this user can read (removed when dropped).

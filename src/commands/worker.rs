@@ -85,6 +85,20 @@ fn instant_ns(instant: Instant) -> u64 {
 struct History(Option<std::sync::Mutex<std::fs::File>>);
 
 impl History {
+    /// Appends to the file at `path`, if any (created if missing).
+    fn open(path: Option<&std::path::Path>) -> std::io::Result<Self> {
+        let file = match path {
+            Some(path) => Some(std::sync::Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            )),
+            None => None,
+        };
+        Ok(Self(file))
+    }
+
     fn record(&self, event: serde_json::Value) {
         if let Some(file) = &self.0 {
             let line = format!("{event}\n");
@@ -136,15 +150,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .key
         .clone()
         .unwrap_or_else(|| format!("{}/{}", args.lease, args.holder));
-    let history = std::sync::Arc::new(History(match &args.history {
-        Some(path) => Some(std::sync::Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?,
-        )),
-        None => None,
-    }));
+    let history = std::sync::Arc::new(History::open(args.history.as_deref())?);
     let _reader = (args.read_interval_ms > 0).then(|| {
         AbortOnDrop(tokio::spawn(read_loop(
             client.clone(),
