@@ -2,8 +2,9 @@
 //!
 //! `main` parses flags (`cli.rs`; a bad flag is a one-line error and exit
 //! code 2) and hands over to one module per command under `commands/`.
-//! `logging.rs` sets up the log lines, `output.rs` prints on stdout (a
-//! closed stdout stops a command, it never panics), `shutdown.rs` the
+//! `logging.rs` sets up the log lines, `output.rs` prints on stdout and stderr (a
+//! closed stdout stops a command, a closed stderr drops its lines; neither
+//! panics), `shutdown.rs` the
 //! signal servers stop on.
 
 mod cli;
@@ -15,6 +16,8 @@ mod shutdown;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::output::complain;
 
 use cli::Cli;
 
@@ -44,7 +47,7 @@ fn main() -> ExitCode {
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
-            eprintln!("{} (see --help)", line.join(" "));
+            complain!("{} (see --help)", line.join(" "));
             return ExitCode::from(2);
         }
     };
@@ -52,14 +55,14 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
+            complain!("error: cannot start the async runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            complain!("error: {err:#}");
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,5 @@
-//! [`say!`]: every line a command prints on stdout goes through here.
+//! [`say!`]: every line a command prints on stdout goes through here;
+//! [`complain!`]: every line it prints on stderr.
 //!
 //! A closed stdout is not a crash: when the reader goes away
 //! (`palisade lease watch orders | head -1`), the first write that finds
@@ -21,6 +22,24 @@ macro_rules! say {
     };
 }
 pub(crate) use say;
+
+/// Prints one line on stderr through [`stderr_line`]:
+/// `complain!("error: {err}")`.
+macro_rules! complain {
+    ($($arg:tt)*) => {
+        $crate::output::stderr_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use complain;
+
+/// Writes `text` and a newline on stderr. A stderr whose reader went away
+/// (`palisade lease get x 2>&1 | head -0`) drops the line: the command
+/// goes on, and ends with the exit code it meant (`eprintln!` would panic
+/// and exit 101 instead).
+pub fn stderr_line(text: impl std::fmt::Display) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{text}");
+}
 
 /// Flips to true once, when a write to stdout failed.
 fn state() -> &'static watch::Sender<bool> {
@@ -47,7 +66,7 @@ fn write_with(write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::
         if err.kind() != std::io::ErrorKind::BrokenPipe {
             // A full disk or a revoked terminal: said once, then stop
             // as for a closed pipe.
-            eprintln!("error: cannot write to stdout: {err}");
+            stderr_line(format_args!("error: cannot write to stdout: {err}"));
         }
         state().send_replace(true);
     }

@@ -826,3 +826,18 @@ async fn the_gateway_is_a_store_from_the_sdk() {
     lease.release().await.expect("release");
     drop(dev);
 }
+
+/// A closed stderr is not a crash either: a refused command whose stderr
+/// reader is gone ends with its own exit code (1), not a panic's (101).
+#[test]
+fn a_closed_stderr_does_not_panic() {
+    let mut child = palisade()
+        .args(["lease", "get", "orders/state"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stderr.take());
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}

@@ -1,6 +1,6 @@
 //! `palisade certs init`: a cluster's CA and certificates in one directory.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,7 +73,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<ExitCode> {
         }
     };
     if args.nodes == 0 {
-        eprintln!("error: --nodes must be at least 1");
+        complain!("error: --nodes must be at least 1");
         return Ok(ExitCode::from(2));
     }
     if args.keep_existing && args.dir.join("ca.pem").exists() {

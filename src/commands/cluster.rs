@@ -1,13 +1,14 @@
 //! `palisade cluster status|rotate-key|add|remove`, on the SDK.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
 use palisade_client::{Client, Error};
 
-use super::lease::{fail, print, Endpoints};
+use super::endpoints::Endpoints;
+use super::lease_view::{fail, print};
 
 /// `palisade cluster status|rotate-key|add|remove`.
 #[derive(Debug, Subcommand)]
@@ -104,7 +105,7 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         return Ok(match views.into_iter().find_map(|(_, v)| v.err()) {
             Some(err) => fail(&err),
             None => {
-                eprintln!("error: no election endpoints given");
+                complain!("error: no election endpoints given");
                 ExitCode::from(2)
             }
         });

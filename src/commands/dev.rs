@@ -5,7 +5,7 @@
 //! gateways sharing it. A process of the cluster that dies is reported and
 //! started again, within a limit (`dev_supervise.rs`).
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -72,7 +72,7 @@ impl Drop for Running {
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     if args.postgres {
         if let Err(line) = super::dev_postgres::check_installed() {
-            eprintln!("error: {line}");
+            complain!("error: {line}");
             return Ok(ExitCode::from(2));
         }
     }

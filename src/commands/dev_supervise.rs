@@ -4,6 +4,7 @@
 //! the restart window per process; after that it says it gives up on that
 //! process and leaves it down.
 
+use crate::output::complain;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::process::ExitStatus;
@@ -61,7 +62,7 @@ impl Supervisor {
             let log = root.join(format!("election-{id}.log"));
             if self.decide(&name, status, &log) {
                 if let Err(err) = cluster.start_node(id) {
-                    eprintln!("palisade dev: cannot restart {name}: {err}");
+                    complain!("palisade dev: cannot restart {name}: {err}");
                 }
             } else {
                 // Reaped and left down: not reported again.
@@ -86,7 +87,7 @@ impl Supervisor {
             if self.decide(&name, status, &log) {
                 match Node::start(exe, gateway.spec().clone()) {
                     Ok(node) => *gateway = node,
-                    Err(err) => eprintln!("palisade dev: cannot restart {name}: {err}"),
+                    Err(err) => complain!("palisade dev: cannot restart {name}: {err}"),
                 }
             } else {
                 gateway.kill();
@@ -99,14 +100,14 @@ impl Supervisor {
     fn decide(&mut self, name: &str, status: ExitStatus, log: &Path) -> bool {
         let restart = self.may_restart(name, Instant::now());
         if restart {
-            eprintln!(
+            complain!(
                 "palisade dev: {name} exited ({status}); restarting it \
                  (at most {RESTARTS} restarts per {} s; its log: {})",
                 self.window.as_secs(),
                 log.display()
             );
         } else {
-            eprintln!(
+            complain!(
                 "palisade dev: {name} exited ({status}) after {RESTARTS} restarts within {} s; \
                  not restarting it again (its log: {}); restart palisade dev to try again",
                 self.window.as_secs(),

@@ -1,6 +1,6 @@
 //! `palisade election`: one node of the election cluster.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -182,7 +182,7 @@ pub async fn run(args: ElectionArgs) -> anyhow::Result<ExitCode> {
     let config = match node_config(args) {
         Ok(config) => config,
         Err(line) => {
-            eprintln!("error: {line}");
+            complain!("error: {line}");
             return Ok(ExitCode::from(2));
         }
     };

@@ -1,6 +1,6 @@
 //! `palisade gateway`: the storage gateway server.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -125,7 +125,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let (config, policy) = match config_and_policy(&args) {
         Ok(found) => found,
         Err(problem) => {
-            eprintln!("error: {problem}");
+            complain!("error: {problem}");
             return Ok(ExitCode::from(2));
         }
     };
@@ -134,7 +134,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         Some(path) => match KeySource::from_pem_file(path) {
             Ok(keys) => keys,
             Err(problem) => {
-                eprintln!("error: {problem}");
+                complain!("error: {problem}");
                 return Ok(ExitCode::from(2));
             }
         },
@@ -149,7 +149,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let postgres = match postgres_url(&args) {
         Ok(url) => url,
         Err(problem) => {
-            eprintln!("error: {problem}");
+            complain!("error: {problem}");
             return Ok(ExitCode::from(2));
         }
     };
@@ -158,7 +158,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             let pg_config = match postgres_config(&args, url, &config) {
                 Ok(pg_config) => pg_config,
                 Err(problem) => {
-                    eprintln!("error: {problem}");
+                    complain!("error: {problem}");
                     return Ok(ExitCode::from(2));
                 }
             };

@@ -1,6 +1,7 @@
 //! `palisade health URL`: exit 0 if URL answers 2xx within a second. Used by
 //! container healthchecks, where the image has nothing but this binary.
 
+use crate::output::complain;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,11 +26,11 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<ExitCode> {
     Ok(match client.get(&args.url).send().await {
         Ok(response) if response.status().is_success() => ExitCode::SUCCESS,
         Ok(response) => {
-            eprintln!("error: {} answered {}", args.url, response.status());
+            complain!("error: {} answered {}", args.url, response.status());
             ExitCode::FAILURE
         }
         Err(err) => {
-            eprintln!("error: {}: {err}", args.url);
+            complain!("error: {}: {err}", args.url);
             ExitCode::FAILURE
         }
     })

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use palisade_client::Lease;
 
-use super::lease::Endpoints;
+use super::endpoints::Endpoints;
 
 /// The lease a process holds while it works (`run` and `proxy`).
 #[derive(Debug, Args)]
@@ -42,6 +42,6 @@ impl HoldArgs {
                 Some(Duration::from_millis(self.wait_ms)),
             )
             .await;
-        Ok(acquired.map_err(|err| super::lease::fail_acquire(&err, &self.lease, &holder)))
+        Ok(acquired.map_err(|err| super::lease_view::fail_acquire(&err, &self.lease, &holder)))
     }
 }

@@ -1,7 +1,7 @@
 //! What the client commands share: the gateway address, the token, and turning
 //! an HTTP answer into output and an exit code.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -212,7 +212,7 @@ pub async fn report(
     if json {
         say!("{body}");
     }
-    eprintln!("{}", error_line(status, &body));
+    complain!("{}", error_line(status, &body));
     Ok(ExitCode::FAILURE)
 }
 

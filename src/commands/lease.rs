@@ -1,70 +1,20 @@
-//! `palisade lease ...`, on the SDK.
+//! `palisade lease ...`, on the SDK: one function per subcommand. How
+//! they print is `lease_view.rs`; `lease watch` is `lease_watch.rs` (one
+//! lease) and `prefix_watch.rs` (a prefix); the endpoints every client
+//! command takes are `endpoints.rs`.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use palisade_client::{AcquireOptions, Client, ClientConfig, Error, GrantId, GrantSecret};
+use palisade_client::{AcquireOptions, Client, Error, GrantId, GrantSecret};
+use serde_json::json;
 
-/// Where the election cluster (and gateway) are.
-#[derive(Debug, Clone, Args)]
-pub struct Endpoints {
-    /// Election node URLs, comma-separated; any node will do.
-    #[arg(
-        long,
-        env = "PALISADE_ELECTION",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003"
-    )]
-    pub election: Vec<String>,
-    /// The gateway URL (for fence-on-acquire and fenced writes).
-    #[arg(long, env = "PALISADE_GATEWAY")]
-    pub gateway: Option<String>,
-    /// The CA (PEM) to trust for https:// endpoints (e.g. certs/ca.pem).
-    #[arg(long, env = "PALISADE_CA")]
-    pub ca: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub credentials: super::http::Credentials,
-    /// Print JSON instead of readable lines.
-    #[arg(long)]
-    pub json: bool,
-}
-
-impl Endpoints {
-    /// An SDK client for these endpoints.
-    ///
-    /// # Errors
-    /// The CA or key file cannot be used.
-    pub fn client(&self) -> Result<Client, Error> {
-        Ok(Client::new(self.config()?))
-    }
-
-    /// The SDK configuration for these endpoints (for callers that adjust
-    /// it, as `cluster status` its timeouts).
-    ///
-    /// # Errors
-    /// The CA or key file cannot be used.
-    pub fn config(&self) -> Result<ClientConfig, Error> {
-        let mut config = ClientConfig::new(self.election.clone());
-        config.gateway = self.gateway.clone();
-        if let Some(ca) = &self.ca {
-            config = config.with_ca_file(ca)?;
-        }
-        let key = self
-            .credentials
-            .key()
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
-        if let Some(key) = key {
-            config = config.with_api_key(&key)?;
-        }
-        let credentials = &self.credentials;
-        if let (Some(cert), Some(key)) = (&credentials.client_cert, &credentials.client_key) {
-            config = config.with_client_cert_files(cert, key)?;
-        }
-        Ok(config)
-    }
-}
+use super::endpoints::Endpoints;
+use super::lease_view::{
+    describe, describe_history, fail, fail_acquire, info_json, print, print_grant,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
@@ -228,52 +178,11 @@ impl GrantArgs {
     }
 }
 
-pub(crate) fn fail(err: &Error) -> ExitCode {
-    eprintln!("error: {err}");
-    ExitCode::FAILURE
-}
-
-/// As [`fail`], for an acquire of `lease` as `holder`: a lease held says
-/// what to do about it.
-pub(crate) fn fail_acquire(err: &Error, lease: &str, holder: &str) -> ExitCode {
-    eprintln!("error: {err}");
-    if let Some(hint) = held_hint(err, lease, holder) {
-        eprintln!("hint: {hint}");
-    }
-    ExitCode::FAILURE
-}
-
-/// What to do about an acquire of `lease` as `holder` refused with `err`
-/// because the lease is held.
-fn held_hint(err: &Error, lease: &str, holder: &str) -> Option<String> {
-    let Error::Held {
-        holder: current,
-        token,
-    } = err
-    else {
-        return None;
-    };
-    Some(if current == holder {
-        format!(
-            "{holder:?} is the holder you asked for, but the grant was made to another \
-             acquire (another process, or an earlier acquire: each has its own secret), so \
-             this one is refused. If it is yours, release it with the secret that acquire \
-             printed: palisade lease release {lease} --holder {holder} --token {token} \
-             --secret SECRET --grant-index INDEX; or wait for it with --wait-ms MS"
-        )
-    } else {
-        format!(
-            "wait for it with --wait-ms MS: a waiting acquire gets it as soon as \
-             {current:?} releases it or stops renewing (after its ttl)"
-        )
-    })
-}
-
 /// As [`fail`], for a release of `grant` refused as not current: when the
 /// lease is held by that holder and token after all, the grant index is
 /// what did not match, and that is said.
 async fn fail_release(err: &Error, client: &Client, grant: &GrantArgs) -> ExitCode {
-    eprintln!("error: {err}");
+    complain!("error: {err}");
     let (Error::LeaseLost(_), Some(index)) = (err, grant.grant_index) else {
         return ExitCode::FAILURE;
     };
@@ -281,111 +190,18 @@ async fn fail_release(err: &Error, client: &Client, grant: &GrantArgs) -> ExitCo
         return ExitCode::FAILURE;
     };
     if info.holder.as_deref() == Some(grant.holder.as_str()) && info.token == grant.token {
-        eprintln!(
+        complain!(
             "hint: {} does hold {} with token {}, but not from the acquire with grant index \
              {index}: --grant-index is the `grant_index` its acquire printed, not the token \
              (they differ after a handover or a repeated acquire), and a release naming \
              another acquire frees nothing. Give the acquire's grant_index, or leave \
              --grant-index out",
-            grant.holder, grant.lease, grant.token
+            grant.holder,
+            grant.lease,
+            grant.token
         );
     }
     ExitCode::FAILURE
-}
-
-pub(crate) fn print(json: bool, value: &serde_json::Value, readable: String) {
-    if json {
-        say!("{value}");
-    } else {
-        say!("{readable}");
-    }
-}
-
-/// One line per transition:
-/// `index 41  acquire   w1 (token 41)  2026-11-28T00:40:12.345Z (3.2 s ago)`.
-fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> String {
-    if history.is_empty() {
-        return format!("{lease}: no transitions recorded");
-    }
-    let lines: Vec<String> = history
-        .iter()
-        .map(|t| {
-            let holder = t.holder.as_deref().unwrap_or("-");
-            let when = t
-                .at_ms
-                .map_or(String::new(), |at| format!("  {}", super::when(at)));
-            format!(
-                "index {}  {:<8}  {holder} (token {}){when}",
-                t.index, t.cause, t.token
-            )
-        })
-        .collect();
-    format!("{lease}:\n{}", lines.join("\n"))
-}
-
-pub(crate) fn describe(info: &palisade_client::LeaseInfo) -> String {
-    match &info.holder {
-        Some(holder) => format!(
-            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {}){}",
-            info.lease,
-            info.token,
-            info.ttl_ms,
-            info.expires_in_ms
-                .map_or(String::new(), |ms| format!("expires in {ms} ms, ")),
-            if info.revoked {
-                "revoked: ends at its deadline, "
-            } else {
-                ""
-            },
-            info.transitions,
-            info.modify_index,
-            grant_times(info)
-        ),
-        None => format!(
-            "{} free (last token {}, {} transitions, index {})",
-            info.lease, info.token, info.transitions, info.modify_index
-        ),
-    }
-}
-
-/// `; acquired <when>; renewed <when>`, for the times the answer carries.
-fn grant_times(info: &palisade_client::LeaseInfo) -> String {
-    let at = |label: &str, time: &Option<String>| {
-        time.as_deref().map_or(
-            String::new(),
-            |text| match palisade_names::time::parse_rfc3339_ms(text) {
-                Some(ms) => format!("; {label} {}", super::when(ms)),
-                None => format!("; {label} {text}"),
-            },
-        )
-    };
-    format!(
-        "{}{}",
-        at("acquired", &info.acquire_time),
-        at("renewed", &info.renew_time)
-    )
-}
-
-pub(crate) fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
-    serde_json::to_value(info).unwrap_or_default()
-}
-
-/// Prints a grant: readable (`verb` says what happened) or as JSON.
-fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str) {
-    let value = serde_json::to_value(grant).unwrap_or_default();
-    let mut readable = format!(
-        "{verb} {} for {} with token {}\njwt: {}",
-        grant.lease, grant.holder, grant.token, grant.jwt
-    );
-    if let Some(secret) = &grant.secret {
-        // What `lease renew` and `lease release` need.
-        readable.push_str(&format!(
-            "\nsecret: {}\ngrant_index: {}",
-            secret.expose(),
-            grant.grant_index.unwrap_or_default()
-        ));
-    }
-    print(json, &value, readable);
 }
 
 pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
@@ -400,149 +216,34 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             terms,
             endpoints,
         } => {
-            let client = endpoints.client()?;
-            let ttl = Duration::from_millis(ttl_ms);
-            let wait = wait_ms.map(Duration::from_millis);
-            let options = terms.options();
-            if !hold {
-                return Ok(
-                    match client
-                        .acquire_grant_with(&lease, &holder, ttl, wait, options)
-                        .await
-                    {
-                        Ok(grant) => {
-                            print_grant(endpoints.json, &grant, "granted");
-                            ExitCode::SUCCESS
-                        }
-                        Err(err) => fail_acquire(&err, &lease, &holder),
-                    },
-                );
-            }
-            let held = match client
-                .acquire_with(&lease, &holder, ttl, wait, options)
-                .await
-            {
-                Ok(held) => held,
-                Err(err) => return Ok(fail_acquire(&err, &lease, &holder)),
+            let asked = Asked {
+                lease: &lease,
+                holder: &holder,
+                ttl: Duration::from_millis(ttl_ms),
+                wait: wait_ms.map(Duration::from_millis),
+                options: terms.options(),
             };
-            say!(
-                "held {} token={} jwt={}",
-                held.name(),
-                held.token(),
-                held.jwt().unwrap_or_default()
-            );
-            let mut status = tokio::time::interval(Duration::from_millis(status_ms.max(10)));
-            let shutdown = crate::shutdown::shutdown_signal();
-            tokio::pin!(shutdown);
-            loop {
-                tokio::select! {
-                    _ = status.tick() => {
-                        say!("status held={} token={}", held.is_held(), held.token());
-                    }
-                    () = held.lost() => {
-                        say!("lost token={}", held.token());
-                        return Ok(ExitCode::from(3));
-                    }
-                    () = &mut shutdown => {
-                        let token = held.token();
-                        return Ok(match held.release().await {
-                            Ok(()) => { say!("released token={token}"); ExitCode::SUCCESS }
-                            Err(err) => fail(&err),
-                        });
-                    }
-                }
+            if hold {
+                acquire_and_hold(&asked, status_ms, &endpoints).await
+            } else {
+                acquire(&asked, &endpoints).await
             }
         }
-        LeaseCommand::Renew { grant, endpoints } => {
-            Ok(match endpoints.client()?.renew_grant(&grant.id()).await {
-                Ok(grant) => {
-                    print_grant(endpoints.json, &grant, "renewed");
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
+        LeaseCommand::Renew { grant, endpoints } => renew(&grant, &endpoints).await,
         LeaseCommand::Handover {
             grant,
             to,
             endpoints,
-        } => Ok(
-            match endpoints.client()?.handover_grant(&grant.id(), &to).await {
-                Ok(token) => {
-                    let lease = &grant.lease;
-                    print(
-                        endpoints.json,
-                        &serde_json::json!({ "lease": lease, "to": to, "token": token }),
-                        format!("handed {lease} to {to} (its token {token})"),
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            },
-        ),
-        LeaseCommand::Release { grant, endpoints } => {
-            let client = endpoints.client()?;
-            Ok(match client.release_grant(&grant.id()).await {
-                Ok(()) => {
-                    let (lease, token) = (&grant.lease, grant.token);
-                    print(
-                        endpoints.json,
-                        &serde_json::json!({ "lease": lease, "released": true, "token": token }),
-                        format!("released {lease} (token {token})"),
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail_release(&err, &client, &grant).await,
-            })
-        }
+        } => handover(&grant, &to, &endpoints).await,
+        LeaseCommand::Release { grant, endpoints } => release(&grant, &endpoints).await,
         LeaseCommand::Revoke {
             lease,
             token,
             endpoints,
-        } => Ok(match endpoints.client()?.revoke(&lease, token).await {
-            Ok(()) => {
-                print(
-                    endpoints.json,
-                    &serde_json::json!({ "lease": lease, "revoked": true, "token": token }),
-                    format!("revoked {lease} (token {token}); it ends at its deadline"),
-                );
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(&err),
-        }),
-        LeaseCommand::Get { lease, endpoints } => Ok(match endpoints.client()?.get(&lease).await {
-            Ok(info) => {
-                print(endpoints.json, &info_json(&info), describe(&info));
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(&err),
-        }),
-        LeaseCommand::History { lease, endpoints } => {
-            Ok(match endpoints.client()?.history(&lease).await {
-                Ok(history) => {
-                    let value = serde_json::json!({ "lease": lease, "history": history });
-                    print(endpoints.json, &value, describe_history(&lease, &history));
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
-        LeaseCommand::List { prefix, endpoints } => {
-            Ok(match endpoints.client()?.list_prefix(&prefix).await {
-                Ok(leases) => {
-                    if endpoints.json {
-                        let all: Vec<_> = leases.iter().map(info_json).collect();
-                        say!("{}", serde_json::json!({ "leases": all }));
-                    } else {
-                        for info in &leases {
-                            say!("{}", describe(info));
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(err) => fail(&err),
-            })
-        }
+        } => revoke(&lease, token, &endpoints).await,
+        LeaseCommand::Get { lease, endpoints } => get(&lease, &endpoints).await,
+        LeaseCommand::History { lease, endpoints } => history(&lease, &endpoints).await,
+        LeaseCommand::List { prefix, endpoints } => list(&prefix, &endpoints).await,
         LeaseCommand::Watch {
             lease,
             prefix,
@@ -550,65 +251,184 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             endpoints,
         } => match (lease, prefix) {
             (_, Some(prefix)) => super::prefix_watch::run(&prefix, index, &endpoints).await,
-            (Some(lease), None) => watch(&lease, &endpoints).await,
+            (Some(lease), None) => super::lease_watch::watch(&lease, &endpoints).await,
             (None, None) => anyhow::bail!("name a lease, or --prefix"),
         },
     }
 }
 
-/// `palisade lease watch`: prints the lease at every change until a
-/// signal (or a closed stdout). A lease never granted is waited for, and
-/// stderr says so at once; a name that can never exist is refused.
-async fn watch(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+/// What `lease acquire` asks for.
+struct Asked<'a> {
+    lease: &'a str,
+    holder: &'a str,
+    ttl: Duration,
+    wait: Option<Duration>,
+    options: AcquireOptions,
+}
+
+/// `lease acquire`: prints the grant, which this process then forgets.
+async fn acquire(asked: &Asked<'_>, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
     let client = endpoints.client()?;
-    let mut index = 0;
-    // A watch of a lease never granted waits (up to its wait) before it
-    // answers 404: a read says at once whether there is one.
-    let mut said_missing = false;
-    match client.get(lease).await {
-        Err(Error::NotFound(_)) => {
-            say_missing(lease);
-            said_missing = true;
+    let granted = client
+        .acquire_grant_with(
+            asked.lease,
+            asked.holder,
+            asked.ttl,
+            asked.wait,
+            asked.options,
+        )
+        .await;
+    Ok(match granted {
+        Ok(grant) => {
+            print_grant(endpoints.json, &grant, "granted");
+            ExitCode::SUCCESS
         }
-        Err(err @ (Error::BadRequest(_) | Error::Unauthorized(_) | Error::Forbidden(_))) => {
-            return Ok(fail(&err));
-        }
-        _ => {}
-    }
+        Err(err) => fail_acquire(&err, asked.lease, asked.holder),
+    })
+}
+
+/// `lease acquire --hold`: holds the lease (renewing it) and prints its
+/// status every `status_ms` until it is lost (exit 3) or a signal releases
+/// it.
+async fn acquire_and_hold(
+    asked: &Asked<'_>,
+    status_ms: u64,
+    endpoints: &Endpoints,
+) -> anyhow::Result<ExitCode> {
+    let client = endpoints.client()?;
+    let held = match client
+        .acquire_with(
+            asked.lease,
+            asked.holder,
+            asked.ttl,
+            asked.wait,
+            asked.options,
+        )
+        .await
+    {
+        Ok(held) => held,
+        Err(err) => return Ok(fail_acquire(&err, asked.lease, asked.holder)),
+    };
+    say!(
+        "held {} token={} jwt={}",
+        held.name(),
+        held.token(),
+        held.jwt().unwrap_or_default()
+    );
+    let mut status = tokio::time::interval(Duration::from_millis(status_ms.max(10)));
     let shutdown = crate::shutdown::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
-        let next = tokio::select! {
-            () = &mut shutdown => return Ok(ExitCode::SUCCESS),
-            next = client.watch(lease, index, Duration::from_secs(30)) => next,
-        };
-        match next {
-            Ok(info) if info.modify_index > index => {
-                index = info.modify_index;
-                print(endpoints.json, &info_json(&info), describe(&info));
+        tokio::select! {
+            _ = status.tick() => {
+                say!("status held={} token={}", held.is_held(), held.token());
             }
-            Ok(_) => {}
-            Err(Error::NotFound(_)) => {
-                if !said_missing {
-                    say_missing(lease);
-                    said_missing = true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            () = held.lost() => {
+                say!("lost token={}", held.token());
+                return Ok(ExitCode::from(3));
             }
-            Err(err @ (Error::BadRequest(_) | Error::Unauthorized(_) | Error::Forbidden(_))) => {
-                return Ok(fail(&err));
-            }
-            Err(err) => {
-                eprintln!("warning: {err}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            () = &mut shutdown => {
+                let token = held.token();
+                return Ok(match held.release().await {
+                    Ok(()) => { say!("released token={token}"); ExitCode::SUCCESS }
+                    Err(err) => fail(&err),
+                });
             }
         }
     }
 }
 
-fn say_missing(lease: &str) {
-    eprintln!(
-        "lease {lease} does not exist yet (never granted, or forgotten since its release); \
-         waiting for its first grant (Ctrl-C stops)"
-    );
+async fn renew(grant: &GrantArgs, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(match endpoints.client()?.renew_grant(&grant.id()).await {
+        Ok(renewed) => {
+            print_grant(endpoints.json, &renewed, "renewed");
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
+}
+
+async fn handover(grant: &GrantArgs, to: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(
+        match endpoints.client()?.handover_grant(&grant.id(), to).await {
+            Ok(token) => {
+                let lease = &grant.lease;
+                print(
+                    endpoints.json,
+                    &json!({ "lease": lease, "to": to, "token": token }),
+                    format!("handed {lease} to {to} (its token {token})"),
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        },
+    )
+}
+
+async fn release(grant: &GrantArgs, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    let client = endpoints.client()?;
+    Ok(match client.release_grant(&grant.id()).await {
+        Ok(()) => {
+            let (lease, token) = (&grant.lease, grant.token);
+            print(
+                endpoints.json,
+                &json!({ "lease": lease, "released": true, "token": token }),
+                format!("released {lease} (token {token})"),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail_release(&err, &client, grant).await,
+    })
+}
+
+async fn revoke(lease: &str, token: u64, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(match endpoints.client()?.revoke(lease, token).await {
+        Ok(()) => {
+            print(
+                endpoints.json,
+                &json!({ "lease": lease, "revoked": true, "token": token }),
+                format!("revoked {lease} (token {token}); it ends at its deadline"),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
+}
+
+async fn get(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(match endpoints.client()?.get(lease).await {
+        Ok(info) => {
+            print(endpoints.json, &info_json(&info), describe(&info));
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
+}
+
+async fn history(lease: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(match endpoints.client()?.history(lease).await {
+        Ok(history) => {
+            let value = json!({ "lease": lease, "history": history });
+            print(endpoints.json, &value, describe_history(lease, &history));
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
+}
+
+async fn list(prefix: &str, endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    Ok(match endpoints.client()?.list_prefix(prefix).await {
+        Ok(leases) => {
+            if endpoints.json {
+                let all: Vec<_> = leases.iter().map(info_json).collect();
+                say!("{}", json!({ "leases": all }));
+            } else {
+                for info in &leases {
+                    say!("{}", describe(info));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
+    })
 }

@@ -2,7 +2,7 @@
 //! subcommand, each one gateway request (a listing with `--all` one per
 //! page).
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -193,7 +193,7 @@ async fn get(key: &str, raw: bool, target: &GatewayTarget) -> anyhow::Result<Exi
     let status = response.status();
     if !status.is_success() {
         let body = response.json().await.unwrap_or_default();
-        eprintln!("{}", error_line(status, &body));
+        complain!("{}", error_line(status, &body));
         return Ok(ExitCode::FAILURE);
     }
     let (version, token) = (
@@ -240,7 +240,7 @@ async fn head(key: &str, target: &GatewayTarget) -> anyhow::Result<ExitCode> {
         } else {
             json!({"error": status.canonical_reason().unwrap_or("error")})
         };
-        eprintln!("{}", error_line(status, &reason));
+        complain!("{}", error_line(status, &reason));
         return Ok(ExitCode::FAILURE);
     }
     let object = json!({
@@ -317,7 +317,7 @@ async fn list(
             .await
             .with_context(|| format!("the gateway answered {status} without JSON"))?;
         if !status.is_success() {
-            eprintln!("{}", error_line(status, &page));
+            complain!("{}", error_line(status, &page));
             return Ok(ExitCode::FAILURE);
         }
         if target.json {
@@ -337,7 +337,7 @@ async fn list(
                 anyhow::bail!("the gateway's next page ({next:?}) does not move on")
             }
             Some(next) if !target.json => {
-                eprintln!("more follow: --after {next}");
+                complain!("more follow: --after {next}");
                 return Ok(ExitCode::SUCCESS);
             }
             _ => return Ok(ExitCode::SUCCESS),

@@ -1,6 +1,6 @@
 //! `palisade policy init|add`: a policy file and its principals' API keys.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -82,7 +82,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         ),
     };
     for prefix in rules.loose_prefixes() {
-        eprintln!(
+        complain!(
             "warning: prefix {prefix:?} also matches longer names ({prefix}-archive, {prefix}2, ...); \
              end it with '.', '-', '_' or '/' to grant one segment"
         );
@@ -91,14 +91,14 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         Ok(key) => {
             say!("{}", dir.join("policy.json").display());
             say!("{}", key.display());
-            eprintln!(
+            complain!(
                 "note: running servers take the change on SIGHUP, no restart \
                  (e.g. pkill -HUP -f 'palisade (election|gateway)')"
             );
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
-            eprintln!("error: {err}");
+            complain!("error: {err}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -111,7 +111,7 @@ pub fn load_policy(
     server: &'static str,
 ) -> Result<Option<std::sync::Arc<palisade_serve::policy::LivePolicy>>, String> {
     let Some(path) = path else {
-        eprintln!(
+        complain!(
             "warning: no --policy: the {server} is open to anyone who can reach it \
              (no API keys, no per-lease rights)"
         );

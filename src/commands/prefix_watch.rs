@@ -3,12 +3,14 @@
 //! a signal or a closed stdout. A stream that ends (the node went away, or
 //! this client fell behind) is opened again from the last index seen.
 
+use crate::output::complain;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use palisade_client::{Error, WatchEvent};
 
-use super::lease::{describe, fail, info_json, print, Endpoints};
+use super::endpoints::Endpoints;
+use super::lease_view::{describe, fail, info_json, print};
 
 /// How long to wait before opening a stream again after one ended.
 const REOPEN_AFTER: Duration = Duration::from_millis(500);
@@ -32,7 +34,7 @@ pub(crate) async fn run(
             Ok(watch) => watch,
             Err(err) if refused(&err) => return Ok(fail(&err)),
             Err(err) => {
-                eprintln!("warning: {err}; trying again");
+                complain!("warning: {err}; trying again");
                 tokio::time::sleep(REOPEN_AFTER).await;
                 continue;
             }
@@ -46,7 +48,7 @@ pub(crate) async fn run(
                 Some(Ok(event)) => show(endpoints.json, &event),
                 Some(Err(err)) if refused(&err) => return Ok(fail(&err)),
                 Some(Err(err)) => {
-                    eprintln!("warning: {err}; resuming from index {}", watch.index());
+                    complain!("warning: {err}; resuming from index {}", watch.index());
                     break;
                 }
                 None => break,

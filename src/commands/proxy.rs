@@ -15,7 +15,7 @@
 //!
 //! It listens on loopback only: whoever reaches it writes with the lease.
 
-use crate::output::say;
+use crate::output::{complain, say};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,8 +30,8 @@ use clap::Args;
 use palisade_client::{Error, Lease, Precondition};
 use serde_json::{json, Value};
 
+use super::endpoints::Endpoints;
 use super::hold::HoldArgs;
-use super::lease::Endpoints;
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -50,13 +50,13 @@ pub struct ProxyArgs {
 /// from then on, until the signal).
 pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() {
-        eprintln!(
+        complain!(
             "error: --listen must be a loopback address (whoever reaches it writes with the lease)"
         );
         return Ok(ExitCode::from(2));
     }
     if args.endpoints.gateway.is_none() {
-        eprintln!("error: the proxy needs --gateway (or PALISADE_GATEWAY)");
+        complain!("error: the proxy needs --gateway (or PALISADE_GATEWAY)");
         return Ok(ExitCode::from(2));
     }
     let lease = match args.hold.acquire(&args.endpoints).await? {
@@ -76,7 +76,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         () = &mut shutdown => false,
     };
     if lost {
-        eprintln!("palisade proxy: lease lost; refusing writes until stopped");
+        complain!("palisade proxy: lease lost; refusing writes until stopped");
         shutdown.await;
     }
     server.abort();

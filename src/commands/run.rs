@@ -11,6 +11,7 @@
 //! then SIGKILL after a grace period. When the child exits, the lease is
 //! released and its exit code becomes ours.
 
+use crate::output::complain;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,8 +20,8 @@ use anyhow::Context;
 
 use clap::Args;
 
+use super::endpoints::Endpoints;
 use super::hold::HoldArgs;
-use super::lease::Endpoints;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -102,7 +103,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     // The child must not pick up a JWT for a lease it no longer holds.
     let _ = write_atomically(&jwt_file, "");
-    eprintln!("palisade run: {stop_reason}; stopping the command");
+    complain!("palisade run: {stop_reason}; stopping the command");
     stop_child(&mut child, Duration::from_millis(args.grace_ms)).await;
     release(lease).await;
     Ok(ExitCode::from(if stop_reason == "lease lost" {

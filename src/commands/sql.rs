@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use clap::{Args, Subcommand};
 use palisade_client::postgres::{self, tokio_postgres};
 
-use super::lease::Endpoints;
+use super::endpoints::Endpoints;
 
 #[derive(Debug, Subcommand)]
 pub enum SqlCommand {

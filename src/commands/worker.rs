@@ -23,7 +23,8 @@ use palisade_names::sync::lock;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::lease::{Endpoints, TermsArgs};
+use super::endpoints::Endpoints;
+use super::lease::TermsArgs;
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {

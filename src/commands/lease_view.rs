@@ -1,0 +1,144 @@
+//! How the lease commands print: a lease, its history and a grant
+//! (readable, or `--json`), and a refusal on stderr with what to do
+//! about it.
+
+use crate::output::{complain, say};
+use std::process::ExitCode;
+
+use palisade_client::Error;
+
+pub(crate) fn fail(err: &Error) -> ExitCode {
+    complain!("error: {err}");
+    ExitCode::FAILURE
+}
+
+/// As [`fail`], for an acquire of `lease` as `holder`: a lease held says
+/// what to do about it.
+pub(crate) fn fail_acquire(err: &Error, lease: &str, holder: &str) -> ExitCode {
+    complain!("error: {err}");
+    if let Some(hint) = held_hint(err, lease, holder) {
+        complain!("hint: {hint}");
+    }
+    ExitCode::FAILURE
+}
+
+/// What to do about an acquire of `lease` as `holder` refused with `err`
+/// because the lease is held.
+fn held_hint(err: &Error, lease: &str, holder: &str) -> Option<String> {
+    let Error::Held {
+        holder: current,
+        token,
+    } = err
+    else {
+        return None;
+    };
+    Some(if current == holder {
+        format!(
+            "{holder:?} is the holder you asked for, but the grant was made to another \
+             acquire (another process, or an earlier acquire: each has its own secret), so \
+             this one is refused. If it is yours, release it with the secret that acquire \
+             printed: palisade lease release {lease} --holder {holder} --token {token} \
+             --secret SECRET --grant-index INDEX; or wait for it with --wait-ms MS"
+        )
+    } else {
+        format!(
+            "wait for it with --wait-ms MS: a waiting acquire gets it as soon as \
+             {current:?} releases it or stops renewing (after its ttl)"
+        )
+    })
+}
+
+pub(crate) fn print(json: bool, value: &serde_json::Value, readable: String) {
+    if json {
+        say!("{value}");
+    } else {
+        say!("{readable}");
+    }
+}
+
+/// One line per transition:
+/// `index 41  acquire   w1 (token 41)  2026-11-28T00:40:12.345Z (3.2 s ago)`.
+pub(crate) fn describe_history(lease: &str, history: &[palisade_client::Transition]) -> String {
+    if history.is_empty() {
+        return format!("{lease}: no transitions recorded");
+    }
+    let lines: Vec<String> = history
+        .iter()
+        .map(|t| {
+            let holder = t.holder.as_deref().unwrap_or("-");
+            let when = t
+                .at_ms
+                .map_or(String::new(), |at| format!("  {}", super::when(at)));
+            format!(
+                "index {}  {:<8}  {holder} (token {}){when}",
+                t.index, t.cause, t.token
+            )
+        })
+        .collect();
+    format!("{lease}:\n{}", lines.join("\n"))
+}
+
+pub(crate) fn describe(info: &palisade_client::LeaseInfo) -> String {
+    match &info.holder {
+        Some(holder) => format!(
+            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {}){}",
+            info.lease,
+            info.token,
+            info.ttl_ms,
+            info.expires_in_ms
+                .map_or(String::new(), |ms| format!("expires in {ms} ms, ")),
+            if info.revoked {
+                "revoked: ends at its deadline, "
+            } else {
+                ""
+            },
+            info.transitions,
+            info.modify_index,
+            grant_times(info)
+        ),
+        None => format!(
+            "{} free (last token {}, {} transitions, index {})",
+            info.lease, info.token, info.transitions, info.modify_index
+        ),
+    }
+}
+
+/// `; acquired <when>; renewed <when>`, for the times the answer carries.
+fn grant_times(info: &palisade_client::LeaseInfo) -> String {
+    let at = |label: &str, time: &Option<String>| {
+        time.as_deref().map_or(
+            String::new(),
+            |text| match palisade_names::time::parse_rfc3339_ms(text) {
+                Some(ms) => format!("; {label} {}", super::when(ms)),
+                None => format!("; {label} {text}"),
+            },
+        )
+    };
+    format!(
+        "{}{}",
+        at("acquired", &info.acquire_time),
+        at("renewed", &info.renew_time)
+    )
+}
+
+pub(crate) fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
+    serde_json::to_value(info).unwrap_or_default()
+}
+
+/// Prints a grant: readable (`verb` says what happened) or as JSON.
+pub(crate) fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str) {
+    let value = serde_json::to_value(grant).unwrap_or_default();
+    let mut readable = format!(
+        "{verb} {} for {} with token {}\njwt: {}",
+        grant.lease, grant.holder, grant.token, grant.jwt
+    );
+    if let Some(secret) = &grant.secret {
+        // What `lease renew` and `lease release` need.
+        readable.push_str(&format!(
+            "\nsecret: {}\ngrant_index: {}",
+            secret.expose(),
+            grant.grant_index.unwrap_or_default()
+        ));
+    }
+    print(json, &value, readable);
+}
