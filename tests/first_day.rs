@@ -685,12 +685,33 @@ fn dev_restarts_a_node_that_died_up_to_its_limit() {
     }
 }
 
-/// The gateway as a store, from the CLI: a create-only write, a write and
-/// a delete conditional on the version (412 and nothing changed when it
-/// moved on), `object head`, and a listing that pages through a prefix.
+/// The gateway as a store, from the CLI, on sled: see
+/// [`store_from_the_cli`].
 #[test]
 fn the_gateway_is_a_store_from_the_cli() {
-    let dev = Dev::start(&[]);
+    store_from_the_cli(&Dev::start(&[]));
+}
+
+/// The same with `palisade dev --postgres`: two gateways on one throwaway
+/// PostgreSQL (skipped without PostgreSQL's binaries unless
+/// `PALISADE_PG_STRICT` is set).
+#[test]
+fn the_gateway_on_postgres_is_a_store_from_the_cli() {
+    if !Path::new("/usr/lib/postgresql/15/bin/initdb").exists() {
+        assert!(
+            std::env::var_os("PALISADE_PG_STRICT").is_none(),
+            "PALISADE_PG_STRICT is set but PostgreSQL 15 is missing"
+        );
+        eprintln!("SKIPPED: PostgreSQL 15 is missing (apt-get install postgresql)");
+        return;
+    }
+    store_from_the_cli(&Dev::start(&["--postgres"]));
+}
+
+/// A create-only write, a write and a delete conditional on the version
+/// (412 and nothing changed when it moved on), `object head`, and a
+/// listing that pages through a prefix.
+fn store_from_the_cli(dev: &Dev) {
     let grant = dev.acquire("shelf", "A");
     let jwt = grant["jwt"].as_str().expect("jwt").to_owned();
     let write = |args: &[&str]| {

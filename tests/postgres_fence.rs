@@ -111,6 +111,21 @@ fn spawn_child(cluster: &Cluster, pg: &PgServer) -> (std::process::Child, Arc<Mu
     (child, lines)
 }
 
+/// The cluster's JWKS once it holds a key: a new leader installs its
+/// signing key in an entry of its own after it is elected, so a JWKS read
+/// the moment a leader exists can be empty (a run under load handed the
+/// database no key, and the fence then refused every JWT).
+async fn signing_keys(client: &palisade_client::Client) -> serde_json::Value {
+    for _ in 0..100 {
+        let jwks = client.jwks().await.expect("jwks");
+        if !support::kids_of(&jwks).is_empty() {
+            return jwks;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no signing key published within 10 s");
+}
+
 async fn wait_for(lines: &Mutex<Vec<String>>, what: &str, found: impl Fn(&[String]) -> bool) {
     let started = Instant::now();
     while !found(&lines.lock().expect("lock")) {
@@ -147,7 +162,7 @@ async fn the_paused_leader_cannot_commit_after_its_successor() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::start(dir.path());
     cluster.leader(&http_client()).await;
-    let jwks = sdk(&cluster, None).jwks().await.expect("jwks");
+    let jwks = signing_keys(&sdk(&cluster, None)).await;
     postgres::set_keys(&db, &jwks).await.expect("keys");
     let (mut child, lines) = spawn_child(&cluster, &pg);
     wait_for(&lines, "wrote 3 rows", |l| {
@@ -251,7 +266,7 @@ async fn a_stale_token_marks_the_lease_lost() {
     let cluster = Cluster::start(dir.path());
     cluster.leader(&http_client()).await;
     let client = sdk(&cluster, None);
-    let jwks = client.jwks().await.expect("jwks");
+    let jwks = signing_keys(&client).await;
     postgres::set_keys(&db, &jwks).await.expect("keys");
     let lease = client
         .acquire(
