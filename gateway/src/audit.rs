@@ -3,10 +3,10 @@
 
 use palisade_store::{LeaseName, Refusal, StoreError};
 
-use crate::auth::LeaseToken;
 use crate::error::ApiError;
 use crate::observe::now_unix_ms;
 use crate::state::AppState;
+use crate::verify::LeaseToken;
 
 /// The caller's address, when the server knows it (not in process tests).
 pub(crate) type Peer = Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;

@@ -1,13 +1,13 @@
 //! The [`LeaseToken`] extractor: `Authorization: Bearer <lease JWT>`,
-//! verified by the state's [`Verifier`](crate::auth::Verifier).
+//! verified by the state's [`Verifier`](crate::verify::Verifier).
 
 use axum::extract::FromRequestParts;
 use http::request::Parts;
 use palisade_store::FencedStore;
 
-use crate::auth::LeaseToken;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::verify::LeaseToken;
 
 impl<S: FencedStore> FromRequestParts<AppState<S>> for LeaseToken {
     type Rejection = ApiError;

@@ -8,12 +8,12 @@ use palisade_store::FencedStore;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{audited, Peer};
-use crate::auth::LeaseToken;
 use crate::body::read_body;
 use crate::error::ApiError;
-use crate::key_path::lease_name;
+use crate::paths::lease_name;
 use crate::schema::{ErrorBody, Fence, LeaseNameParam, ReadErrors, Refusals, WriteErrors};
 use crate::state::AppState;
+use crate::verify::LeaseToken;
 
 /// The route prefix its paths start with.
 pub(crate) const PREFIX: &str = "/v1/fences/";

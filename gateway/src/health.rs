@@ -7,7 +7,7 @@ use axum::Json;
 use palisade_store::FencedStore;
 use serde::Serialize;
 
-use crate::keys::KeySource;
+use crate::jwks::KeySource;
 use crate::observe;
 use crate::state::AppState;
 

@@ -2,8 +2,8 @@
 //!
 //! A request flows: request id and tracing ([`router`]) → deadline
 //! ([`request_deadline`]) → the caller's rights under the policy, if any
-//! (`authorize.rs`) → the handler of its resource ([`objects`],
-//! [`fences`]) → lease-token check ([`LeaseToken`], keys from [`keys`]) →
+//! (`policy.rs`) → the handler of its resource ([`objects`],
+//! [`fences`]) → lease-token check ([`LeaseToken`], keys from [`jwks`]) →
 //! the store, which checks the fence and writes in one atomic, durable step.
 //! [`ApiError`] is the only place a status is chosen.
 //!
@@ -18,9 +18,9 @@
 //!   store's precondition; `health.rs`: the probes and `/metrics`.
 //! - `schema.rs`: every type the OpenAPI document (`openapi.rs`) names, and
 //!   the error lists the routes share.
-//! - `extract.rs`: the [`LeaseToken`] extractor; `auth.rs`: the
-//!   [`Verifier`] behind it; `keys.rs`: the keys it checks with.
-//! - `authorize.rs`: the policy middleware; `key_path.rs`: keys and lease
+//! - `extract.rs`: the [`LeaseToken`] extractor; `verify.rs`: the
+//!   [`Verifier`] behind it; `jwks.rs`: the keys it checks with.
+//! - `policy.rs`: the policy middleware; `paths.rs`: keys and lease
 //!   names from paths; `body.rs`: a body under a size limit.
 //! - `audit.rs`: a stale write into the fencing audit; `observe.rs`: the
 //!   metrics and the audit, which the store keeps
@@ -30,33 +30,33 @@
 //! - `error.rs`: [`ApiError`]; `config.rs`: [`GatewayConfig`]; `state.rs`:
 //!   [`AppState`].
 
-pub mod auth;
 pub mod fences;
-pub mod key_path;
-pub mod keys;
+pub mod jwks;
 pub mod objects;
 pub mod observe;
 pub mod openapi;
+pub mod paths;
+pub mod verify;
 
 mod admit;
 mod audit;
-mod authorize;
 mod body;
 mod config;
 mod error;
 mod extract;
 mod health;
 mod listing;
+mod policy;
 mod precondition;
 mod router;
 mod schema;
 mod server;
 mod state;
 
-pub use auth::{LeaseClaims, LeaseToken, Verifier};
 pub use config::GatewayConfig;
 pub use error::ApiError;
-pub use keys::{JwksCache, KeySource};
+pub use jwks::{JwksCache, KeySource};
 pub use router::{request_deadline, router};
 pub use server::serve;
 pub use state::{AppParts, AppState};
+pub use verify::{LeaseClaims, LeaseToken, Verifier};

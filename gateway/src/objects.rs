@@ -9,13 +9,13 @@ use http::{header, HeaderMap, HeaderValue, Uri};
 use palisade_store::{FencedStore, ObjectKey};
 
 use crate::audit::{audited, Peer};
-use crate::auth::LeaseToken;
 use crate::body::read_body;
 use crate::error::ApiError;
-use crate::key_path::object_key;
+use crate::paths::object_key;
 use crate::precondition::precondition;
 use crate::schema::{Deleted, ErrorBody, ObjectKeyParam, ReadErrors, WriteErrors, Written};
 use crate::state::AppState;
+use crate::verify::LeaseToken;
 
 /// The route prefix its paths start with.
 pub(crate) const PREFIX: &str = "/v1/objects/";

@@ -22,13 +22,12 @@ use tower_http::trace::TraceLayer;
 use crate::error::ApiError;
 use crate::health::{livez, metrics, readyz};
 use crate::state::AppState;
-use crate::{admit, authorize, fences, listing, objects, observe, openapi};
+use crate::{admit, fences, listing, objects, observe, openapi, policy};
 
 /// The gateway's routes, with its middleware.
 pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
     let timeout = state.config.request_timeout;
-    let authorize =
-        axum::middleware::from_fn_with_state(state.policy.clone(), authorize::authorize);
+    let authorize = axum::middleware::from_fn_with_state(state.policy.clone(), policy::authorize);
     // After the policy (a layer added later runs first), so the flow is the
     // principal it found.
     let admit = axum::middleware::from_fn_with_state(
@@ -51,7 +50,7 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
                 .route_layer(admit.clone())
                 .route_layer(axum::middleware::from_fn_with_state(
                     state.policy.clone(),
-                    authorize::identify_only,
+                    policy::identify_only,
                 )),
         )
         .route(
@@ -62,7 +61,7 @@ pub fn router<S: FencedStore>(state: AppState<S>) -> Router {
             "/v1/fences",
             get(fences::list::<S>).route_layer(axum::middleware::from_fn_with_state(
                 state.policy.clone(),
-                authorize::authorize_all,
+                policy::authorize_all,
             )),
         )
         .route(

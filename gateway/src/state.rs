@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use palisade_serve::policy::LivePolicy;
 
-use crate::auth::Verifier;
 use crate::config::GatewayConfig;
 use crate::observe::Observer;
+use crate::verify::Verifier;
 
 /// What every handler shares: one `Arc`, so the clone axum makes for every
 /// handler and middleware of every request is one atomic increment, as the

@@ -118,12 +118,12 @@ impl History {
 /// Runs every check; returns the violations (empty: all properties hold).
 pub fn check(history: &History, bounds: Bounds) -> Vec<String> {
     let mut violations = Vec::new();
-    check_s1(history, &mut violations);
-    check_s2(history, &mut violations);
-    check_s3(history, &mut violations);
-    check_s4(history, &mut violations);
+    check_fenced_writes_never_go_back(history, &mut violations);
+    check_tokens_grow_and_name_one_holder(history, &mut violations);
+    check_holders_never_overlap(history, &mut violations);
+    check_acknowledged_writes_survive(history, &mut violations);
     check_linearizable(history, &mut violations);
-    check_l1(history, bounds, &mut violations);
+    check_leases_are_granted_again(history, bounds, &mut violations);
     for fault in recoveries(history, bounds.recovery_ns) {
         if let Recovery::Late { lease, after_ns } = fault.1 {
             violations.push(format!(
@@ -140,7 +140,7 @@ pub fn check(history: &History, bounds: Bounds) -> Vec<String> {
 /// S1: in the gateway's commit order (versions), the tokens of a lease's
 /// accepted writes never go down; and an accepted write never carries a
 /// token below one acknowledged before it was invoked, on the same lease.
-fn check_s1(history: &History, violations: &mut Vec<String>) {
+fn check_fenced_writes_never_go_back(history: &History, violations: &mut Vec<String>) {
     let mut committed: Vec<&Write> = history
         .writes
         .iter()
@@ -174,7 +174,7 @@ fn check_s1(history: &History, violations: &mut Vec<String>) {
 }
 
 /// S2: a token belongs to one holder; later grants carry higher tokens.
-fn check_s2(history: &History, violations: &mut Vec<String>) {
+fn check_tokens_grow_and_name_one_holder(history: &History, violations: &mut Vec<String>) {
     let mut owner: HashMap<(&str, u64), &str> = HashMap::new();
     for held in &history.held {
         if let Some(other) = owner.insert((&held.lease, held.token), &held.holder) {
@@ -204,7 +204,7 @@ fn check_s2(history: &History, violations: &mut Vec<String>) {
 }
 
 /// S3: two holders' held intervals never overlap on one lease.
-fn check_s3(history: &History, violations: &mut Vec<String>) {
+fn check_holders_never_overlap(history: &History, violations: &mut Vec<String>) {
     for (i, a) in history.held.iter().enumerate() {
         for b in &history.held[i + 1..] {
             if a.lease == b.lease && a.holder != b.holder && a.from < b.to && b.from < a.to {
@@ -224,7 +224,7 @@ fn check_s3(history: &History, violations: &mut Vec<String>) {
 
 /// S4: every key ends with the last acknowledged write, or a later one whose
 /// outcome was unknown; nothing acknowledged is lost.
-fn check_s4(history: &History, violations: &mut Vec<String>) {
+fn check_acknowledged_writes_survive(history: &History, violations: &mut Vec<String>) {
     let mut by_key: HashMap<&str, Vec<&Write>> = HashMap::new();
     for write in &history.writes {
         by_key.entry(&write.key).or_default().push(write);
@@ -256,7 +256,7 @@ fn check_s4(history: &History, violations: &mut Vec<String>) {
 /// grant's deadline (etcd's Promote) and a fault may start before the last
 /// one recovered: such a gap must end within `recovery_ns` of the last of
 /// those faults healing.
-fn check_l1(history: &History, bounds: Bounds, violations: &mut Vec<String>) {
+fn check_leases_are_granted_again(history: &History, bounds: Bounds, violations: &mut Vec<String>) {
     let leases = history.leases();
     for lease in leases {
         for (from, to) in gaps(history, lease) {
@@ -421,7 +421,7 @@ pub fn recoveries(history: &History, bound_ns: u64) -> Vec<(Fault, Recovery)> {
     out
 }
 
-/// What [`check_l2`] holds the holders to.
+/// What [`check_holders_ride_through`] holds the holders to.
 #[derive(Debug, Clone, Copy)]
 pub struct RideThrough {
     /// The faults a holder must ride through (the leader frozen, the leader
@@ -443,7 +443,7 @@ pub struct RideThrough {
 /// start and `after_ns` after it healed (or the next fault, if sooner).
 /// The violations, and how many holders it checked (one per held interval
 /// and qualifying fault).
-pub fn check_l2(history: &History, ride: RideThrough) -> (Vec<String>, usize) {
+pub fn check_holders_ride_through(history: &History, ride: RideThrough) -> (Vec<String>, usize) {
     let mut faults: Vec<&Fault> = history.faults.iter().collect();
     faults.sort_by_key(|f| f.from);
     let (mut violations, mut checked) = (Vec::new(), 0);

@@ -85,8 +85,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use checker::{
-    check, check_l2, gaps, recoveries, Bounds, Fault, Held, History, Read, Recovery, RideThrough,
-    Write,
+    check, check_holders_ride_through, gaps, recoveries, Bounds, Fault, Held, History, Read,
+    Recovery, RideThrough, Write,
 };
 use palisade_local_cluster::Logs;
 use storage::{Engine, Gateways};
@@ -227,7 +227,7 @@ const MANY_WAITERS: &str = "many blocking acquirers queued on one lease";
 const PREEMPT: &str = "a higher-priority worker preempts the holder";
 /// L2 (issue 42): with both leases held for a while, the leader is frozen
 /// (or cut off) for less than the ttl less an election; every holder must
-/// keep its lease (`checker.rs::check_l2`).
+/// keep its lease (`checker.rs::check_holders_ride_through`).
 const RIDE_FREEZE: &str = "SIGSTOP Raft leader under settled holders (L2)";
 const RIDE_CUT: &str = "partition: Raft leader cut off under settled holders (L2)";
 const ROTATE_LAGGING: &str = "key rotation while the gateway's first endpoint is cut off";
@@ -444,7 +444,7 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
     };
     let mut violations = check(&history, bounds);
     violations.extend(preemption_gaps(&history));
-    let (l2, rode) = check_l2(&history, RIDE_THROUGH);
+    let (l2, rode) = check_holders_ride_through(&history, RIDE_THROUGH);
     eprintln!("fault suite: L2: {rode} holder(s) held to riding through a short freeze or cut of the leader");
     violations.extend(l2);
     report(seed, &history, &kinds, bounds);
@@ -1833,14 +1833,14 @@ fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
         vec![held("l", "a", 3, 0, 1_000)],
         vec![fault("freeze", 200, 280)],
     );
-    assert_eq!(check_l2(&kept, RIDE), (Vec::new(), 1));
+    assert_eq!(check_holders_ride_through(&kept, RIDE), (Vec::new(), 1));
     // Lost during it, or just after it healed: L2.
     for lost_at in [250, 300] {
         let lost = history(
             vec![held("l", "a", 3, 0, lost_at), held("l", "b", 9, 700, 1_000)],
             vec![fault("freeze", 200, 280)],
         );
-        let (violations, _) = check_l2(&lost, RIDE);
+        let (violations, _) = check_holders_ride_through(&lost, RIDE);
         assert!(
             violations.len() == 1 && violations[0].starts_with("L2: a lost l (token 3)"),
             "{violations:?}"
@@ -1861,6 +1861,10 @@ fn l2_catches_a_lease_lost_to_a_short_freeze_of_the_leader_and_nothing_else() {
     ];
     for (faults, from, to) in loose {
         let h = history(vec![held("l", "a", 3, from, to)], faults);
-        assert!(check_l2(&h, RIDE).0.is_empty(), "{:?}", h.faults);
+        assert!(
+            check_holders_ride_through(&h, RIDE).0.is_empty(),
+            "{:?}",
+            h.faults
+        );
     }
 }

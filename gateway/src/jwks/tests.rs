@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use crate::keys::{JwksCache, KeyLookup, KeySource};
+use crate::jwks::{JwksCache, KeyLookup, KeySource};
 
 /// What a fake node answers: a status and a body.
 type Answer = Arc<Mutex<(StatusCode, Value)>>;

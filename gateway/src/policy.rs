@@ -13,7 +13,7 @@ use palisade_serve::PeerCertificate;
 use std::sync::Arc;
 
 use crate::error::ApiError;
-use crate::key_path::{lease_name, object_key};
+use crate::paths::{lease_name, object_key};
 use crate::{fences, objects};
 
 /// The middleware on `/v1/objects/...` and `/v1/fences/...`.

@@ -54,7 +54,7 @@ pub fn lease_name(path: &str, prefix: &str) -> Result<LeaseName, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::key_path::{object_key, percent_decode_strict};
+    use crate::paths::{object_key, percent_decode_strict};
 
     #[test]
     fn decodes_strictly() {

@@ -22,7 +22,7 @@ use palisade_names::sync::lock;
 use palisade_store::{FencingToken, LeaseName};
 
 use crate::error::ApiError;
-use crate::keys::{KeyLookup, KeySource};
+use crate::jwks::{KeyLookup, KeySource};
 
 pub use palisade_store::names::LeaseClaims;
 
