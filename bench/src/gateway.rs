@@ -3,8 +3,11 @@
 //! fsync.
 //!
 //! It starts `palisade gateway` on a temp dir with a fresh key, drives
-//! 1 KiB PUTs with one JWT per writer (as a lease holder would), then
-//! measures, in this process, the fenced store without HTTP, sled inserting
+//! 1 KiB PUTs with one JWT per writer (as a lease holder would), then the
+//! same PUTs each conditional on the version the writer's last one wrote
+//! (`If-Match`, the first `If-None-Match: *`), then listings of 100-key
+//! pages from a random place among the keys written; then measures, in
+//! this process, the fenced store without HTTP, sled inserting
 //! the same values from 64 tasks that each await a flush, and a bare
 //! write+fsync loop.
 
@@ -75,6 +78,9 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
     for &concurrency in &args.load.concurrency {
         token += 1;
         results.push(put_load(&url, &encoding, token, concurrency, duration, &value).await);
+        let jwt = bench_jwt(&encoding, token);
+        results.push(conditional_load(&url, &jwt, concurrency, duration, &value).await);
+        results.push(list_load(&url, concurrency, duration).await);
     }
     gateway.kill();
 
@@ -90,14 +96,8 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-async fn put_load(
-    url: &str,
-    key: &EncodingKey,
-    token: u64,
-    concurrency: usize,
-    duration: Duration,
-    value: &[u8],
-) -> Figures {
+/// A lease JWT for the `bench` lease at `token`, good for an hour.
+fn bench_jwt(key: &EncodingKey, token: u64) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -109,13 +109,120 @@ async fn put_load(
         iat: now,
         exp: now + 3600,
     };
-    let jwt =
-        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, key).unwrap_or_default();
-    let client = reqwest::Client::builder()
+    jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, key).unwrap_or_default()
+}
+
+fn http_client(concurrency: usize) -> reqwest::Client {
+    reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .timeout(Duration::from_secs(10))
         .build()
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Each writer PUTs its own key, each time conditional on the version its
+/// last PUT answered (the first: `If-None-Match: *`), as a compare-and-set
+/// loop does; a 412 would count as an error.
+async fn conditional_load(
+    url: &str,
+    jwt: &str,
+    concurrency: usize,
+    duration: Duration,
+    value: &[u8],
+) -> Figures {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let client = http_client(concurrency);
+    let versions: Arc<Vec<AtomicU64>> =
+        Arc::new((0..concurrency).map(|_| AtomicU64::new(0)).collect());
+    let value = bytes::Bytes::copy_from_slice(value);
+    let (url, jwt) = (url.to_owned(), jwt.to_owned());
+    // A key of its own per run, so the first PUT finds nothing there.
+    let run = rand::random::<u32>();
+    load(
+        "gateway conditional PUT (If-Match, durable)",
+        concurrency,
+        duration,
+        move |task, _| {
+            let (client, jwt, value, url, versions) = (
+                client.clone(),
+                jwt.clone(),
+                value.clone(),
+                url.clone(),
+                versions.clone(),
+            );
+            async move {
+                let last = versions[task].load(Ordering::Relaxed);
+                let request = client
+                    .put(format!("{url}/v1/objects/bench/cas-{run}/{task}"))
+                    .bearer_auth(&jwt)
+                    .body(value);
+                let request = if last == 0 {
+                    request.header("if-none-match", "*")
+                } else {
+                    request.header("if-match", last.to_string())
+                };
+                let answer = request.send().await.map_err(|_| "transport".to_owned())?;
+                if answer.status().as_u16() != 200 {
+                    return Err(format!("http {}", answer.status().as_u16()));
+                }
+                let written: serde_json::Value =
+                    answer.json().await.map_err(|_| "body".to_owned())?;
+                let version = written["version"].as_u64().ok_or("no version")?;
+                versions[task].store(version, Ordering::Relaxed);
+                Ok(())
+            }
+        },
+    )
+    .await
+}
+
+/// Pages of 100 keys under `bench/`, each from a random key among those the
+/// PUT rows wrote (`bench/{task}/{n}`).
+async fn list_load(url: &str, concurrency: usize, duration: Duration) -> Figures {
+    let client = http_client(concurrency);
+    let url = url.to_owned();
+    load(
+        "gateway listing, 100-key page",
+        concurrency,
+        duration,
+        move |_, _| {
+            let (client, url) = (client.clone(), url.clone());
+            async move {
+                let after = format!(
+                    "bench/{}/{}",
+                    rand::random::<u32>() % 64,
+                    rand::random::<u32>() % 100
+                );
+                let answer = client
+                    .get(format!("{url}/v1/objects"))
+                    .query(&[("prefix", "bench/"), ("after", &after), ("limit", "100")])
+                    .send()
+                    .await
+                    .map_err(|_| "transport".to_owned())?;
+                if answer.status().as_u16() != 200 {
+                    return Err(format!("http {}", answer.status().as_u16()));
+                }
+                answer
+                    .bytes()
+                    .await
+                    .map(drop)
+                    .map_err(|_| "body".to_owned())
+            }
+        },
+    )
+    .await
+}
+
+async fn put_load(
+    url: &str,
+    key: &EncodingKey,
+    token: u64,
+    concurrency: usize,
+    duration: Duration,
+    value: &[u8],
+) -> Figures {
+    let jwt = bench_jwt(key, token);
+    let client = http_client(concurrency);
     let value = bytes::Bytes::copy_from_slice(value);
     let url = url.to_owned();
     load(
