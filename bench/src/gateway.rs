@@ -5,9 +5,9 @@
 //! It starts `palisade gateway` on a temp dir with a fresh key, drives
 //! 1 KiB PUTs with one JWT per writer (as a lease holder would), then the
 //! same PUTs each conditional on the version the writer's last one wrote
-//! (`If-Match`, the first `If-None-Match: *`), then listings of 100-key
-//! pages from a random place among the keys written; then measures, in
-//! this process, the fenced store without HTTP, sled inserting
+//! (`If-Match`, the first `If-None-Match: *`); then, once every row has
+//! written its keys, listings of 100-key pages from a random place among
+//! them; then measures, in this process, the fenced store without HTTP, sled inserting
 //! the same values from 64 tasks that each await a flush, and a bare
 //! write+fsync loop.
 
@@ -80,7 +80,12 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
         results.push(put_load(&url, &encoding, token, concurrency, duration, &value).await);
         let jwt = bench_jwt(&encoding, token);
         results.push(conditional_load(&url, &jwt, concurrency, duration, &value).await);
-        results.push(list_load(&url, concurrency, duration).await);
+    }
+    // Once every PUT row has written its keys: `bench/{task}/{0..100}` for
+    // every task of the largest row.
+    let writers = args.load.concurrency.iter().copied().max().unwrap_or(1);
+    for &concurrency in &args.load.concurrency {
+        results.push(list_load(&url, writers, concurrency, duration).await);
     }
     gateway.kill();
 
@@ -177,8 +182,8 @@ async fn conditional_load(
 }
 
 /// Pages of 100 keys under `bench/`, each from a random key among those the
-/// PUT rows wrote (`bench/{task}/{n}`).
-async fn list_load(url: &str, concurrency: usize, duration: Duration) -> Figures {
+/// PUT rows' `writers` tasks wrote (`bench/{task}/{n}`, n < 100).
+async fn list_load(url: &str, writers: usize, concurrency: usize, duration: Duration) -> Figures {
     let client = http_client(concurrency);
     let url = url.to_owned();
     load(
@@ -190,7 +195,7 @@ async fn list_load(url: &str, concurrency: usize, duration: Duration) -> Figures
             async move {
                 let after = format!(
                     "bench/{}/{}",
-                    rand::random::<u32>() % 64,
+                    rand::random::<u32>() as usize % writers.max(1),
                     rand::random::<u32>() % 100
                 );
                 let answer = client
