@@ -16,6 +16,8 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod group;
+pub mod group_id;
 pub mod io_error;
 pub mod leader;
 pub mod lease_table;

@@ -16,6 +16,8 @@ use tokio::net::TcpListener;
 use crate::api;
 use crate::api::state::{ApiParts, ApiState};
 use crate::config::ElectionConfig;
+use crate::group::Group;
+use crate::group_id::GroupId;
 use crate::io_error::io_err;
 use crate::leader::duties::LeaderDuties;
 use crate::leader::lessor::Lessor;
@@ -139,7 +141,7 @@ impl ElectionNode {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let api = api::router(self.state.clone());
-        let raft = self.state.raft.clone();
+        let raft = self.state.group_zero().raft.clone();
         let peers = peer_router(
             raft.clone(),
             self.state.incarnations.clone(),
@@ -308,23 +310,28 @@ fn api_state(
         .clone()
         .map(crate::api::GatewayReader::new);
     let sessions = Arc::new(crate::api::UiSessions::new(config.ui.clone()));
-    let state = ApiState::new(ApiParts {
+    let group = Group {
+        id: GroupId::ZERO,
         raft,
         proposer,
-        shared,
+        applied: shared,
         // The longest any leader answers renewals on its lease.
         lessor: Arc::new(Lessor::with_takeover_grace(Duration::from_millis(
             config.raft_election_timeout().1,
         ))),
+        signer: Arc::new(Mutex::new(None)),
+        tokens: Arc::default(),
+        reads,
+        handoff: Arc::default(),
+        rule: config.renew_lease(),
+    };
+    let state = ApiState::new(ApiParts {
+        group,
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
         config,
         forwarder,
         incarnations,
-        signer: Arc::new(Mutex::new(None)),
-        jwts: Arc::default(),
-        reads,
-        handoff: Arc::default(),
         series: Arc::default(),
         sessions,
         ui_gateway,
@@ -342,11 +349,12 @@ fn api_state(
 /// status page's sampler.
 fn spawn_duties(state: &ApiState) -> Duties {
     let config = &state.config;
+    let group = state.group_zero();
     let leader = LeaderDuties {
-        raft: state.raft.clone(),
-        proposer: state.proposer.clone(),
-        shared: state.shared.clone(),
-        lessor: state.lessor.clone(),
+        raft: group.raft.clone(),
+        proposer: group.proposer.clone(),
+        shared: group.applied.clone(),
+        lessor: group.lessor.clone(),
         // The longest a JWT lives (renewals reuse one signed for
         // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
         retirer: KeyRetirer::new(
@@ -357,23 +365,23 @@ fn spawn_duties(state: &ApiState) -> Duties {
     Duties(vec![
         tokio::spawn(leader.run()),
         tokio::spawn(place_leadership(
-            state.raft.clone(),
-            state.handoff.clone(),
+            group.raft.clone(),
+            group.handoff.clone(),
             state.forwarder.clone(),
             config.id,
             config.placement,
-            state.shared.metrics.leader_transfers.clone(),
+            group.applied.metrics.leader_transfers.clone(),
         )),
         tokio::spawn(acquaint_peers(
-            state.raft.clone(),
+            group.raft.clone(),
             state.forwarder.clone(),
             state.incarnations.clone(),
             config.id,
         )),
-        tokio::spawn(report_waiting(state.raft.clone(), config.clone())),
+        tokio::spawn(report_waiting(group.raft.clone(), config.clone())),
         tokio::spawn(crate::api::sample_status(state.clone())),
         tokio::spawn(forget_removed_nodes(
-            state.raft.clone(),
+            group.raft.clone(),
             state.incarnations.clone(),
         )),
     ])
@@ -398,6 +406,6 @@ async fn report_waiting(raft: Arc<Raft>, config: Arc<ElectionConfig>) {
 
 /// What this node tells a peer's status page (`POST /raft/figures`).
 fn figures_source(state: &ApiState) -> crate::peer::figures::FiguresSource {
-    let (raft, series) = (state.raft.clone(), state.series.clone());
+    let (raft, series) = (state.group_zero().raft.clone(), state.series.clone());
     Arc::new(move || crate::peer::figures::Figures::of(&raft, &series))
 }

@@ -77,7 +77,8 @@ pub(super) fn seat(
             ("kind".to_owned(), over.kind.to_owned()),
         ];
         state
-            .shared
+            .group_zero()
+            .applied
             .metrics
             .admission_refusals
             .get_or_create(&labels)

@@ -26,7 +26,10 @@ pub(in crate::api) async fn page(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
 ) -> Response {
-    let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+    let record = state
+        .group_zero()
+        .applied
+        .read(|s| s.table.leases.get(&lease).cloned());
     let mut html = head(&format!("Palisade lease {}", escape(lease.as_str())));
     let _ = write!(
         html,
@@ -55,20 +58,19 @@ fn standing(html: &mut String, state: &ApiState, lease: &LeaseName, record: &Lea
         || "<i>free</i>".to_owned(),
         |h| format!("<b class=\"holder\">{}</b>", escape(h)),
     );
-    let left = match (&record.holder, state.is_leader()) {
+    let left = match (&record.holder, state.group_zero().is_leader()) {
         (None, _) => String::new(),
         (Some(_), false) => " · time left is known on the leader only".to_owned(),
-        (Some(_), true) => {
-            state
-                .lessor
-                .remaining_ms(lease, record.token)
-                .map_or_else(String::new, |ms| {
-                    format!(
-                        " · <span id=\"left\">{:.1} s</span> left",
-                        ms as f64 / 1000.0
-                    )
-                })
-        }
+        (Some(_), true) => state
+            .group_zero()
+            .lessor
+            .remaining_ms(lease, record.token)
+            .map_or_else(String::new, |ms| {
+                format!(
+                    " · <span id=\"left\">{:.1} s</span> left",
+                    ms as f64 / 1000.0
+                )
+            }),
     };
     let flags = [
         (record.revoked, "revoked"),

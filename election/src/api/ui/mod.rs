@@ -147,7 +147,7 @@ fn head(title: &str) -> String {
 /// its applied index is behind the highest commit index any member
 /// reported, or why it did not answer.
 fn node_section(html: &mut String, state: &ApiState, members: &[cluster::Member]) {
-    let metrics = state.raft.metrics().borrow_watched().clone();
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
     let me = state.config.id;
     let role = format!("{:?}", metrics.state);
     let leader = metrics
@@ -237,7 +237,7 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
     let (prefix, after) = (wanted.prefix, wanted.after);
     // One page and one look past it: the work is bounded by the page, never
     // by the number of leases under the prefix.
-    let (mut rows, in_table) = state.shared.read(|s| {
+    let (mut rows, in_table) = state.group_zero().applied.read(|s| {
         let start = match after {
             Some(after) if after >= prefix => std::ops::Bound::Excluded(after),
             _ => std::ops::Bound::Included(prefix),
@@ -266,7 +266,7 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
         rows.len(),
         escape(prefix),
         after.map_or_else(String::new, |a| format!(" after “{}”", escape(a))),
-        if state.is_leader() {
+        if state.group_zero().is_leader() {
             ""
         } else {
             " (time left is known on the leader only)"
@@ -296,7 +296,7 @@ fn lease_row(
     let left = record
         .holder
         .as_ref()
-        .and_then(|_| state.lessor.remaining_ms(name, record.token))
+        .and_then(|_| state.group_zero().lessor.remaining_ms(name, record.token))
         .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
     let holder = record.holder.as_deref().map_or_else(
         || "<i>free</i>".to_owned(),

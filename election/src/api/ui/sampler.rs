@@ -35,7 +35,7 @@ pub async fn sample(state: ApiState) {
 
 /// The counters now (the gateway's if it answers within its bound).
 async fn counts(state: &ApiState) -> Counts {
-    let metrics = &state.shared.metrics;
+    let metrics = &state.group_zero().applied.metrics;
     let refused = match &state.ui_gateway {
         Some(reader) => reader.refused_writes().await.ok(),
         None => None,
@@ -53,8 +53,8 @@ async fn counts(state: &ApiState) -> Counts {
 fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
     let secs = now.at.duration_since(before.at).as_secs_f64().max(0.001);
     let rate = |from: u64, to: u64| to.saturating_sub(from) as f64 / secs;
-    let held = state.shared.read(|s| s.table.held());
-    let raft = state.raft.metrics().borrow_watched().clone();
+    let held = state.group_zero().applied.read(|s| s.table.held());
+    let raft = state.group_zero().raft.metrics().borrow_watched().clone();
     Sample {
         at_ms: crate::signing::unix_ms(),
         renewals: rate(before.renewals, now.renewals),
@@ -63,7 +63,8 @@ fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
         held,
         waiters: state.waiting(),
         renew_p99_ms: state
-            .shared
+            .group_zero()
+            .applied
             .metrics
             .renew_window
             .take_p99()
