@@ -198,9 +198,11 @@ fn open_storage(config: &ElectionConfig) -> std::io::Result<Storage> {
     }
     let durable = Durable::open(&config.data_dir.join("raft"))?;
     let incarnations = Arc::new(Incarnations::open(&durable)?);
-    let state_machine = StateMachine::open(&durable, &config.data_dir.join("raft-snapshot"))?;
+    let names = GroupId::ZERO.names();
+    let state_machine =
+        StateMachine::open(&durable, names, &names.snapshot_path(&config.data_dir))?;
     let fsync_seconds = state_machine.shared().metrics.log_fsync_seconds.clone();
-    let log_store = SledLogStore::open(&durable, fsync_seconds)?;
+    let log_store = SledLogStore::open(&durable, names, fsync_seconds)?;
     Ok(Storage {
         incarnations,
         state_machine,
@@ -350,18 +352,15 @@ fn api_state(
 fn spawn_duties(state: &ApiState) -> Duties {
     let config = &state.config;
     let group = state.group_zero();
-    let leader = LeaderDuties {
-        raft: group.raft.clone(),
-        proposer: group.proposer.clone(),
-        shared: group.applied.clone(),
-        lessor: group.lessor.clone(),
+    let leader = LeaderDuties::of(
+        group,
         // The longest a JWT lives (renewals reuse one signed for
         // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
-        retirer: KeyRetirer::new(
+        KeyRetirer::new(
             config.ttl_range.1 * TokenCache::LIFETIME_TTLS as u32 + Duration::from_secs(2),
         ),
-        reclaim_after: config.reclaim_after,
-    };
+        config.reclaim_after,
+    );
     Duties(vec![
         tokio::spawn(leader.run()),
         tokio::spawn(place_leadership(
