@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::api;
 use crate::api::state::{ApiParts, ApiState};
+use crate::api::StatusPage;
 use crate::config::ElectionConfig;
 use crate::group::Group;
 use crate::group_id::GroupId;
@@ -46,6 +47,8 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 pub struct ElectionNode {
     /// The node's API state (Raft, table, lessor).
     pub state: ApiState,
+    /// The status pages' state (the gateway they read, the sessions).
+    status: Arc<StatusPage>,
     /// The client API's bound address.
     pub local_addr: std::net::SocketAddr,
     /// The peer listener's bound address.
@@ -117,18 +120,25 @@ impl ElectionNode {
         let peer_listener = TcpListener::bind(config.peer_listen_addr().map_err(io_err)?).await?;
         let (state, read_rounds) =
             api_state(raft, shared, Arc::new(config), dialer, storage.incarnations);
-        let mut duties = spawn_duties(&state);
+        let status = StatusPage::new(&state.config);
+        let mut duties = spawn_duties(&state, &status);
         duties.0.push(read_rounds);
         Ok(Self {
             local_addr: listener.local_addr()?,
             peer_addr: peer_listener.local_addr()?,
             state,
+            status,
             listener,
             peer_listener,
             peer_tls,
             client_tls,
             duties,
         })
+    }
+
+    /// The client API's router, status pages included.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.state.clone(), self.status.clone())
     }
 
     /// Serves the client API and the peer listener until `shutdown`, drains
@@ -140,7 +150,7 @@ impl ElectionNode {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let api = api::router(self.state.clone());
+        let api = self.router();
         let raft = self.state.group_zero().raft.clone();
         let peers = peer_router(
             raft.clone(),
@@ -307,11 +317,6 @@ fn api_state(
         shared.metrics.proposal_failures.clone(),
         config.history_len,
     );
-    let ui_gateway = config
-        .ui_gateway
-        .clone()
-        .map(crate::api::GatewayReader::new);
-    let sessions = Arc::new(crate::api::UiSessions::new(config.ui.clone()));
     let group = Group {
         id: GroupId::ZERO,
         raft,
@@ -335,8 +340,6 @@ fn api_state(
         forwarder,
         incarnations,
         series: Arc::default(),
-        sessions,
-        ui_gateway,
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.
         forwarding: Admission::new(Seats::of(
@@ -349,7 +352,7 @@ fn api_state(
 /// Starts the node's background tasks: the leader's duties, leadership
 /// placement, meeting and forgetting peers, the no-leader report and the
 /// status page's sampler.
-fn spawn_duties(state: &ApiState) -> Duties {
+fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
     let config = &state.config;
     let group = state.group_zero();
     let leader = LeaderDuties::of(
@@ -378,7 +381,7 @@ fn spawn_duties(state: &ApiState) -> Duties {
             config.id,
         )),
         tokio::spawn(report_waiting(group.raft.clone(), config.clone())),
-        tokio::spawn(crate::api::sample_status(state.clone())),
+        tokio::spawn(crate::api::sample_status(state.clone(), status.clone())),
         tokio::spawn(forget_removed_nodes(
             group.raft.clone(),
             state.incarnations.clone(),

@@ -40,12 +40,8 @@ pub struct ApiParts {
     pub config: Arc<ElectionConfig>,
     /// Forwards requests to the leader, over the peer channel.
     pub forwarder: crate::peer::dialer::PeerDialer,
-    /// The gateway the status page reads (`--ui-gateway`), its client built
-    /// once.
-    pub ui_gateway: Option<super::ui::gateway::GatewayReader>,
-    /// The status page's sign-ins on this node (`ui/sessions.rs`).
-    pub sessions: Arc<super::ui::sessions::Sessions>,
-    /// What the status page plots (`ui/series.rs`).
+    /// What the status page plots, and peers' status pages ask for
+    /// (`series.rs`).
     pub series: Arc<crate::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').
     pub incarnations: Arc<crate::peer::incarnation::Incarnations>,

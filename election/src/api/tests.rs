@@ -11,7 +11,6 @@ use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::router;
 use crate::config::ElectionConfig;
 use crate::node::ElectionNode;
 
@@ -45,7 +44,7 @@ async fn node_with(adjust: impl FnOnce(&mut ElectionConfig)) -> Node {
     for _ in 0..500 {
         if state.group_zero().is_leader() && state.group_zero().signer().is_ok() {
             return Node {
-                app: router(state),
+                app: node.router(),
                 _node: node,
                 _dir: dir,
             };

@@ -5,10 +5,14 @@
 
 use std::fmt::Write as _;
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
+use axum::Extension;
 use palisade_names::LeaseName;
 
+use super::status::StatusPage;
 use super::{escape, head};
 use crate::api::extract::LeasePath;
 use crate::api::schema::{ErrorBody, LeaseNameParam};
@@ -24,10 +28,11 @@ use crate::lease_table::record::LeaseRecord;
         (status = 429, body = ErrorBody)))]
 pub(in crate::api) async fn page(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     LeasePath(lease): LeasePath,
 ) -> Response {
     let record = state
-        .group_zero()
+        .group(&lease)
         .applied
         .read(|s| s.table.leases.get(&lease).cloned());
     let mut html = head(&format!("Palisade lease {}", escape(lease.as_str())));
@@ -45,7 +50,7 @@ pub(in crate::api) async fn page(
     };
     standing(&mut html, &state, &lease, &record);
     history(&mut html, &record);
-    if let Some(reader) = &state.ui_gateway {
+    if let Some(reader) = &status.gateway {
         refused(&mut html, reader, &lease).await;
     }
     html.push_str("</body></html>");

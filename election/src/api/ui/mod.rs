@@ -27,8 +27,10 @@ mod plots;
 pub mod sampler;
 pub mod sessions;
 pub(super) mod signed_in;
+pub mod status;
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -42,6 +44,7 @@ use super::schema::ErrorBody;
 use super::state::ApiState;
 use crate::error::ApiError;
 use crate::lease_table::history::Transition;
+use status::StatusPage;
 
 /// Leases on one page.
 const PAGE: usize = 200;
@@ -85,6 +88,7 @@ pub(super) fn escape(text: &str) -> String {
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn page(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     principal: Option<Extension<Principal>>,
     query: Result<Query<UiQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -116,7 +120,7 @@ pub(super) async fn page(
             crate::signing::unix_ms(),
         );
     }
-    if let Some(reader) = &state.ui_gateway {
+    if let Some(reader) = &status.gateway {
         gateway_fences(&mut html, reader, &query.prefix).await;
     }
     html.push_str("</body></html>");

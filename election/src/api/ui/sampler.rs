@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
 
+use super::status::StatusPage;
 use crate::api::state::ApiState;
 use crate::series::{Sample, EVERY};
 
@@ -19,24 +20,25 @@ struct Counts {
     at: Instant,
 }
 
-/// Takes a sample of `state` into its series every [`EVERY`], forever.
-pub async fn sample(state: ApiState) {
-    let mut before = counts(&state).await;
+/// Takes a sample of `state` (and of the gateway `status` reads) into its
+/// series every [`EVERY`], forever.
+pub async fn sample(state: ApiState, status: std::sync::Arc<StatusPage>) {
+    let mut before = counts(&state, &status).await;
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let now = counts(&state).await;
+        let now = counts(&state, &status).await;
         state.series.push(take(&state, &before, &now));
         before = now;
     }
 }
 
 /// The counters now (the gateway's if it answers within its bound).
-async fn counts(state: &ApiState) -> Counts {
+async fn counts(state: &ApiState, status: &StatusPage) -> Counts {
     let metrics = &state.group_zero().applied.metrics;
-    let refused = match &state.ui_gateway {
+    let refused = match &status.gateway {
         Some(reader) => reader.refused_writes().await.ok(),
         None => None,
     };
