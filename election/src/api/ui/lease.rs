@@ -63,19 +63,21 @@ fn standing(html: &mut String, state: &ApiState, lease: &LeaseName, record: &Lea
         || "<i>free</i>".to_owned(),
         |h| format!("<b class=\"holder\">{}</b>", escape(h)),
     );
-    let left = match (&record.holder, state.group_zero().is_leader()) {
+    let group = state.group(lease);
+    let left = match (&record.holder, group.is_leader()) {
         (None, _) => String::new(),
         (Some(_), false) => " · time left is known on the leader only".to_owned(),
-        (Some(_), true) => state
-            .group_zero()
-            .lessor
-            .remaining_ms(lease, record.token)
-            .map_or_else(String::new, |ms| {
-                format!(
-                    " · <span id=\"left\">{:.1} s</span> left",
-                    ms as f64 / 1000.0
-                )
-            }),
+        (Some(_), true) => {
+            group
+                .lessor
+                .remaining_ms(lease, record.token)
+                .map_or_else(String::new, |ms| {
+                    format!(
+                        " · <span id=\"left\">{:.1} s</span> left",
+                        ms as f64 / 1000.0
+                    )
+                })
+        }
     };
     let flags = [
         (record.revoked, "revoked"),
