@@ -24,6 +24,7 @@ use crate::leader::duties::LeaderDuties;
 use crate::leader::lessor::Lessor;
 use crate::leader::placement::place_leadership;
 use crate::leader::retirement::KeyRetirer;
+use crate::metrics::ElectionMetrics;
 use crate::peer::acquaint::{acquaint_peers, forget_removed_nodes};
 use crate::peer::dialer::PeerDialer;
 use crate::peer::incarnation::Incarnations;
@@ -77,6 +78,7 @@ impl Drop for Duties {
 
 /// What a node keeps on disk, opened.
 struct Storage {
+    metrics: Arc<ElectionMetrics>,
     incarnations: Arc<Incarnations>,
     state_machine: StateMachine,
     log_store: SledLogStore,
@@ -118,8 +120,14 @@ impl ElectionNode {
         initialize_if_fresh(&raft, &config).await?;
         let listener = TcpListener::bind(config.listen).await?;
         let peer_listener = TcpListener::bind(config.peer_listen_addr().map_err(io_err)?).await?;
-        let (state, read_rounds) =
-            api_state(raft, shared, Arc::new(config), dialer, storage.incarnations);
+        let (state, read_rounds) = api_state(
+            raft,
+            shared,
+            storage.metrics,
+            Arc::new(config),
+            dialer,
+            storage.incarnations,
+        );
         let status = StatusPage::new(&state.config);
         let mut duties = spawn_duties(&state, &status);
         duties.0.push(read_rounds);
@@ -209,11 +217,12 @@ fn open_storage(config: &ElectionConfig) -> std::io::Result<Storage> {
     let durable = Durable::open(&config.data_dir.join("raft"))?;
     let incarnations = Arc::new(Incarnations::open(&durable)?);
     let names = GroupId::ZERO.names();
-    let state_machine =
-        StateMachine::open(&durable, names, &names.snapshot_path(&config.data_dir))?;
-    let fsync_seconds = state_machine.shared().metrics.log_fsync_seconds.clone();
-    let log_store = SledLogStore::open(&durable, names, fsync_seconds)?;
+    let metrics = Arc::<ElectionMetrics>::default();
+    let snapshots = names.snapshot_path(&config.data_dir);
+    let state_machine = StateMachine::open(&durable, names, &snapshots, metrics.clone())?;
+    let log_store = SledLogStore::open(&durable, names, metrics.log_fsync_seconds.clone())?;
     Ok(Storage {
+        metrics,
         incarnations,
         state_machine,
         log_store,
@@ -305,6 +314,7 @@ async fn initialize_if_fresh(raft: &Raft, config: &ElectionConfig) -> std::io::R
 fn api_state(
     raft: Arc<Raft>,
     shared: SharedState,
+    metrics: Arc<ElectionMetrics>,
     config: Arc<ElectionConfig>,
     forwarder: PeerDialer,
     incarnations: Arc<Incarnations>,
@@ -314,7 +324,7 @@ fn api_state(
         raft.clone(),
         config.id,
         config.quorum_timeout,
-        shared.metrics.proposal_failures.clone(),
+        metrics.proposal_failures.clone(),
         config.history_len,
     );
     let group = Group {
@@ -334,6 +344,7 @@ fn api_state(
     };
     let state = ApiState::new(ApiParts {
         group,
+        metrics,
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
         config,
@@ -372,7 +383,7 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
             state.forwarder.clone(),
             config.id,
             config.placement,
-            group.applied.metrics.leader_transfers.clone(),
+            state.metrics.leader_transfers.clone(),
         )),
         tokio::spawn(acquaint_peers(
             group.raft.clone(),

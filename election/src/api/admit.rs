@@ -77,8 +77,6 @@ pub(super) fn seat(
             ("kind".to_owned(), over.kind.to_owned()),
         ];
         state
-            .group_zero()
-            .applied
             .metrics
             .admission_refusals
             .get_or_create(&labels)

@@ -221,7 +221,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
             http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.group_zero().applied.metrics.render(now),
+        state.metrics.render(now),
     )
         .into_response()
 }

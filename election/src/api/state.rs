@@ -36,6 +36,9 @@ pub struct ApiParts {
     /// The Raft group this node runs (the only one for now): reached
     /// through [`ApiState::group`].
     pub(crate) group: Group,
+    /// This node's metrics (`/metrics`, the status page's samples); the
+    /// group's apply counts into the same ones.
+    pub metrics: Arc<crate::metrics::ElectionMetrics>,
     /// This node's settings.
     pub config: Arc<ElectionConfig>,
     /// Forwards requests to the leader, over the peer channel.

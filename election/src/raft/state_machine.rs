@@ -28,6 +28,7 @@ use super::types::TypeConfig;
 use crate::group_id::GroupNames;
 use crate::io_error::io_err;
 use crate::lease_table::command::CommandResult;
+use crate::metrics::ElectionMetrics;
 
 /// A snapshot as earlier versions stored it (one JSON document under
 /// [`LEGACY`]); read at open, never written.
@@ -67,6 +68,7 @@ impl StateMachine {
         durable: &Durable,
         names: GroupNames,
         snapshot_dir: &std::path::Path,
+        metrics: Arc<ElectionMetrics>,
     ) -> io::Result<Self> {
         let file = SnapshotFile::open(snapshot_dir)?;
         let snapshots = durable
@@ -90,7 +92,7 @@ impl StateMachine {
         let applied = state.last_applied.as_ref().map_or(0, |id| id.index);
         let (changes, _) = watch::channel(applied);
         Ok(Self {
-            shared: SharedState::new(state, changes),
+            shared: SharedState::new(state, changes, metrics),
             file,
             snapshots,
             store_lock: Arc::default(),
@@ -334,6 +336,7 @@ mod tests {
             &db,
             crate::group_id::GroupId::ZERO.names(),
             &dir.path().join("snap"),
+            Arc::default(),
         )
         .expect("open");
         // A build reads the current (older) state under the read lock...
@@ -383,6 +386,7 @@ mod tests {
             &db,
             crate::group_id::GroupId::ZERO.names(),
             &dir.path().join("snap"),
+            Arc::default(),
         )
         .expect("open");
         let (applied, leases) = machine.shared.read(|s| (s.last_applied, s.table.clone()));
@@ -403,15 +407,25 @@ mod tests {
         tree.insert(DATA, snapshot_codec::encode(&old).expect("encode"))
             .expect("data");
         let snap = dir.path().join("snap");
-        let mut machine =
-            StateMachine::open(&db, crate::group_id::GroupId::ZERO.names(), &snap).expect("open");
+        let mut machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &snap,
+            Arc::default(),
+        )
+        .expect("open");
         assert_eq!(machine.shared.read(|s| s.table.clone()), old.table);
         let built = machine.build_snapshot().await.expect("build");
         assert_eq!(built.meta.last_log_id, old.last_applied);
         assert!(tree.is_empty(), "the old tree is emptied");
         drop(machine);
-        let machine =
-            StateMachine::open(&db, crate::group_id::GroupId::ZERO.names(), &snap).expect("reopen");
+        let machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &snap,
+            Arc::default(),
+        )
+        .expect("reopen");
         assert_eq!(machine.shared.read(|s| s.table.clone()), old.table);
     }
 }

@@ -38,7 +38,7 @@ pub(in crate::api) fn answer_grant(
         .jwt(&signer, &lease, &holder, token, ttl_ms)
         .map_err(|e| ApiError::Internal(format!("signing failed: {e}")))?;
     if signed {
-        group.applied.metrics.jwt_signatures.inc();
+        state.metrics.jwt_signatures.inc();
     }
     Ok(Json(Grant {
         lease,

@@ -31,11 +31,7 @@ pub(in crate::api) async fn renew(
     let started = std::time::Instant::now();
     let answer = renew_now(&state, lease, body).await;
     if answer.is_ok() {
-        state
-            .group_zero()
-            .applied
-            .metrics
-            .renewed(1, started.elapsed());
+        state.metrics.renewed(1, started.elapsed());
     }
     answer
 }
@@ -187,7 +183,7 @@ pub(in crate::api) fn renew_each(
             }
         })
         .collect();
-    let metrics = &state.group_zero().applied.metrics;
+    let metrics = &state.metrics;
     metrics.renew_batches.inc();
     metrics.renewed(renewed, started.elapsed());
     results

@@ -154,7 +154,7 @@ pub(in crate::api) async fn renew_stream(
     let deadline = state.config.body_deadline;
     let first_idle = (Instant::now() + IDLE).min(ends);
     let outbox = Arc::new(Outbox::new(seat, flow.label(), deadline, first_idle));
-    state.group_zero().applied.metrics.renew_streams.inc();
+    state.metrics.renew_streams.inc();
     let (lines, answers) = mpsc::channel::<Bytes>(1);
     let revocation = revocation.map(|Extension(r)| r);
     let renewer = Arc::new(Renewer {

@@ -37,7 +37,7 @@ pub async fn sample(state: ApiState, status: std::sync::Arc<StatusPage>) {
 
 /// The counters now (the gateway's if it answers within its bound).
 async fn counts(state: &ApiState, status: &StatusPage) -> Counts {
-    let metrics = &state.group_zero().applied.metrics;
+    let metrics = &state.metrics;
     let refused = match &status.gateway {
         Some(reader) => reader.refused_writes().await.ok(),
         None => None,
@@ -64,13 +64,7 @@ fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
         refused: before.refused.zip(now.refused).map(|(b, n)| rate(b, n)),
         held,
         waiters: state.waiting(),
-        renew_p99_ms: state
-            .group_zero()
-            .applied
-            .metrics
-            .renew_window
-            .take_p99()
-            .map(|s| s * 1000.0),
+        renew_p99_ms: state.metrics.renew_window.take_p99().map(|s| s * 1000.0),
         leader: raft.current_leader,
         leader_changed: now.leader_changes > before.leader_changes,
     }
