@@ -11,11 +11,18 @@
 //! the cluster's Ed25519 key ([`signing`]), which is itself replicated
 //! through the log.
 //!
+//! All of that per Raft group is one [`group::Group`] (the node runs group
+//! 0 alone for now; [`group_id`] names a group's trees, snapshot and
+//! routes). A lease never changes group, and its token is that group's log
+//! index.
+//!
 //! [`node`] wires it all up; this file only declares the modules.
 
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod group;
+pub mod group_id;
 pub mod io_error;
 pub mod leader;
 pub mod lease_table;

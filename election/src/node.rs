@@ -15,12 +15,16 @@ use tokio::net::TcpListener;
 
 use crate::api;
 use crate::api::state::{ApiParts, ApiState};
+use crate::api::StatusPage;
 use crate::config::ElectionConfig;
+use crate::group::Group;
+use crate::group_id::GroupId;
 use crate::io_error::io_err;
 use crate::leader::duties::LeaderDuties;
 use crate::leader::lessor::Lessor;
 use crate::leader::placement::place_leadership;
 use crate::leader::retirement::KeyRetirer;
+use crate::metrics::ElectionMetrics;
 use crate::peer::acquaint::{acquaint_peers, forget_removed_nodes};
 use crate::peer::dialer::PeerDialer;
 use crate::peer::incarnation::Incarnations;
@@ -44,6 +48,8 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 pub struct ElectionNode {
     /// The node's API state (Raft, table, lessor).
     pub state: ApiState,
+    /// The status pages' state (the gateway they read, the sessions).
+    status: Arc<StatusPage>,
     /// The client API's bound address.
     pub local_addr: std::net::SocketAddr,
     /// The peer listener's bound address.
@@ -72,6 +78,7 @@ impl Drop for Duties {
 
 /// What a node keeps on disk, opened.
 struct Storage {
+    metrics: Arc<ElectionMetrics>,
     incarnations: Arc<Incarnations>,
     state_machine: StateMachine,
     log_store: SledLogStore,
@@ -113,20 +120,33 @@ impl ElectionNode {
         initialize_if_fresh(&raft, &config).await?;
         let listener = TcpListener::bind(config.listen).await?;
         let peer_listener = TcpListener::bind(config.peer_listen_addr().map_err(io_err)?).await?;
-        let (state, read_rounds) =
-            api_state(raft, shared, Arc::new(config), dialer, storage.incarnations);
-        let mut duties = spawn_duties(&state);
+        let (state, read_rounds) = api_state(
+            raft,
+            shared,
+            storage.metrics,
+            Arc::new(config),
+            dialer,
+            storage.incarnations,
+        );
+        let status = StatusPage::new(&state.config);
+        let mut duties = spawn_duties(&state, &status);
         duties.0.push(read_rounds);
         Ok(Self {
             local_addr: listener.local_addr()?,
             peer_addr: peer_listener.local_addr()?,
             state,
+            status,
             listener,
             peer_listener,
             peer_tls,
             client_tls,
             duties,
         })
+    }
+
+    /// The client API's router, status pages included.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.state.clone(), self.status.clone())
     }
 
     /// Serves the client API and the peer listener until `shutdown`, drains
@@ -138,8 +158,8 @@ impl ElectionNode {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let api = api::router(self.state.clone());
-        let raft = self.state.raft.clone();
+        let api = self.router();
+        let raft = self.state.group_zero().raft.clone();
         let peers = peer_router(
             raft.clone(),
             self.state.incarnations.clone(),
@@ -196,10 +216,13 @@ fn open_storage(config: &ElectionConfig) -> std::io::Result<Storage> {
     }
     let durable = Durable::open(&config.data_dir.join("raft"))?;
     let incarnations = Arc::new(Incarnations::open(&durable)?);
-    let state_machine = StateMachine::open(&durable, &config.data_dir.join("raft-snapshot"))?;
-    let fsync_seconds = state_machine.shared().metrics.log_fsync_seconds.clone();
-    let log_store = SledLogStore::open(&durable, fsync_seconds)?;
+    let names = GroupId::ZERO.names();
+    let metrics = Arc::<ElectionMetrics>::default();
+    let snapshots = names.snapshot_path(&config.data_dir);
+    let state_machine = StateMachine::open(&durable, names, &snapshots, metrics.clone())?;
+    let log_store = SledLogStore::open(&durable, names, metrics.log_fsync_seconds.clone())?;
     Ok(Storage {
+        metrics,
         incarnations,
         state_machine,
         log_store,
@@ -291,6 +314,7 @@ async fn initialize_if_fresh(raft: &Raft, config: &ElectionConfig) -> std::io::R
 fn api_state(
     raft: Arc<Raft>,
     shared: SharedState,
+    metrics: Arc<ElectionMetrics>,
     config: Arc<ElectionConfig>,
     forwarder: PeerDialer,
     incarnations: Arc<Incarnations>,
@@ -300,34 +324,33 @@ fn api_state(
         raft.clone(),
         config.id,
         config.quorum_timeout,
-        shared.metrics.proposal_failures.clone(),
+        metrics.proposal_failures.clone(),
         config.history_len,
     );
-    let ui_gateway = config
-        .ui_gateway
-        .clone()
-        .map(crate::api::GatewayReader::new);
-    let sessions = Arc::new(crate::api::UiSessions::new(config.ui.clone()));
-    let state = ApiState::new(ApiParts {
+    let group = Group {
+        id: GroupId::ZERO,
         raft,
         proposer,
-        shared,
+        applied: shared,
         // The longest any leader answers renewals on its lease.
         lessor: Arc::new(Lessor::with_takeover_grace(Duration::from_millis(
             config.raft_election_timeout().1,
         ))),
+        signer: Arc::new(Mutex::new(None)),
+        tokens: Arc::default(),
+        reads,
+        handoff: Arc::default(),
+        rule: config.renew_lease(),
+    };
+    let state = ApiState::new(ApiParts {
+        group,
+        metrics,
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
         config,
         forwarder,
         incarnations,
-        signer: Arc::new(Mutex::new(None)),
-        jwts: Arc::default(),
-        reads,
-        handoff: Arc::default(),
         series: Arc::default(),
-        sessions,
-        ui_gateway,
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.
         forwarding: Admission::new(Seats::of(
@@ -340,40 +363,38 @@ fn api_state(
 /// Starts the node's background tasks: the leader's duties, leadership
 /// placement, meeting and forgetting peers, the no-leader report and the
 /// status page's sampler.
-fn spawn_duties(state: &ApiState) -> Duties {
+fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
     let config = &state.config;
-    let leader = LeaderDuties {
-        raft: state.raft.clone(),
-        proposer: state.proposer.clone(),
-        shared: state.shared.clone(),
-        lessor: state.lessor.clone(),
+    let group = state.group_zero();
+    let leader = LeaderDuties::of(
+        group,
         // The longest a JWT lives (renewals reuse one signed for
         // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
-        retirer: KeyRetirer::new(
+        KeyRetirer::new(
             config.ttl_range.1 * TokenCache::LIFETIME_TTLS as u32 + Duration::from_secs(2),
         ),
-        reclaim_after: config.reclaim_after,
-    };
+        config.reclaim_after,
+    );
     Duties(vec![
         tokio::spawn(leader.run()),
         tokio::spawn(place_leadership(
-            state.raft.clone(),
-            state.handoff.clone(),
+            group.raft.clone(),
+            group.handoff.clone(),
             state.forwarder.clone(),
             config.id,
             config.placement,
-            state.shared.metrics.leader_transfers.clone(),
+            state.metrics.leader_transfers.clone(),
         )),
         tokio::spawn(acquaint_peers(
-            state.raft.clone(),
+            group.raft.clone(),
             state.forwarder.clone(),
             state.incarnations.clone(),
             config.id,
         )),
-        tokio::spawn(report_waiting(state.raft.clone(), config.clone())),
-        tokio::spawn(crate::api::sample_status(state.clone())),
+        tokio::spawn(report_waiting(group.raft.clone(), config.clone())),
+        tokio::spawn(crate::api::sample_status(state.clone(), status.clone())),
         tokio::spawn(forget_removed_nodes(
-            state.raft.clone(),
+            group.raft.clone(),
             state.incarnations.clone(),
         )),
     ])
@@ -398,6 +419,6 @@ async fn report_waiting(raft: Arc<Raft>, config: Arc<ElectionConfig>) {
 
 /// What this node tells a peer's status page (`POST /raft/figures`).
 fn figures_source(state: &ApiState) -> crate::peer::figures::FiguresSource {
-    let (raft, series) = (state.raft.clone(), state.series.clone());
+    let (raft, series) = (state.group_zero().raft.clone(), state.series.clone());
     Arc::new(move || crate::peer::figures::Figures::of(&raft, &series))
 }

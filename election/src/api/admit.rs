@@ -77,7 +77,6 @@ pub(super) fn seat(
             ("kind".to_owned(), over.kind.to_owned()),
         ];
         state
-            .shared
             .metrics
             .admission_refusals
             .get_or_create(&labels)

@@ -29,8 +29,8 @@ use crate::signing::{generate_key, Signer};
     responses((status = 200, body = Object, description = "This node's view: node_id, priority, never_lead, election_timeout_ms (the range openraft draws from; one value with --timing-seed), state (openraft's), leading (this node acts as leader: it leads and a quorum acknowledged it within the leader lease), not_leading_reason (set when state is Leader but leading is false), leader (null on a leader whose lease lapsed), term, members (id, addr, voter), replication (on the leader, per member: id, matched_index, last_ack_ms; null elsewhere), last_log_index, commit_index, applied_index, snapshot_index, purged_index"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
-    let metrics = state.raft.metrics().borrow_watched().clone();
-    let acting = crate::raft::acting(&metrics, state.leader_lease());
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
+    let acting = crate::raft::acting(&metrics, state.group_zero().leader_lease());
     // A leader whose lease lapsed names no leader: it may not act as one,
     // and another may be elected already.
     let (leader, reason) = match acting {
@@ -111,7 +111,7 @@ fn replication(metrics: &openraft::RaftMetrics<TypeConfig>) -> Value {
 #[utoipa::path(get, path = "/v1/jwks", tag = "cluster",
     responses((status = 200, body = Object, description = "A JWK set: Ed25519 keys by kid, the signing one first, and applied_index: how current the set is")))]
 pub(super) async fn jwks(State(state): State<ApiState>) -> Json<Value> {
-    let (keys, applied_index): (Vec<Value>, u64) = state.shared.read(|s| {
+    let (keys, applied_index): (Vec<Value>, u64) = state.group_zero().applied.read(|s| {
         let keys = s
             .table
             .published_keys()
@@ -134,7 +134,7 @@ pub(super) async fn rotate_key(State(state): State<ApiState>) -> Result<Json<Val
         kid: kid.clone(),
         secret: KeySecret(secret),
     };
-    state.proposer.propose(command).await?;
+    state.group_zero().proposer.propose(command).await?;
     tracing::info!(%kid, "rotated the cluster signing key");
     Ok(Json(json!({ "kid": kid })))
 }
@@ -154,12 +154,15 @@ pub(super) async fn healthz() -> Json<Value> {
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Object, description = "ready"), (status = 503, body = Object, description = "not ready, with a reason")))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
-    let metrics = state.raft.metrics().borrow_watched().clone();
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
     let applied = metrics.last_applied.as_ref().map_or(0, |id| id.index);
     let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
-    let has_key = state.shared.read(|s| s.table.signing_key.is_some());
+    let has_key = state
+        .group_zero()
+        .applied
+        .read(|s| s.table.signing_key.is_some());
     let quorum_silent = matches!(
-        crate::raft::acting(&metrics, state.leader_lease()),
+        crate::raft::acting(&metrics, state.group_zero().leader_lease()),
         Acting::Lapsed { .. }
     );
     let problem = if metrics.current_leader.is_none() {
@@ -197,9 +200,10 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
         (status = 401, body = super::schema::ErrorBody, description = "Under a policy: no key, or an unknown one"),
         (status = 429, body = super::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
-    let raft = state.raft.metrics().borrow_watched().clone();
+    let raft = state.group_zero().raft.metrics().borrow_watched().clone();
     let (held, records) = state
-        .shared
+        .group_zero()
+        .applied
         .read(|s| (s.table.held(), s.table.leases.len() as u64));
     let now = crate::metrics::Snapshot {
         has_leader: raft.current_leader.is_some(),
@@ -217,7 +221,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
             http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.shared.metrics.render(now),
+        state.metrics.render(now),
     )
         .into_response()
 }
@@ -289,6 +293,7 @@ where
 
 fn voters(state: &ApiState) -> Vec<NodeId> {
     state
+        .group_zero()
         .raft
         .metrics()
         .borrow_watched()
@@ -321,6 +326,7 @@ pub(super) async fn add_member(
         )));
     }
     let known = state
+        .group_zero()
         .raft
         .metrics()
         .borrow_watched()
@@ -341,13 +347,20 @@ pub(super) async fn add_member(
     let node = BasicNode {
         addr: body.addr.clone(),
     };
-    let learner = || state.raft.add_learner(body.id, node.clone(), false);
+    let learner = || {
+        state
+            .group_zero()
+            .raft
+            .add_learner(body.id, node.clone(), false)
+    };
     learner_with_retries(&state, learner).await?;
     if let Err(why) = caught_up(&state, body.id, deadline).await {
         let removed = state
+            .group_zero()
             .proposer
             .write(|| {
                 state
+                    .group_zero()
                     .raft
                     .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([body.id])), false)
             })
@@ -368,9 +381,11 @@ pub(super) async fn add_member(
     }
     let voter = BTreeSet::from([body.id]);
     state
+        .group_zero()
         .proposer
         .write(|| {
             state
+                .group_zero()
                 .raft
                 .change_membership(ChangeMembers::AddVoterIds(voter.clone()), false)
         })
@@ -389,7 +404,12 @@ async fn caught_up(
     id: NodeId,
     deadline: tokio::time::Instant,
 ) -> Result<(), String> {
-    let target = state.raft.metrics().borrow_watched().last_log_index;
+    let target = state
+        .group_zero()
+        .raft
+        .metrics()
+        .borrow_watched()
+        .last_log_index;
     let matched = |m: &openraft::RaftMetrics<TypeConfig>| {
         m.replication
             .as_ref()
@@ -399,6 +419,7 @@ async fn caught_up(
     };
     let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
     let done = state
+        .group_zero()
         .raft
         .wait(Some(wait))
         .metrics(
@@ -409,7 +430,7 @@ async fn caught_up(
     if done.is_ok() {
         return Ok(());
     }
-    let now = state.raft.metrics().borrow_watched().clone();
+    let now = state.group_zero().raft.metrics().borrow_watched().clone();
     Err(if !crate::raft::leads(&now) {
         "this node stopped leading during the change; retry".to_owned()
     } else {
@@ -436,7 +457,7 @@ pub(super) async fn remove_member(
     let id: NodeId = id
         .parse()
         .map_err(|_| ApiError::BadRequest(format!("{id:?} is not a node id")))?;
-    let metrics = state.raft.metrics().borrow_watched().clone();
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
     if !membership.nodes().any(|(member, _)| *member == id) {
         return Err(ApiError::NotFound(format!("node {id} is not a member")));
@@ -453,8 +474,14 @@ pub(super) async fn remove_member(
         ChangeMembers::RemoveNodes(BTreeSet::from([id]))
     };
     state
+        .group_zero()
         .proposer
-        .write(|| state.raft.change_membership(change.clone(), false))
+        .write(|| {
+            state
+                .group_zero()
+                .raft
+                .change_membership(change.clone(), false)
+        })
         .await?;
     tracing::info!(id, "removed a member");
     Ok(Json(json!({ "id": id, "removed": true })))

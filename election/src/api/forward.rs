@@ -38,9 +38,9 @@ pub(super) async fn leader_only(
     request: Request,
     next: Next,
 ) -> Response {
-    match state.acting_now().await {
+    match state.group_zero().acting_now().await {
         Acting::Leads => return next.run(request).await,
-        Acting::Lapsed { since } => return super::state::lapsed(since).into_response(),
+        Acting::Lapsed { since } => return crate::group::lapsed(since).into_response(),
         Acting::Follows => {}
     }
     let hops: u32 = request
@@ -49,7 +49,11 @@ pub(super) async fn leader_only(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let Some((leader, addr)) = state.leader().filter(|(id, _)| *id != state.config.id) else {
+    let Some((leader, addr)) = state
+        .group_zero()
+        .leader()
+        .filter(|(id, _)| *id != state.config.id)
+    else {
         return ApiError::NoQuorum("no leader is known; the cluster may lack a quorum".into())
             .into_response();
     };

@@ -66,8 +66,8 @@ pub(super) async fn history(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
 ) -> Result<Json<HistoryView>, ApiError> {
-    state.confirm_leadership().await?;
-    let history = state.shared.read(|s| {
+    state.group(&lease).confirm_leadership().await?;
+    let history = state.group(&lease).applied.read(|s| {
         let record = s.table.leases.get(&lease)?;
         Some(record.history.iter().map(TransitionView::from).collect())
     });

@@ -32,9 +32,11 @@ pub mod state;
 mod tests;
 mod ui;
 
+use std::sync::Arc;
+
 use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::Router;
+use axum::{Extension, Router};
 use palisade_serve::policy::Right;
 
 use authorize::{authorize, Lasting, Need};
@@ -46,7 +48,7 @@ pub use leases::bodies::MAX_BATCH_RENEWALS;
 pub use state::ApiState;
 pub use ui::gateway::GatewayReader;
 pub use ui::sampler::sample as sample_status;
-pub use ui::sessions::Sessions as UiSessions;
+pub use ui::status::StatusPage;
 
 use crate::error::ApiError;
 
@@ -187,7 +189,7 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
 /// (`ui/signed_in.rs`, on these two routes alone) and need `read` like the
 /// list; signing in and out take a seat of the address's share (no
 /// principal yet). Every answer carries `ui/headers.rs`'s headers.
-fn ui_routes(state: &ApiState) -> Router<ApiState> {
+fn ui_routes(state: &ApiState, status: Arc<StatusPage>) -> Router<ApiState> {
     let needs = |route, need, kind| guarded(state, route, need, kind, false, Lasting::Brief);
     let session = || from_fn_with_state(state.clone(), ui::signed_in::session_from_cookie);
     let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
@@ -206,6 +208,7 @@ fn ui_routes(state: &ApiState) -> Router<ApiState> {
             get(ui::login::form).merge(post(ui::login::login).route_layer(seat())),
         )
         .route("/ui/logout", post(ui::login::logout).route_layer(seat()))
+        .layer(Extension(status))
         .layer(axum::middleware::from_fn(ui::headers::secure))
 }
 
@@ -214,7 +217,7 @@ fn ui_routes(state: &ApiState) -> Router<ApiState> {
 /// needs, the pool of seats it takes, and whether only the leader serves it
 /// ([`guarded`]); health, keys and the document are open to all; under a
 /// policy `/metrics` needs a known principal (its labels name principals).
-pub fn router(state: ApiState) -> Router {
+pub fn router(state: ApiState, status: Arc<StatusPage>) -> Router {
     let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true, Lasting::Brief);
     let needs = |route, need, kind| guarded(&state, route, need, kind, false, Lasting::Brief);
     lease_routes(&state)
@@ -243,7 +246,7 @@ pub fn router(state: ApiState) -> Router {
             needs(get(cluster::metrics), Need::Known, Kind::Short),
         )
         .route("/openapi.json", get(openapi::serve))
-        .merge(ui_routes(&state))
+        .merge(ui_routes(&state, status))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

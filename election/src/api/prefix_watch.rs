@@ -109,7 +109,7 @@ pub(super) async fn watch_prefix(
     let permit = state.waiter()?;
     let seat = seat(&state, &state.admission, &flow, Kind::Long)?;
     // Subscribed before the table is read: no change falls in between.
-    let feed = state.shared.feed.subscribe();
+    let feed = state.group_zero().applied.feed.subscribe();
     let (lines, answer) = mpsc::channel::<Bytes>(1);
     let watcher = Watcher {
         prefix: query.prefix.unwrap_or_default(),
@@ -227,7 +227,7 @@ impl Watcher {
     /// table was read at. Only names are held: each record is read again
     /// as its line goes out, and one changed since is left to the feed.
     async fn catch_up(&mut self) -> Result<(), End> {
-        let (applied, mut pending) = self.state.shared.read(|s| {
+        let (applied, mut pending) = self.state.group_zero().applied.read(|s| {
             let applied = s.last_applied.as_ref().map_or(0, |id| id.index);
             let pending: Vec<(u64, LeaseName)> = s
                 .table
@@ -241,7 +241,7 @@ impl Watcher {
         });
         pending.sort_unstable();
         for (index, lease) in pending {
-            let view = self.state.shared.read(|s| {
+            let view = self.state.group_zero().applied.read(|s| {
                 let record = s.table.leases.get(&lease)?;
                 (record.modify_index == index).then(|| LeaseView::new(&self.state, &lease, record))
             });
@@ -292,7 +292,7 @@ impl Watcher {
     /// names it, so reading the index first and then finding the feed
     /// drained means every change up to it has gone out.
     async fn keep_alive(&mut self) -> Result<(), End> {
-        let applied = *self.state.shared.changes.borrow();
+        let applied = *self.state.group_zero().applied.changes.borrow();
         loop {
             match self.feed.try_recv() {
                 Ok(change) => self.deliver(&change).await?,

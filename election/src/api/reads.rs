@@ -85,11 +85,11 @@ impl LeaseView {
         let expires_in_ms = record
             .holder
             .as_ref()
-            .and_then(|_| state.lessor.remaining_ms(lease, record.token));
+            .and_then(|_| state.group(lease).lessor.remaining_ms(lease, record.token));
         let renewed_ago = record
             .holder
             .as_ref()
-            .and_then(|_| state.lessor.renewed_ago(lease, record.token));
+            .and_then(|_| state.group(lease).lessor.renewed_ago(lease, record.token));
         let renew_time = renewed_ago.map(|ago| {
             let ago_ms = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
             palisade_names::time::rfc3339_ms(crate::signing::unix_ms().saturating_sub(ago_ms))
@@ -157,8 +157,11 @@ pub(super) async fn get_lease(
     State(state): State<ApiState>,
     LeasePath(lease): LeasePath,
 ) -> Result<Json<LeaseView>, ApiError> {
-    state.confirm_leadership().await?;
-    let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+    state.group(&lease).confirm_leadership().await?;
+    let record = state
+        .group(&lease)
+        .applied
+        .read(|s| s.table.leases.get(&lease).cloned());
     let record = record.ok_or_else(|| never_granted(&lease))?;
     Ok(Json(LeaseView::new(&state, &lease, &record)))
 }
@@ -177,8 +180,8 @@ pub(super) async fn list_leases(
         )));
     }
     let prefix = query.prefix.unwrap_or_default();
-    state.confirm_leadership().await?;
-    let page = state.shared.read(|s| {
+    state.group_zero().confirm_leadership().await?;
+    let page = state.group_zero().applied.read(|s| {
         use std::ops::Bound;
         // Start at the later of `after` and `prefix`, so an `after` that
         // sorts before the prefix cannot make the scan walk every name in
@@ -239,9 +242,12 @@ pub(super) async fn watch(
     let _waiting = state.waiter()?;
     let after = query.index.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + wait;
-    let mut bell = state.shared.bells.subscribe(&lease);
+    let mut bell = state.group(&lease).applied.bells.subscribe(&lease);
     loop {
-        let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+        let record = state
+            .group(&lease)
+            .applied
+            .read(|s| s.table.leases.get(&lease).cloned());
         let index = record.as_ref().map_or(0, |r| r.modify_index);
         let timed_out = tokio::time::Instant::now() >= deadline;
         if index > after || timed_out {

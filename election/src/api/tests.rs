@@ -11,7 +11,6 @@ use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::router;
 use crate::config::ElectionConfig;
 use crate::node::ElectionNode;
 
@@ -43,9 +42,9 @@ async fn node_with(adjust: impl FnOnce(&mut ElectionConfig)) -> Node {
     let node = ElectionNode::start(config).await.expect("start");
     let state = node.state.clone();
     for _ in 0..500 {
-        if state.is_leader() && state.signer().is_ok() {
+        if state.group_zero().is_leader() && state.group_zero().signer().is_ok() {
             return Node {
-                app: router(state),
+                app: node.router(),
                 _node: node,
                 _dir: dir,
             };
@@ -744,7 +743,12 @@ async fn a_freed_lease_goes_to_the_longest_waiter_with_one_entry() {
         "woken by another lease after {waited:?}"
     );
     assert_eq!(
-        node._node.state.shared.bells.leases_waited_on(),
+        node._node
+            .state
+            .group_zero()
+            .applied
+            .bells
+            .leases_waited_on(),
         0,
         "nothing left queued"
     );

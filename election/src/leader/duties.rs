@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::lessor::Lessor;
 use super::retirement::KeyRetirer;
+use crate::group::Group;
 use crate::lease_table::command::{Command, CommandResult, KeySecret};
 use crate::raft::applied::SharedState;
 use crate::raft::propose::{ProposeError, Proposer};
@@ -93,6 +94,19 @@ struct Due {
 }
 
 impl LeaderDuties {
+    /// The duties of `group`'s leader, retiring rotated-out keys with
+    /// `retirer` and reclaiming leases free for `reclaim_after`.
+    pub fn of(group: &Group, retirer: KeyRetirer, reclaim_after: Duration) -> Self {
+        Self {
+            raft: group.raft.clone(),
+            proposer: group.proposer.clone(),
+            shared: group.applied.clone(),
+            lessor: group.lessor.clone(),
+            retirer,
+            reclaim_after,
+        }
+    }
+
     /// Runs the duties until the task is aborted.
     pub async fn run(mut self) {
         let (failed_retirements, mut retirement_failures) = mpsc::unbounded_channel::<String>();

@@ -20,6 +20,7 @@ use openraft::{BasicNode, OptionalSend};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::group_id::GroupId;
 use crate::raft::{NodeId, TypeConfig};
 
 use super::dialer::PeerDialer;
@@ -31,6 +32,8 @@ impl RaftNetworkFactory<TypeConfig> for PeerDialer {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerClient {
+            // The only group a node runs for now.
+            group: GroupId::ZERO,
             target,
             addr: node.addr.clone(),
             dialer: self.clone(),
@@ -41,6 +44,8 @@ impl RaftNetworkFactory<TypeConfig> for PeerDialer {
 /// Sends Raft RPCs to one peer.
 #[derive(Debug)]
 pub struct PeerClient {
+    /// The group whose RPCs these are: names their routes.
+    group: GroupId,
     target: NodeId,
     addr: String,
     dialer: PeerDialer,
@@ -103,7 +108,7 @@ impl PeerClient {
             reqwest::Method::POST,
             self.target,
             &self.addr,
-            &format!("/raft/{path}"),
+            &self.group.names().route(path),
         );
         let response = body(request).timeout(timeout).send().await.map_err(|e| {
             if e.is_connect() {

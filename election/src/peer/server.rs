@@ -21,6 +21,7 @@ use super::figures::FiguresSource;
 use super::incarnation::Incarnations;
 use super::standing::Standing;
 use crate::error::ApiError;
+use crate::group_id::GroupId;
 use crate::raft::{Raft, TypeConfig};
 
 use super::gate::{authenticate, PeerGate, PeerId};
@@ -66,15 +67,17 @@ fn raft_routes(raft: Arc<Raft>, standing: Standing, figures: FiguresSource) -> R
     } else {
         post(transfer_leader)
     };
+    // The group's RPCs; standing and figures are the node's.
+    let group = GroupId::ZERO.names();
     Router::new()
-        .route("/raft/append", post(append))
-        .route("/raft/vote", post(vote))
-        .route("/raft/pre-vote", post(pre_vote))
+        .route(&group.route("append"), post(append))
+        .route(&group.route("vote"), post(vote))
+        .route(&group.route("pre-vote"), post(pre_vote))
         .route(
-            "/raft/snapshot",
+            &group.route("snapshot"),
             post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
         )
-        .route("/raft/transfer-leader", transfer)
+        .route(&group.route("transfer-leader"), transfer)
         .route(
             "/raft/standing",
             post(move || async move { Json(standing) }),

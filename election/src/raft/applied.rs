@@ -40,7 +40,8 @@ pub struct SharedState {
     /// Per-lease wakeups (and acquire queues): apply rings the leases it
     /// changes, so a waiter wakes only for its own lease.
     pub bells: Arc<Bells>,
-    /// The node's metrics (apply counts grants, releases, expiries...).
+    /// The node's metrics, handed in by the node (`ApiState::metrics`):
+    /// apply counts grants, releases, expiries... into them.
     pub metrics: Arc<ElectionMetrics>,
     /// Every change to a lease record, for the prefix watches.
     pub feed: Feed,
@@ -62,8 +63,12 @@ const MAX_TOUCHED: usize = 65_536;
 
 impl SharedState {
     /// The shared state of a state machine opened with `state`, whose last
-    /// applied index `changes` carries.
-    pub(super) fn new(state: AppliedState, changes: watch::Sender<u64>) -> Self {
+    /// applied index `changes` carries, counting into the node's `metrics`.
+    pub(super) fn new(
+        state: AppliedState,
+        changes: watch::Sender<u64>,
+        metrics: Arc<ElectionMetrics>,
+    ) -> Self {
         Self {
             state: Arc::new(RwLock::new(state)),
             changes,
@@ -72,7 +77,7 @@ impl SharedState {
                 names: Vec::new(),
             })),
             bells: Arc::default(),
-            metrics: Arc::default(),
+            metrics,
             feed: Feed::default(),
         }
     }

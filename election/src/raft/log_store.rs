@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use super::durable::Durable;
 use super::types::TypeConfig;
+use crate::group_id::GroupNames;
 use crate::io_error::io_err;
 
 const VOTE: &str = "vote";
@@ -45,6 +46,7 @@ impl SledLogStore {
     /// sled's error, as `io::Error`.
     pub fn open(
         durable: &Durable,
+        names: GroupNames,
         fsync_seconds: prometheus_client::metrics::histogram::Histogram,
     ) -> io::Result<Self> {
         let db = durable.db();
@@ -66,8 +68,8 @@ impl SledLogStore {
             })?;
         Ok(Self {
             durable: durable.clone(),
-            log: db.open_tree("raft_log").map_err(io_err)?,
-            meta: db.open_tree("raft_meta").map_err(io_err)?,
+            log: db.open_tree(names.tree("raft_log")).map_err(io_err)?,
+            meta: db.open_tree(names.tree("raft_meta")).map_err(io_err)?,
             flushes,
         })
     }

@@ -25,8 +25,10 @@ use super::feed;
 use super::snapshot_codec;
 use super::snapshot_file::SnapshotFile;
 use super::types::TypeConfig;
+use crate::group_id::GroupNames;
 use crate::io_error::io_err;
 use crate::lease_table::command::CommandResult;
+use crate::metrics::ElectionMetrics;
 
 /// A snapshot as earlier versions stored it (one JSON document under
 /// [`LEGACY`]); read at open, never written.
@@ -56,14 +58,23 @@ const DATA: &str = "data";
 const LEGACY: &str = "current";
 
 impl StateMachine {
-    /// Loads the latest snapshot, if any: from the file in `snapshot_dir`,
-    /// else from an earlier version's tree in `durable`.
+    /// Loads the latest snapshot of the group `names` names, if any: from
+    /// the file in `snapshot_dir`, else from an earlier version's tree in
+    /// `durable`.
     ///
     /// # Errors
     /// sled's, the filesystem's or the decoder's error.
-    pub fn open(durable: &Durable, snapshot_dir: &std::path::Path) -> io::Result<Self> {
+    pub fn open(
+        durable: &Durable,
+        names: GroupNames,
+        snapshot_dir: &std::path::Path,
+        metrics: Arc<ElectionMetrics>,
+    ) -> io::Result<Self> {
         let file = SnapshotFile::open(snapshot_dir)?;
-        let snapshots = durable.db().open_tree("raft_snapshot").map_err(io_err)?;
+        let snapshots = durable
+            .db()
+            .open_tree(names.tree("raft_snapshot"))
+            .map_err(io_err)?;
         let state = match (
             file.read()?.map(|(_, data)| data),
             snapshots.get(DATA).map_err(io_err)?,
@@ -81,7 +92,7 @@ impl StateMachine {
         let applied = state.last_applied.as_ref().map_or(0, |id| id.index);
         let (changes, _) = watch::channel(applied);
         Ok(Self {
-            shared: SharedState::new(state, changes),
+            shared: SharedState::new(state, changes, metrics),
             file,
             snapshots,
             store_lock: Arc::default(),
@@ -321,7 +332,13 @@ mod tests {
     async fn a_snapshot_built_before_an_install_never_replaces_it() {
         let dir = tempfile::tempdir().expect("dir");
         let db = Durable::open(dir.path()).expect("sled");
-        let mut machine = StateMachine::open(&db, &dir.path().join("snap")).expect("open");
+        let mut machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &dir.path().join("snap"),
+            Arc::default(),
+        )
+        .expect("open");
         // A build reads the current (older) state under the read lock...
         let older = state(100);
         machine.shared.write(|s| *s = older.clone());
@@ -365,7 +382,13 @@ mod tests {
         drop((machine, builder));
         drop(db);
         let db = Durable::open(dir.path()).expect("reopen");
-        let machine = StateMachine::open(&db, &dir.path().join("snap")).expect("open");
+        let machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &dir.path().join("snap"),
+            Arc::default(),
+        )
+        .expect("open");
         let (applied, leases) = machine.shared.read(|s| (s.last_applied, s.table.clone()));
         assert_eq!(applied, newer.last_applied);
         assert_eq!(leases, newer.table);
@@ -384,13 +407,25 @@ mod tests {
         tree.insert(DATA, snapshot_codec::encode(&old).expect("encode"))
             .expect("data");
         let snap = dir.path().join("snap");
-        let mut machine = StateMachine::open(&db, &snap).expect("open");
+        let mut machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &snap,
+            Arc::default(),
+        )
+        .expect("open");
         assert_eq!(machine.shared.read(|s| s.table.clone()), old.table);
         let built = machine.build_snapshot().await.expect("build");
         assert_eq!(built.meta.last_log_id, old.last_applied);
         assert!(tree.is_empty(), "the old tree is emptied");
         drop(machine);
-        let machine = StateMachine::open(&db, &snap).expect("reopen");
+        let machine = StateMachine::open(
+            &db,
+            crate::group_id::GroupId::ZERO.names(),
+            &snap,
+            Arc::default(),
+        )
+        .expect("reopen");
         assert_eq!(machine.shared.read(|s| s.table.clone()), old.table);
     }
 }

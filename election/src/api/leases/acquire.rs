@@ -40,7 +40,7 @@ pub(in crate::api) async fn acquire(
     LeaseCall { lease, body }: LeaseCall<AcquireRequest>,
 ) -> Result<Json<Grant>, ApiError> {
     // Refuse before proposing anything when the cluster cannot sign yet.
-    state.signer()?;
+    state.group(&lease).signer()?;
     // A waiting call takes a seat of calls that wait (this node's cap and
     // its flow's share). Without one — refused here, or by the follower
     // that forwarded it — it is still answered if it can be at once: a
@@ -82,7 +82,7 @@ pub(in crate::api) async fn acquire(
         false => Duration::ZERO,
     };
     // Subscribed before the first look at the table, so no change is missed.
-    let bell = state.shared.bells.subscribe(&lease);
+    let bell = state.group(&lease).applied.bells.subscribe(&lease);
     let call = Acquisition {
         hash,
         secret,
@@ -112,7 +112,7 @@ pub(in crate::api) fn answerable_at_once(
     holder: &str,
     hash: Option<&SecretHash>,
 ) -> bool {
-    state.shared.read(|s| {
+    state.group(lease).applied.read(|s| {
         let Some(record) = s.table.leases.get(lease) else {
             return true;
         };
@@ -152,7 +152,7 @@ fn over_share_upstream(from_peer: bool, headers: &HeaderMap) -> Option<ApiError>
 
 /// A new name must fit under the cap on the table's size.
 fn check_room(state: &ApiState, lease: &LeaseName) -> Result<(), ApiError> {
-    let full = state.shared.read(|s| {
+    let full = state.group(lease).applied.read(|s| {
         !s.table.leases.contains_key(lease) && s.table.leases.len() >= state.config.max_leases
     });
     if full {
@@ -177,7 +177,7 @@ fn check_quota(state: &ApiState, lease: &LeaseName, principal: &Principal) -> Re
         .and_then(|policy| policy.current().max_leases(principal))
         .unwrap_or(state.config.max_leases_per_principal as u64);
     let Principal(name) = principal;
-    let owned = state.shared.read(|s| {
+    let owned = state.group(lease).applied.read(|s| {
         let adds = s
             .table
             .leases
@@ -244,7 +244,13 @@ impl Acquisition {
                 delay_seen: Some(delay_seen),
                 principal: self.principal.clone(),
             };
-            let step = match self.state.proposer.propose(command).await? {
+            let step = match self
+                .state
+                .group(&self.lease)
+                .proposer
+                .propose(command)
+                .await?
+            {
                 // An expiry with a lock-delay applied between the look and
                 // this entry: look again (wait it out, or answer 409).
                 CommandResult::LockDelayed => Step::Again,
@@ -321,9 +327,11 @@ impl Acquisition {
         ttl_ms: u64,
         index: u64,
     ) -> Result<Json<Grant>, ApiError> {
-        self.state
-            .lessor
-            .track_grant(&self.lease, token, Duration::from_millis(ttl_ms));
+        self.state.group(&self.lease).lessor.track_grant(
+            &self.lease,
+            token,
+            Duration::from_millis(ttl_ms),
+        );
         let (lease, holder) = (self.lease.clone(), self.body.holder.clone());
         let secret = Some(self.secret.clone());
         answer_grant(&self.state, lease, holder, token, ttl_ms, index, secret)

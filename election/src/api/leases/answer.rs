@@ -31,13 +31,14 @@ pub(in crate::api) fn answer_grant(
     grant_index: u64,
     secret: Option<GrantSecret>,
 ) -> Result<Json<Grant>, ApiError> {
-    let signer = state.signer()?;
-    let (jwt, signed) = state
-        .jwts
+    let group = state.group(&lease);
+    let signer = group.signer()?;
+    let (jwt, signed) = group
+        .tokens
         .jwt(&signer, &lease, &holder, token, ttl_ms)
         .map_err(|e| ApiError::Internal(format!("signing failed: {e}")))?;
     if signed {
-        state.shared.metrics.jwt_signatures.inc();
+        state.metrics.jwt_signatures.inc();
     }
     Ok(Json(Grant {
         lease,

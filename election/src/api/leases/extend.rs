@@ -38,29 +38,34 @@ pub(in crate::api) fn extend(
     token: FencingToken,
     presented: Option<&SecretHash>,
 ) -> Extended {
-    state.shared.read(|s| match s.table.leases.get(lease) {
-        Some(r)
-            if r.holder.as_deref() == Some(holder) && r.token == token && r.opens(presented) =>
-        {
-            if let Some(by) = &r.preempted_by {
-                return Extended::Preempted(by.to_string());
+    state
+        .group(lease)
+        .applied
+        .read(|s| match s.table.leases.get(lease) {
+            Some(r)
+                if r.holder.as_deref() == Some(holder)
+                    && r.token == token
+                    && r.opens(presented) =>
+            {
+                if let Some(by) = &r.preempted_by {
+                    return Extended::Preempted(by.to_string());
+                }
+                if r.revoked {
+                    return Extended::Revoked;
+                }
+                let ttl = Duration::from_millis(r.ttl_ms);
+                let max_hold =
+                    (r.terms.max_hold_ms > 0).then(|| Duration::from_millis(r.terms.max_hold_ms));
+                match state.group(lease).lessor.renew(lease, token, ttl, max_hold) {
+                    Ok(()) => Extended::Yes {
+                        ttl_ms: r.ttl_ms,
+                        grant_index: r.grant_index,
+                    },
+                    Err(refused) => Extended::No(refused),
+                }
             }
-            if r.revoked {
-                return Extended::Revoked;
-            }
-            let ttl = Duration::from_millis(r.ttl_ms);
-            let max_hold =
-                (r.terms.max_hold_ms > 0).then(|| Duration::from_millis(r.terms.max_hold_ms));
-            match state.lessor.renew(lease, token, ttl, max_hold) {
-                Ok(()) => Extended::Yes {
-                    ttl_ms: r.ttl_ms,
-                    grant_index: r.grant_index,
-                },
-                Err(refused) => Extended::No(refused),
-            }
-        }
-        _ => Extended::NotHeld,
-    })
+            _ => Extended::NotHeld,
+        })
 }
 
 /// `holder`'s grant `token` of `lease`, if the applied table shows it ended
@@ -78,7 +83,7 @@ pub(in crate::api) fn ended(
     token: FencingToken,
     presented: Option<&SecretHash>,
 ) -> Option<Extended> {
-    state.shared.read(|s| {
+    state.group(lease).applied.read(|s| {
         let r = s.table.leases.get(lease)?;
         if r.holder.as_deref() != Some(holder) || r.token != token || !r.opens(presented) {
             return None;

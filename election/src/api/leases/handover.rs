@@ -30,6 +30,7 @@ pub(in crate::api) async fn handover(
     principal: Option<Extension<Principal>>,
     LeaseCall { lease, body }: LeaseCall<HandoverRequest>,
 ) -> Result<Json<HandedOver>, ApiError> {
+    let group = state.group(&lease);
     let window_ms = body.window_ms.unwrap_or(HANDOVER_WINDOW_MS.1);
     let caller = principal.map(|Extension(Principal(name))| name);
     if body.to_principal.is_some() && caller.is_none() {
@@ -46,9 +47,9 @@ pub(in crate::api) async fn handover(
         to_principal: body.to_principal.clone().or(caller),
         window_ms,
     };
-    match state.proposer.propose(command).await? {
+    match group.proposer.propose(command).await? {
         CommandResult::HandedOver { token } => {
-            state
+            group
                 .lessor
                 .track_grant(&lease, token, Duration::from_millis(window_ms));
             Ok(Json(HandedOver {

@@ -13,7 +13,8 @@ use crate::waiters::Bell;
 
 pub(in crate::api) fn is_free(state: &ApiState, lease: &LeaseName) -> bool {
     state
-        .shared
+        .group(lease)
+        .applied
         .read(|s| s.table.leases.get(lease).is_none_or(|r| r.holder.is_none()))
 }
 
@@ -32,13 +33,16 @@ pub(in crate::api) fn free_or_reserved_for(
     lease: &LeaseName,
     who: Claimant,
 ) -> (bool, bool) {
-    state.shared.read(|s| match s.table.leases.get(lease) {
-        None => (true, false),
-        Some(r) => (
-            r.holder.is_none(),
-            r.reserved_for(who.holder, who.principal),
-        ),
-    })
+    state
+        .group(lease)
+        .applied
+        .read(|s| match s.table.leases.get(lease) {
+            None => (true, false),
+            Some(r) => (
+                r.holder.is_none(),
+                r.reserved_for(who.holder, who.principal),
+            ),
+        })
 }
 
 /// Whether `lease` is held back by the lock-delay of the grant whose expiry
@@ -50,7 +54,7 @@ pub(in crate::api) fn lock_delay_left(
     state: &ApiState,
     lease: &LeaseName,
 ) -> Result<u64, Duration> {
-    let delayed = state.shared.read(|s| {
+    let delayed = state.group(lease).applied.read(|s| {
         s.table
             .leases
             .get(lease)
@@ -60,9 +64,11 @@ pub(in crate::api) fn lock_delay_left(
     let Some((modify_index, delay)) = delayed else {
         return Ok(0);
     };
-    let left = state
-        .lessor
-        .lock_delay_left(lease, modify_index, Duration::from_millis(delay));
+    let left = state.group(lease).lessor.lock_delay_left(
+        lease,
+        modify_index,
+        Duration::from_millis(delay),
+    );
     if left.is_zero() {
         Ok(modify_index)
     } else {
@@ -91,7 +97,7 @@ pub(in crate::api) async fn wait_until(
     turn: Turn,
     deadline: tokio::time::Instant,
 ) -> Result<bool, ApiError> {
-    let mut leadership = state.lessor.leadership();
+    let mut leadership = state.group(lease).lessor.leadership();
     // The term this node leads; `None` on a fresh leader before its first
     // duties tick, which takes up the term it is promoted to.
     let mut led = *leadership.borrow_and_update();
@@ -148,7 +154,10 @@ pub(in crate::api) fn held_now(
     holder: String,
     token: FencingToken,
 ) -> ApiError {
-    let record = state.shared.read(|s| s.table.leases.get(lease).cloned());
+    let record = state
+        .group(lease)
+        .applied
+        .read(|s| s.table.leases.get(lease).cloned());
     match record {
         Some(LeaseRecord {
             holder: Some(holder),
@@ -176,7 +185,8 @@ pub(in crate::api) fn handed_to_earlier_waiter(
     bell: &Bell,
 ) -> ApiError {
     let token = state
-        .shared
+        .group(lease)
+        .applied
         .read(|s| s.table.leases.get(lease).map(|r| r.token))
         .unwrap_or_default();
     held_now(state, lease, bell, String::new(), token)

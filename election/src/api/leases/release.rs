@@ -20,6 +20,7 @@ pub(in crate::api) async fn release(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<HolderToken>,
 ) -> Result<Json<Released>, ApiError> {
+    let group = state.group(&lease);
     let command = Command::Release {
         lease: lease.clone(),
         holder: body.holder.clone(),
@@ -27,7 +28,7 @@ pub(in crate::api) async fn release(
         grant_index: body.grant_index,
         secret: body.secret_hash(),
     };
-    match state.proposer.propose(command).await? {
+    match group.proposer.propose(command).await? {
         CommandResult::Freed => Ok(Json(Released {
             lease,
             released: true,

@@ -31,7 +31,7 @@ pub(in crate::api) async fn renew(
     let started = std::time::Instant::now();
     let answer = renew_now(&state, lease, body).await;
     if answer.is_ok() {
-        state.shared.metrics.renewed(1, started.elapsed());
+        state.metrics.renewed(1, started.elapsed());
     }
     answer
 }
@@ -47,7 +47,7 @@ pub(in crate::api) async fn renew_now(
     }
     // A renewal writes nothing, but only a leader whose lease holds may
     // answer it.
-    state.confirm_lease().await?;
+    state.group(&lease).confirm_lease().await?;
     renew_confirmed(state, lease, body)
 }
 
@@ -126,7 +126,7 @@ pub(in crate::api) async fn renew_batch(
 ) -> Result<Json<RenewResults>, ApiError> {
     let started = std::time::Instant::now();
     if !all_ended(&state, &body.renewals) {
-        state.confirm_lease().await?;
+        state.group_zero().confirm_lease().await?;
     }
     let results = renew_each(&state, principal.as_deref(), body.renewals, started);
     Ok(Json(RenewResults { results }))
@@ -183,7 +183,7 @@ pub(in crate::api) fn renew_each(
             }
         })
         .collect();
-    let metrics = &state.shared.metrics;
+    let metrics = &state.metrics;
     metrics.renew_batches.inc();
     metrics.renewed(renewed, started.elapsed());
     results

@@ -22,13 +22,14 @@ pub(in crate::api) async fn revoke(
     State(state): State<ApiState>,
     LeaseCall { lease, body }: LeaseCall<RevokeRequest>,
 ) -> Result<Json<Revoked>, ApiError> {
+    let group = state.group(&lease);
     let command = Command::Revoke {
         lease: lease.clone(),
         token: body.token,
     };
-    match state.proposer.propose(command).await? {
+    match group.proposer.propose(command).await? {
         CommandResult::Revoked => Ok(Json(Revoked {
-            expires_in_ms: state.lessor.remaining_ms(&lease, body.token),
+            expires_in_ms: group.lessor.remaining_ms(&lease, body.token),
             lease,
             revoked: true,
             token: body.token,

@@ -137,10 +137,10 @@ pub(in crate::api) async fn renew_stream(
             "the renewal stream is served over HTTP/2 only; renew through POST /v1/renew".into(),
         ));
     }
-    match state.acting_now().await {
+    match state.group_zero().acting_now().await {
         Acting::Leads => {}
         Acting::Follows => return Err(not_leading()),
-        Acting::Lapsed { since } => return Err(crate::api::state::lapsed(since)),
+        Acting::Lapsed { since } => return Err(crate::group::lapsed(since)),
     }
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal(
@@ -154,7 +154,7 @@ pub(in crate::api) async fn renew_stream(
     let deadline = state.config.body_deadline;
     let first_idle = (Instant::now() + IDLE).min(ends);
     let outbox = Arc::new(Outbox::new(seat, flow.label(), deadline, first_idle));
-    state.shared.metrics.renew_streams.inc();
+    state.metrics.renew_streams.inc();
     let (lines, answers) = mpsc::channel::<Bytes>(1);
     let revocation = revocation.map(|Extension(r)| r);
     let renewer = Arc::new(Renewer {
@@ -247,7 +247,7 @@ impl Renewer {
             };
             idle_until = (Instant::now() + IDLE).min(self.ends);
             self.outbox.reading_until(Some(idle_until));
-            if !self.state.is_leader() {
+            if !self.state.group_zero().is_leader() {
                 return self.last_line(&lines, &not_leading(), deadline).await;
             }
             let frame: RenewFrame = match parse_json(&bytes) {
@@ -299,7 +299,7 @@ impl Renewer {
             return FrameAnswer::failed(id, &err);
         }
         if !all_ended(state, &frame.renewals) {
-            if let Err(err) = state.confirm_lease().await {
+            if let Err(err) = state.group_zero().confirm_lease().await {
                 return FrameAnswer::failed(id, &err);
             }
         }

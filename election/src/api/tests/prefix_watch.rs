@@ -65,7 +65,8 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
     let state = &node._node.state;
     let lease = LeaseName::new("jobs.a").expect("name");
     let record = state
-        .shared
+        .group_zero()
+        .applied
         .read(|s| s.table.leases.get(&lease).cloned())
         .expect("the record");
     let from = first["index"].as_u64().expect("index") + 1;
@@ -74,7 +75,7 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
         lease: lease.clone(),
         record: Box::new(record.clone()),
     });
-    state.shared.feed.send(flood.collect());
+    state.group_zero().applied.feed.send(flood.collect());
 
     let rest = lines(Body::from_stream(body), usize::MAX).await;
     let last = rest.last().expect("a last line");
@@ -108,13 +109,17 @@ async fn one_reclaim_of_several_records_is_a_line_for_each_under_the_prefix() {
     // now, past the applied index (well past: the leader's duties may
     // append meanwhile), reaches it.
     let state = &node._node.state;
-    let index = *state.shared.changes.borrow() + 1000;
+    let index = *state.group_zero().applied.changes.borrow() + 1000;
     let leases = ["jobs.a", "other.x", "jobs.b"].map(|l| LeaseName::new(l).expect("name"));
     let body = response.into_body();
-    state.shared.feed.send(vec![Change::Reclaimed {
-        index,
-        leases: leases.to_vec(),
-    }]);
+    state
+        .group_zero()
+        .applied
+        .feed
+        .send(vec![Change::Reclaimed {
+            index,
+            leases: leases.to_vec(),
+        }]);
     let rest = lines(body, 2).await;
     assert_eq!(
         rest,

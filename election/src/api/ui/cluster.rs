@@ -31,7 +31,7 @@ pub(super) struct Member {
 
 /// Every member, in id order: this node's figures and the others'.
 pub(super) async fn gather(state: &ApiState) -> Vec<Member> {
-    let metrics = state.raft.metrics().borrow_watched().clone();
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership().clone();
     let voters: Vec<NodeId> = membership.voter_ids().collect();
     let me = state.config.id;
@@ -59,7 +59,7 @@ pub(super) async fn gather(state: &ApiState) -> Vec<Member> {
         id: me,
         addr,
         voter: voters.contains(&me),
-        answer: Ok(Figures::of(&state.raft, &state.series)),
+        answer: Ok(Figures::of(&state.group_zero().raft, &state.series)),
     });
     members.sort_by_key(|m| m.id);
     members

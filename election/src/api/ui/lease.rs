@@ -5,10 +5,14 @@
 
 use std::fmt::Write as _;
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
+use axum::Extension;
 use palisade_names::LeaseName;
 
+use super::status::StatusPage;
 use super::{escape, head};
 use crate::api::extract::LeasePath;
 use crate::api::schema::{ErrorBody, LeaseNameParam};
@@ -24,9 +28,13 @@ use crate::lease_table::record::LeaseRecord;
         (status = 429, body = ErrorBody)))]
 pub(in crate::api) async fn page(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     LeasePath(lease): LeasePath,
 ) -> Response {
-    let record = state.shared.read(|s| s.table.leases.get(&lease).cloned());
+    let record = state
+        .group(&lease)
+        .applied
+        .read(|s| s.table.leases.get(&lease).cloned());
     let mut html = head(&format!("Palisade lease {}", escape(lease.as_str())));
     let _ = write!(
         html,
@@ -42,7 +50,7 @@ pub(in crate::api) async fn page(
     };
     standing(&mut html, &state, &lease, &record);
     history(&mut html, &record);
-    if let Some(reader) = &state.ui_gateway {
+    if let Some(reader) = &status.gateway {
         refused(&mut html, reader, &lease).await;
     }
     html.push_str("</body></html>");
@@ -55,11 +63,12 @@ fn standing(html: &mut String, state: &ApiState, lease: &LeaseName, record: &Lea
         || "<i>free</i>".to_owned(),
         |h| format!("<b class=\"holder\">{}</b>", escape(h)),
     );
-    let left = match (&record.holder, state.is_leader()) {
+    let group = state.group(lease);
+    let left = match (&record.holder, group.is_leader()) {
         (None, _) => String::new(),
         (Some(_), false) => " · time left is known on the leader only".to_owned(),
         (Some(_), true) => {
-            state
+            group
                 .lessor
                 .remaining_ms(lease, record.token)
                 .map_or_else(String::new, |ms| {

@@ -12,16 +12,20 @@
 //! caller's address's share (admission), like every other call.
 
 use axum::extract::rejection::FormRejection;
+use std::sync::Arc;
+
 use axum::extract::{Form, State};
 use axum::http::header::{CONTENT_TYPE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::Deserialize;
 
 use palisade_serve::policy::{Policy, Principal, Right};
 
 use super::headers::LOGIN_CSS;
 use super::origin::from_own_page;
+use super::status::StatusPage;
 use super::{cookie, escape, query_escape};
 use crate::api::state::ApiState;
 
@@ -51,6 +55,7 @@ pub(in crate::api) async fn form() -> Response {
         (status = 429, body = crate::api::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(in crate::api) async fn login(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     request: HeaderMap,
     form: Result<Form<Login>, FormRejection>,
 ) -> Response {
@@ -71,11 +76,11 @@ pub(in crate::api) async fn login(
     let name = cookie::name(state.config.id);
     if let Some(old) = cookie::find(&request, &name) {
         // A fresh id at every sign-in; the one the browser had ends.
-        state.sessions.close(&old);
+        status.sessions.close(&old);
     }
     let landing = landing(&policy, &principal);
-    let id = state.sessions.open(principal, digest);
-    let max_age = state.sessions.lifetime().as_secs();
+    let id = status.sessions.open(principal, digest);
+    let max_age = status.sessions.lifetime().as_secs();
     let set = cookie::set(&name, &id, max_age, state.config.client_tls.is_some());
     redirect(landing, Some(set))
 }
@@ -99,13 +104,17 @@ fn landing(policy: &Policy, principal: &Principal) -> String {
     responses((status = 303, description = "The session ended and its cookie cleared; to /ui/login"),
         (status = 403, body = String, content_type = "text/html", description = "No Origin, or not this node's: nothing ended"),
         (status = 429, body = crate::api::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
-pub(in crate::api) async fn logout(State(state): State<ApiState>, request: HeaderMap) -> Response {
+pub(in crate::api) async fn logout(
+    State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
+    request: HeaderMap,
+) -> Response {
     if let Err(reason) = from_own_page(&state.config, &request) {
         return page(StatusCode::FORBIDDEN, Some(reason));
     }
     let name = cookie::name(state.config.id);
     if let Some(id) = cookie::find(&request, &name) {
-        state.sessions.close(&id);
+        status.sessions.close(&id);
     }
     let cleared = cookie::set(&name, "", 0, state.config.client_tls.is_some());
     redirect("/ui/login".to_owned(), Some(cleared))

@@ -27,8 +27,10 @@ mod plots;
 pub mod sampler;
 pub mod sessions;
 pub(super) mod signed_in;
+pub mod status;
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -42,6 +44,7 @@ use super::schema::ErrorBody;
 use super::state::ApiState;
 use crate::error::ApiError;
 use crate::lease_table::history::Transition;
+use status::StatusPage;
 
 /// Leases on one page.
 const PAGE: usize = 200;
@@ -85,6 +88,7 @@ pub(super) fn escape(text: &str) -> String {
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(super) async fn page(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     principal: Option<Extension<Principal>>,
     query: Result<Query<UiQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -116,7 +120,7 @@ pub(super) async fn page(
             crate::signing::unix_ms(),
         );
     }
-    if let Some(reader) = &state.ui_gateway {
+    if let Some(reader) = &status.gateway {
         gateway_fences(&mut html, reader, &query.prefix).await;
     }
     html.push_str("</body></html>");
@@ -147,7 +151,7 @@ fn head(title: &str) -> String {
 /// its applied index is behind the highest commit index any member
 /// reported, or why it did not answer.
 fn node_section(html: &mut String, state: &ApiState, members: &[cluster::Member]) {
-    let metrics = state.raft.metrics().borrow_watched().clone();
+    let metrics = state.group_zero().raft.metrics().borrow_watched().clone();
     let me = state.config.id;
     let role = format!("{:?}", metrics.state);
     let leader = metrics
@@ -237,7 +241,7 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
     let (prefix, after) = (wanted.prefix, wanted.after);
     // One page and one look past it: the work is bounded by the page, never
     // by the number of leases under the prefix.
-    let (mut rows, in_table) = state.shared.read(|s| {
+    let (mut rows, in_table) = state.group_zero().applied.read(|s| {
         let start = match after {
             Some(after) if after >= prefix => std::ops::Bound::Excluded(after),
             _ => std::ops::Bound::Included(prefix),
@@ -266,7 +270,7 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
         rows.len(),
         escape(prefix),
         after.map_or_else(String::new, |a| format!(" after “{}”", escape(a))),
-        if state.is_leader() {
+        if state.group_zero().is_leader() {
             ""
         } else {
             " (time left is known on the leader only)"
@@ -296,7 +300,7 @@ fn lease_row(
     let left = record
         .holder
         .as_ref()
-        .and_then(|_| state.lessor.remaining_ms(name, record.token))
+        .and_then(|_| state.group_zero().lessor.remaining_ms(name, record.token))
         .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
     let holder = record.holder.as_deref().map_or_else(
         || "<i>free</i>".to_owned(),

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
 
+use super::status::StatusPage;
 use crate::api::state::ApiState;
 use crate::series::{Sample, EVERY};
 
@@ -19,24 +20,25 @@ struct Counts {
     at: Instant,
 }
 
-/// Takes a sample of `state` into its series every [`EVERY`], forever.
-pub async fn sample(state: ApiState) {
-    let mut before = counts(&state).await;
+/// Takes a sample of `state` (and of the gateway `status` reads) into its
+/// series every [`EVERY`], forever.
+pub async fn sample(state: ApiState, status: std::sync::Arc<StatusPage>) {
+    let mut before = counts(&state, &status).await;
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let now = counts(&state).await;
+        let now = counts(&state, &status).await;
         state.series.push(take(&state, &before, &now));
         before = now;
     }
 }
 
 /// The counters now (the gateway's if it answers within its bound).
-async fn counts(state: &ApiState) -> Counts {
-    let metrics = &state.shared.metrics;
-    let refused = match &state.ui_gateway {
+async fn counts(state: &ApiState, status: &StatusPage) -> Counts {
+    let metrics = &state.metrics;
+    let refused = match &status.gateway {
         Some(reader) => reader.refused_writes().await.ok(),
         None => None,
     };
@@ -53,8 +55,8 @@ async fn counts(state: &ApiState) -> Counts {
 fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
     let secs = now.at.duration_since(before.at).as_secs_f64().max(0.001);
     let rate = |from: u64, to: u64| to.saturating_sub(from) as f64 / secs;
-    let held = state.shared.read(|s| s.table.held());
-    let raft = state.raft.metrics().borrow_watched().clone();
+    let held = state.group_zero().applied.read(|s| s.table.held());
+    let raft = state.group_zero().raft.metrics().borrow_watched().clone();
     Sample {
         at_ms: crate::signing::unix_ms(),
         renewals: rate(before.renewals, now.renewals),
@@ -62,12 +64,7 @@ fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
         refused: before.refused.zip(now.refused).map(|(b, n)| rate(b, n)),
         held,
         waiters: state.waiting(),
-        renew_p99_ms: state
-            .shared
-            .metrics
-            .renew_window
-            .take_p99()
-            .map(|s| s * 1000.0),
+        renew_p99_ms: state.metrics.renew_window.take_p99().map(|s| s * 1000.0),
         leader: raft.current_leader,
         leader_changed: now.leader_changes > before.leader_changes,
     }

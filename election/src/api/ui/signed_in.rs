@@ -7,18 +7,23 @@
 //! request sends no API key. So a session id opens the read-only status
 //! pages and nothing else; it is never taken for a key.
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use http::HeaderValue;
 
 use super::cookie;
 use super::sessions::SessionPrincipal;
+use super::status::StatusPage;
 use crate::api::state::ApiState;
 
 /// See the module documentation.
 pub(in crate::api) async fn session_from_cookie(
     State(state): State<ApiState>,
+    Extension(status): Extension<Arc<StatusPage>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -30,7 +35,7 @@ pub(in crate::api) async fn session_from_cookie(
     let legacy = cookie::find(request.headers(), cookie::LEGACY_KEY_COOKIE).is_some();
     let id = cookie::find(request.headers(), &cookie::name(state.config.id));
     if let (Some(policy), Some(id)) = (&state.config.policy, id) {
-        if let Some(principal) = state.sessions.check(&id, &policy.current()) {
+        if let Some(principal) = status.sessions.check(&id, &policy.current()) {
             request.extensions_mut().insert(SessionPrincipal(principal));
         }
     }
