@@ -1,10 +1,35 @@
-//! [`ApiError`]: the one place the election API picks an HTTP status.
+//! [`ApiError`]: the one place the election API picks an HTTP status, and
+//! [`ErrorBody`], the one shape of every error it answers — a response's
+//! body, a batch entry's and a stream frame's fields, a watch's last line —
+//! built here alone ([`ApiError::body`]).
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::StatusCode;
 use palisade_names::FencingToken;
-use serde_json::{json, Value};
+use serde::Serialize;
+
+/// Every error answer: a code, a sentence, and for some codes more fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `held`,
+    /// `lost`, `preempted`, `max_hold`, `lock_delay`, `conflict`,
+    /// `not_caught_up`, `request_timeout`, `too_many_waiters`,
+    /// `too_many_leases`, `over_quota`, `over_share`, `no_quorum`,
+    /// `not_ready`, `internal`.
+    pub error: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// `held`: who holds the lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// `held`: the holder's token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// `lock_delay`: how long the delay lasts yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
 
 /// Why a client request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -137,29 +162,40 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// The status and the JSON body an answer carries (an internal error's
-    /// detail is logged here, never sent).
-    pub(crate) fn status_and_body(&self) -> (StatusCode, Value) {
-        let (status, code) = self.parts();
-        let mut body: Value = json!({ "error": code, "message": self.to_string() });
+    /// The status an answer carries.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The body an answer carries (an internal error's detail is logged
+    /// here, never sent).
+    pub(crate) fn body(&self) -> ErrorBody {
+        let (_, code) = self.parts();
+        let mut body = ErrorBody {
+            error: code.to_owned(),
+            message: self.to_string(),
+            holder: None,
+            token: None,
+            retry_after_ms: None,
+        };
         match self {
             ApiError::Held { holder, token } => {
-                body["holder"] = json!(holder);
-                body["token"] = json!(token);
+                body.holder = Some(holder.clone());
+                body.token = Some(token.0);
             }
             ApiError::LockDelay { retry_after_ms, .. } => {
-                body["retry_after_ms"] = json!(retry_after_ms);
+                body.retry_after_ms = Some(*retry_after_ms);
             }
             ApiError::Internal(detail) => tracing::error!(%detail, "request failed"),
             _ => {}
         }
-        (status, body)
+        body
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, body) = self.status_and_body();
+        let (status, body) = (self.status(), self.body());
         let retry_after = match &self {
             ApiError::OverShare {
                 retry_after_secs, ..
@@ -199,5 +235,43 @@ impl From<crate::raft::propose::ProposeError> for ApiError {
             crate::raft::propose::ProposeError::Refused(reason) => ApiError::Conflict(reason),
             crate::raft::propose::ProposeError::Fatal(detail) => ApiError::Internal(detail),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::{ApiError, ErrorBody};
+    use palisade_names::FencingToken;
+
+    /// The fields a code adds are set here, once, for every answer that
+    /// carries the body (a response, a batch entry, a stream frame).
+    #[test]
+    fn the_body_carries_what_its_code_adds() {
+        let held = ApiError::Held {
+            holder: "B".into(),
+            token: FencingToken(7),
+        };
+        assert_eq!(
+            held.body(),
+            ErrorBody {
+                error: "held".into(),
+                message: "lease is held by \"B\"".into(),
+                holder: Some("B".into()),
+                token: Some(7),
+                retry_after_ms: None,
+            }
+        );
+        let delayed = ApiError::LockDelay {
+            message: "wait".into(),
+            retry_after_ms: 250,
+        };
+        assert_eq!(delayed.body().retry_after_ms, Some(250));
+        assert_eq!(delayed.status().as_u16(), 409);
+        let internal = ApiError::Internal("disk on fire".into()).body();
+        assert_eq!(
+            (internal.error.as_str(), internal.message.as_str()),
+            ("internal", "internal error"),
+            "the detail is logged, not sent"
+        );
     }
 }

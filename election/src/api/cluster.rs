@@ -16,10 +16,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::extract::{Checked, CheckedJson};
-use super::schema::{ClusterChangeErrors, ErrorBody};
+use super::schema::ClusterChangeErrors;
 use super::state::ApiState;
 use crate::config::ElectionConfig;
 use crate::error::ApiError;
+use crate::error::ErrorBody;
 use crate::lease_table::command::{Command, KeySecret};
 use crate::raft::{Acting, NodeId, TypeConfig};
 use crate::signing::{generate_key, Signer};
@@ -197,8 +198,8 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
 /// principal (any): its admission counters are labelled by principal name.
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "Prometheus text format"),
-        (status = 401, body = super::schema::ErrorBody, description = "Under a policy: no key, or an unknown one"),
-        (status = 429, body = super::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
+        (status = 401, body = crate::error::ErrorBody, description = "Under a policy: no key, or an unknown one"),
+        (status = 429, body = crate::error::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
     let raft = state.group_zero().raft.metrics().borrow_watched().clone();
     let (held, records) = state

@@ -7,7 +7,8 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::schema::{ErrorBody, HolderParam, LeaseNameParam};
+use super::schema::{HolderParam, LeaseNameParam};
+use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -186,7 +186,7 @@ impl Watcher {
                 ),
             }),
             End::Revoked(err) => {
-                let (_, mut body) = err.status_and_body();
+                let mut body = serde_json::to_value(err.body()).unwrap_or_default();
                 body["index"] = json!(self.cursor);
                 body
             }

@@ -1,31 +1,14 @@
-//! The OpenAPI types every handler's annotation names: the error body, the
-//! path and holder parameters, and the error-response lists (written once,
+//! The OpenAPI types every handler's annotation names: the error body
+//! (defined beside `ApiError`, which alone builds it), the path and holder
+//! parameters, and the error-response lists (written once,
 //! one per kind of call).
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::IntoResponses;
 
 use palisade_names::MAX_HOLDER_LEN;
-
-/// Every error answer: a code, a sentence, and for some codes more fields.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `held`,
-    /// `lost`, `conflict`, `too_many_waiters`, `too_many_leases`, `over_quota`, `over_share`,
-    /// `no_quorum`, `not_ready`, ...
-    error: String,
-    /// What went wrong, for people.
-    message: String,
-    /// `held`: who holds the lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    holder: Option<String>,
-    /// `held`: the holder's token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    token: Option<u64>,
-}
 
 /// A lease name: 1..=128 of `A-Z a-z 0-9 . _ -`, not `.` or `..` (the
 /// schema also keeps a leading `.` out, which the servers accept).
@@ -55,7 +38,8 @@ impl utoipa::PartialSchema for HolderParam {
 
 impl utoipa::ToSchema for HolderParam {}
 
-/// The error answers of `statuses`, each an [`ErrorBody`].
+/// The error answers of `statuses`, each an
+/// [`ErrorBody`](crate::error::ErrorBody).
 fn error_responses(statuses: &[u16]) -> BTreeMap<String, RefOr<Response>> {
     statuses
         .iter()

@@ -170,12 +170,11 @@ pub(in crate::api) fn renew_each(
                     }
                 }
                 Err(err) => {
-                    let (status, body) = err.status_and_body();
-                    let field = |f: &str| body[f].as_str().map(str::to_owned);
+                    let body = err.body();
                     RenewResult {
-                        status: status.as_u16(),
-                        error: field("error"),
-                        message: field("message"),
+                        status: err.status().as_u16(),
+                        error: Some(body.error),
+                        message: Some(body.message),
                         lease: name,
                         grant: None,
                     }

@@ -98,14 +98,13 @@ struct FrameAnswer {
 impl FrameAnswer {
     /// The whole frame `id` (or the stream, without one) failed with `err`.
     fn failed(id: Option<u64>, err: &ApiError) -> Self {
-        let (status, body) = err.status_and_body();
-        let field = |f: &str| body[f].as_str().map(str::to_owned);
+        let body = err.body();
         Self {
             id,
-            status: status.as_u16(),
+            status: err.status().as_u16(),
             results: None,
-            error: field("error"),
-            message: field("message"),
+            error: Some(body.error),
+            message: Some(body.message),
         }
     }
 

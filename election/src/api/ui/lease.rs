@@ -15,8 +15,9 @@ use palisade_names::LeaseName;
 use super::status::StatusPage;
 use super::{escape, head};
 use crate::api::extract::LeasePath;
-use crate::api::schema::{ErrorBody, LeaseNameParam};
+use crate::api::schema::LeaseNameParam;
 use crate::api::state::ApiState;
+use crate::error::ErrorBody;
 use crate::lease_table::history::{Transition, HISTORY_LEN};
 use crate::lease_table::record::LeaseRecord;
 

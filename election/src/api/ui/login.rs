@@ -52,7 +52,7 @@ pub(in crate::api) async fn form() -> Response {
         (status = 400, body = String, content_type = "text/html", description = "No key in the form: the form again"),
         (status = 401, body = String, content_type = "text/html", description = "Unknown key: the form again, no cookie"),
         (status = 403, body = String, content_type = "text/html", description = "No Origin, or not this node's (--public-url): nothing set"),
-        (status = 429, body = crate::api::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
+        (status = 429, body = crate::error::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(in crate::api) async fn login(
     State(state): State<ApiState>,
     Extension(status): Extension<Arc<StatusPage>>,
@@ -103,7 +103,7 @@ fn landing(policy: &Policy, principal: &Principal) -> String {
 #[utoipa::path(post, path = "/ui/logout", tag = "health",
     responses((status = 303, description = "The session ended and its cookie cleared; to /ui/login"),
         (status = 403, body = String, content_type = "text/html", description = "No Origin, or not this node's: nothing ended"),
-        (status = 429, body = crate::api::schema::ErrorBody, description = "Over the caller's share of this node's seats")))]
+        (status = 429, body = crate::error::ErrorBody, description = "Over the caller's share of this node's seats")))]
 pub(in crate::api) async fn logout(
     State(state): State<ApiState>,
     Extension(status): Extension<Arc<StatusPage>>,

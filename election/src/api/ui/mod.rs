@@ -40,9 +40,9 @@ use openraft::async_runtime::WatchReceiver;
 use palisade_serve::policy::{Principal, Right};
 use serde::Deserialize;
 
-use super::schema::ErrorBody;
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::error::ErrorBody;
 use crate::lease_table::history::Transition;
 use status::StatusPage;
 
