@@ -180,9 +180,32 @@ impl LeaseRecord {
             .at_ms
     }
 
-    /// Whether `holder`, presenting `secret`, may extend the current grant.
+    /// Whether `holder`, presenting `secret`, may extend the current grant
+    /// (a repeated acquire, any token).
     pub(super) fn extensible_by(&self, holder: &str, secret: Option<&SecretHash>) -> bool {
-        self.holder.as_deref() == Some(holder) && self.opens(secret) && !self.revoked
+        self.extension(holder, None, secret) == Extension::Open
+    }
+
+    /// The rule for extending a grant, in one place: whether `holder`'s
+    /// grant (of `token`, when given) may be extended by a caller
+    /// presenting `secret` — renewals, repeated acquires and the table's
+    /// own checks all ask here. A preempted grant (which is revoked too)
+    /// says so first; a revoked one is never extended.
+    pub fn extension(
+        &self,
+        holder: &str,
+        token: Option<FencingToken>,
+        secret: Option<&SecretHash>,
+    ) -> Extension {
+        let named = self.holder.as_deref() == Some(holder) && token.is_none_or(|t| t == self.token);
+        if !named || !self.opens(secret) {
+            return Extension::NotHeld;
+        }
+        match (&self.preempted_by, self.revoked) {
+            (Some(by), _) => Extension::Preempted(by.clone()),
+            (None, true) => Extension::Revoked,
+            (None, false) => Extension::Open,
+        }
     }
 
     /// A lease never granted before, about to be asked for at `index`.
@@ -278,4 +301,19 @@ impl LeaseRecord {
     pub(super) fn lock_delay_unseen(&self, delay_seen: Option<u64>) -> bool {
         self.lock_delayed && delay_seen.is_some_and(|seen| seen != self.modify_index)
     }
+}
+
+/// Whether a grant may be extended ([`LeaseRecord::extension`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extension {
+    /// It may: the caller holds it, with its secret, and it is neither
+    /// revoked nor preempted.
+    Open,
+    /// Preempted by this holder: it ends at its deadline.
+    Preempted(Holder),
+    /// Revoked: it ends at its deadline.
+    Revoked,
+    /// The caller does not hold it (another holder or token, a wrong
+    /// secret, a reservation not yet claimed, no grant).
+    NotHeld,
 }

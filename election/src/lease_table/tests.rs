@@ -998,3 +998,35 @@ fn a_history_of_the_largest_bound_survives_the_snapshot() {
     let decoded = crate::raft::snapshot_codec::decode(&bytes).expect("decode");
     assert_eq!(decoded.table.leases["a"].history, table.leases["a"].history);
 }
+
+/// The extension rule, asked of the record: the holder with its token and
+/// secret may extend; another holder, token or secret may not; a revoked
+/// grant says so, and a preempted one names its preemptor first.
+#[test]
+fn a_record_says_whether_its_grant_may_be_extended() {
+    use crate::lease_table::command::SecretHash;
+    use crate::lease_table::record::{Extension, LeaseRecord};
+    use palisade_names::{FencingToken, GrantSecret, Holder};
+    let secret = GrantSecret::new("0123456789abcdef0123456789abcdef").expect("secret");
+    let wrong = GrantSecret::new("fedcba9876543210fedcba9876543210").expect("secret");
+    let (hash, other) = (SecretHash::of(&secret), SecretHash::of(&wrong));
+    let mut record = LeaseRecord::never_granted(5, 1000);
+    record.holder = Some(Holder::new("A").expect("holder"));
+    record.token = FencingToken(5);
+    record.secret = Some(hash.clone());
+    let ask = |r: &LeaseRecord, holder: &str, token: Option<u64>, secret: &SecretHash| {
+        r.extension(holder, token.map(FencingToken), Some(secret))
+    };
+    assert_eq!(ask(&record, "A", Some(5), &hash), Extension::Open);
+    assert_eq!(ask(&record, "A", None, &hash), Extension::Open);
+    assert_eq!(ask(&record, "A", Some(4), &hash), Extension::NotHeld);
+    assert_eq!(ask(&record, "B", Some(5), &hash), Extension::NotHeld);
+    assert_eq!(ask(&record, "A", Some(5), &other), Extension::NotHeld);
+    record.revoked = true;
+    assert_eq!(ask(&record, "A", Some(5), &hash), Extension::Revoked);
+    record.preempted_by = Some(Holder::new("boss").expect("holder"));
+    assert_eq!(
+        ask(&record, "A", Some(5), &hash),
+        Extension::Preempted(Holder::new("boss").expect("holder"))
+    );
+}

@@ -8,6 +8,7 @@ use palisade_names::{FencingToken, LeaseName};
 use super::super::state::ApiState;
 use crate::leader::lessor::RenewRefused;
 use crate::lease_table::command::SecretHash;
+use crate::lease_table::record::Extension;
 
 /// How [`extend`] went.
 pub(in crate::api) enum Extended {
@@ -38,34 +39,27 @@ pub(in crate::api) fn extend(
     token: FencingToken,
     presented: Option<&SecretHash>,
 ) -> Extended {
-    state
-        .group(lease)
-        .applied
-        .read(|s| match s.table.leases.get(lease) {
-            Some(r)
-                if r.holder.as_deref() == Some(holder)
-                    && r.token == token
-                    && r.opens(presented) =>
-            {
-                if let Some(by) = &r.preempted_by {
-                    return Extended::Preempted(by.to_string());
-                }
-                if r.revoked {
-                    return Extended::Revoked;
-                }
-                let ttl = Duration::from_millis(r.ttl_ms);
-                let max_hold =
-                    (r.terms.max_hold_ms > 0).then(|| Duration::from_millis(r.terms.max_hold_ms));
-                match state.group(lease).lessor.renew(lease, token, ttl, max_hold) {
-                    Ok(()) => Extended::Yes {
-                        ttl_ms: r.ttl_ms,
-                        grant_index: r.grant_index,
-                    },
-                    Err(refused) => Extended::No(refused),
-                }
-            }
-            _ => Extended::NotHeld,
-        })
+    state.group(lease).applied.read(|s| {
+        let Some(r) = s.table.leases.get(lease) else {
+            return Extended::NotHeld;
+        };
+        match r.extension(holder, Some(token), presented) {
+            Extension::Open => {}
+            Extension::Preempted(by) => return Extended::Preempted(by.to_string()),
+            Extension::Revoked => return Extended::Revoked,
+            Extension::NotHeld => return Extended::NotHeld,
+        }
+        let ttl = Duration::from_millis(r.ttl_ms);
+        let max_hold =
+            (r.terms.max_hold_ms > 0).then(|| Duration::from_millis(r.terms.max_hold_ms));
+        match state.group(lease).lessor.renew(lease, token, ttl, max_hold) {
+            Ok(()) => Extended::Yes {
+                ttl_ms: r.ttl_ms,
+                grant_index: r.grant_index,
+            },
+            Err(refused) => Extended::No(refused),
+        }
+    })
 }
 
 /// `holder`'s grant `token` of `lease`, if the applied table shows it ended
@@ -84,14 +78,15 @@ pub(in crate::api) fn ended(
     presented: Option<&SecretHash>,
 ) -> Option<Extended> {
     state.group(lease).applied.read(|s| {
-        let r = s.table.leases.get(lease)?;
-        if r.holder.as_deref() != Some(holder) || r.token != token || !r.opens(presented) {
-            return None;
-        }
-        match (&r.preempted_by, r.revoked) {
-            (Some(by), _) => Some(Extended::Preempted(by.to_string())),
-            (None, true) => Some(Extended::Revoked),
-            (None, false) => None,
+        match s
+            .table
+            .leases
+            .get(lease)?
+            .extension(holder, Some(token), presented)
+        {
+            Extension::Preempted(by) => Some(Extended::Preempted(by.to_string())),
+            Extension::Revoked => Some(Extended::Revoked),
+            Extension::Open | Extension::NotHeld => None,
         }
     })
 }
