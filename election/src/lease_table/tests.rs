@@ -1013,7 +1013,7 @@ fn a_record_says_whether_its_grant_may_be_extended() {
     let mut record = LeaseRecord::never_granted(5, 1000);
     record.holder = Some(Holder::new("A").expect("holder"));
     record.token = FencingToken(5);
-    record.secret = Some(hash.clone());
+    record.secret = Some(hash);
     let ask = |r: &LeaseRecord, holder: &str, token: Option<u64>, secret: &SecretHash| {
         r.extension(holder, token.map(FencingToken), Some(secret))
     };
