@@ -25,9 +25,18 @@ pub async fn authorize(
     let Some(policy) = policy.map(|p| p.current()) else {
         return next.run(request).await;
     };
-    match check(&policy, &request) {
+    let verdict = check(&policy, &request);
+    proceed_as(verdict, request, next).await
+}
+
+/// Runs the request as the principal found, or answers why there is none.
+async fn proceed_as(
+    verdict: Result<Principal, ApiError>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match verdict {
         Ok(principal) => {
-            let mut request = request;
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
@@ -63,14 +72,8 @@ pub async fn identify_only(
     let Some(policy) = policy.map(|p| p.current()) else {
         return next.run(request).await;
     };
-    match identify(&policy, &request) {
-        Ok(principal) => {
-            let mut request = request;
-            request.extensions_mut().insert(principal);
-            next.run(request).await
-        }
-        Err(denied) => ApiError::from(denied).into_response(),
-    }
+    let verdict = identify(&policy, &request).map_err(ApiError::from);
+    proceed_as(verdict, request, next).await
 }
 
 /// The caller: by API key, else by the client certificate its TLS

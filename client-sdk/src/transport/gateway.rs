@@ -21,15 +21,26 @@ impl Transport {
             .ok_or_else(|| Error::BadRequest("no gateway configured".into()))
     }
 
-    /// Reads `key` through the gateway.
-    pub(crate) async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
+    /// Sends `method` (GET or HEAD) for `key`: the answer, and its URL
+    /// for errors.
+    async fn object_request(
+        &self,
+        method: reqwest::Method,
+        key: &str,
+    ) -> Result<(reqwest::Response, String), Error> {
         let url = format!("{}/v1/objects/{}", self.gateway()?, encode_key(key));
         let response = self
             .http
-            .get(&url)
+            .request(method, &url)
             .send()
             .await
             .map_err(|e| unavailable(&url, &e))?;
+        Ok((response, url))
+    }
+
+    /// Reads `key` through the gateway.
+    pub(crate) async fn get_object(&self, key: &str) -> Result<Option<Object>, Error> {
+        let (response, url) = self.object_request(reqwest::Method::GET, key).await?;
         match response.status().as_u16() {
             200 => {
                 let (version, token) = described(response.headers());
@@ -51,13 +62,7 @@ impl Transport {
     /// What `key` is without its bytes (`HEAD`): `None` when there is no
     /// object.
     pub(crate) async fn head_object(&self, key: &str) -> Result<Option<ObjectInfo>, Error> {
-        let url = format!("{}/v1/objects/{}", self.gateway()?, encode_key(key));
-        let response = self
-            .http
-            .head(&url)
-            .send()
-            .await
-            .map_err(|e| unavailable(&url, &e))?;
+        let (response, _) = self.object_request(reqwest::Method::HEAD, key).await?;
         match response.status().as_u16() {
             200 => {
                 let (version, token) = described(response.headers());
