@@ -18,10 +18,7 @@ impl LeaseTable {
         window_ms: u64,
     ) -> CommandResult {
         match self.leases.get_mut(lease) {
-            Some(record)
-                if record.extensible_by(grant.holder, grant.secret)
-                    && record.token == grant.token =>
-            {
+            Some(record) if record.handed_over_by(grant) => {
                 record.reserve(to.0.clone(), to.1.cloned(), index, window_ms);
                 CommandResult::HandedOver {
                     token: FencingToken(index),
@@ -42,12 +39,7 @@ impl LeaseTable {
         grant_index: Option<u64>,
     ) -> CommandResult {
         match self.leases.get_mut(lease) {
-            Some(record)
-                if record.holder.as_deref() == Some(grant.holder)
-                    && record.token == grant.token
-                    && record.opens(grant.secret)
-                    && grant_index.is_none_or(|g| g >= record.grant_index) =>
-            {
+            Some(record) if record.releasable_by(grant, grant_index) => {
                 if !record.reserve_for_preemptor(index) {
                     record.free(index);
                     record.lock_delayed = false;

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use palisade_names::{FencingToken, Holder};
 use serde::{Deserialize, Serialize};
 
-use super::command::{SecretHash, Terms};
+use super::command::{Presented, SecretHash, Terms};
 use super::history::{Standing, Transition};
 
 /// How long a preempted grant's lease, once released or expired, waits for
@@ -206,6 +206,26 @@ impl LeaseRecord {
             (None, true) => Extension::Revoked,
             (None, false) => Extension::Open,
         }
+    }
+
+    /// The rule for a holder's release, in one place: whether the grant
+    /// `grant` presents is the current one, opened by its secret, from a
+    /// handle no newer acquire replaced (`grant_index`, when the release
+    /// names it, at least the record's). A revoked or preempted grant may
+    /// still be released: letting go is what they ask of their holder.
+    pub(super) fn releasable_by(&self, grant: Presented, grant_index: Option<u64>) -> bool {
+        self.holder.as_deref() == Some(grant.holder)
+            && self.token == grant.token
+            && self.opens(grant.secret)
+            && grant_index.is_none_or(|g| g >= self.grant_index)
+    }
+
+    /// The rule for a handover, in one place: only a grant that could be
+    /// extended ([`Self::extension`] is `Open` for its holder, token and
+    /// secret) may name its successor; a revoked or preempted one ends as
+    /// it was told to.
+    pub(super) fn handed_over_by(&self, grant: Presented) -> bool {
+        self.extension(grant.holder, Some(grant.token), grant.secret) == Extension::Open
     }
 
     /// A lease never granted before, about to be asked for at `index`.

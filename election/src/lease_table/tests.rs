@@ -1030,3 +1030,48 @@ fn a_record_says_whether_its_grant_may_be_extended() {
         Extension::Preempted(Holder::new("boss").expect("holder"))
     );
 }
+
+/// The release and handover rules, asked of the record: the holder with
+/// its token and secret may release, even a revoked grant, but not from a
+/// handle an acquire since replaced; only a grant that could be extended
+/// may be handed over.
+#[test]
+fn a_record_says_who_may_release_and_hand_over() {
+    use crate::lease_table::command::{Presented, SecretHash};
+    use crate::lease_table::record::LeaseRecord;
+    use palisade_names::{FencingToken, GrantSecret, Holder};
+    let secret = GrantSecret::new("0123456789abcdef0123456789abcdef").expect("secret");
+    let wrong = GrantSecret::new("fedcba9876543210fedcba9876543210").expect("secret");
+    let (hash, other) = (SecretHash::of(&secret), SecretHash::of(&wrong));
+    let mut record = LeaseRecord::never_granted(5, 1000);
+    record.holder = Some(Holder::new("A").expect("holder"));
+    record.token = FencingToken(5);
+    record.grant_index = 7;
+    record.secret = Some(hash);
+    let grant = |holder, token, secret| Presented {
+        holder,
+        token: FencingToken(token),
+        secret: Some(secret),
+    };
+    assert!(record.releasable_by(grant("A", 5, &hash), None));
+    assert!(record.releasable_by(grant("A", 5, &hash), Some(7)));
+    assert!(
+        !record.releasable_by(grant("A", 5, &hash), Some(6)),
+        "a replaced handle"
+    );
+    assert!(!record.releasable_by(grant("A", 4, &hash), None));
+    assert!(!record.releasable_by(grant("B", 5, &hash), None));
+    assert!(!record.releasable_by(grant("A", 5, &other), None));
+    assert!(record.handed_over_by(grant("A", 5, &hash)));
+    assert!(!record.handed_over_by(grant("A", 4, &hash)));
+    assert!(!record.handed_over_by(grant("A", 5, &other)));
+    record.revoked = true;
+    assert!(
+        record.releasable_by(grant("A", 5, &hash), None),
+        "revoked: let go"
+    );
+    assert!(
+        !record.handed_over_by(grant("A", 5, &hash)),
+        "revoked: no successor"
+    );
+}
