@@ -1,8 +1,10 @@
 //! A policy change without a restart, on real processes: a 3-node cluster
 //! over TLS and a gateway, both with the policy file `Access` writes. A
 //! principal added to the file is refused (401) until the servers get
-//! SIGHUP, then served; a principal removed is refused after it; a file
-//! that does not parse changes nothing.
+//! SIGHUP, then served (through a follower as soon as that follower has
+//! reloaded: a forwarded call is authorized once, where it came in); a
+//! principal removed is refused after it; a file that does not parse
+//! changes nothing.
 
 use crate::support;
 
@@ -84,7 +86,31 @@ async fn sighup_reloads_the_policy_and_a_broken_file_changes_nothing() {
     add(&access.keys, "late", &rules).expect("add late");
     let policy = access.policy.clone();
     assert_eq!(statuses(&access, &cluster, &url, "late").await, all(401));
-    hang_up(&pids);
+    // A forwarded call is authorized once, where it came in: with every
+    // server but the leader reloaded, `late`'s list (the leader's, which a
+    // follower forwards) is served through the followers, though the
+    // leader does not know `late` yet, and refused at the leader.
+    let leader = cluster.settled_leader(&access.http("admin")).await;
+    let leader_pid = cluster.node(leader).map(|n| n.pid()).expect("leader pid");
+    let others: Vec<u32> = pids.iter().copied().filter(|p| *p != leader_pid).collect();
+    hang_up(&others);
+    let want: Vec<u16> = (1..=3u64)
+        .map(|id| if id == leader { 401 } else { 200 })
+        .chain([200])
+        .collect();
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen = statuses(&access, &cluster, &url, "late").await;
+        if seen == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen, want,
+        "late with all but the leader (node {leader}) reloaded"
+    );
+    hang_up(&[leader_pid]);
     let seen = until_everywhere(&access, &cluster, &url, "late", 200).await;
     assert_eq!(seen, all(200), "late after SIGHUP");
 

@@ -1,7 +1,7 @@
 //! Who may call what ([`palisade_serve::policy`]): a middleware per kind of
-//! route, run before a request is forwarded to the leader and again on the
-//! leader (the key travels with the forwarded request; a principal known by
-//! its client certificate is named in `credential.rs`'s
+//! route, run on the node a call comes in at, before it is forwarded to
+//! the leader. A forwarded call is authorized once: the leader believes
+//! the principal the forwarding peer names (`credential.rs`'s
 //! `PRINCIPAL_HEADER`). A node without a policy lets every call through.
 //! A call that may stay open ([`Lasting::Open`]) carries a
 //! [`Revocation`], so a reload that takes away what let it through ends
@@ -16,7 +16,7 @@ use palisade_serve::policy::Right;
 use palisade_serve::PeerCertificate;
 use serde::Deserialize;
 
-use super::credential::{identify, Check, Credential, Presented};
+use super::credential::{authorized_upstream, identify, Check, Credential, Presented};
 use super::revocation::Revocation;
 use super::state::ApiState;
 use super::ui::sessions::SessionPrincipal;
@@ -51,12 +51,16 @@ pub(super) enum Lasting {
 /// otherwise.
 pub(super) async fn authorize(
     State((state, need, lasting)): State<(ApiState, Need, Lasting)>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let Some(live) = state.config.policy.as_ref() else {
         return next.run(request).await;
     };
+    if let Some(principal) = authorized_upstream(&request) {
+        request.extensions_mut().insert(principal);
+        return next.run(request).await;
+    }
     // A call that may stay open subscribes before it is decided, so that
     // no reload falls between the decision and the subscription.
     let changes = (lasting == Lasting::Open).then(|| live.subscribe());

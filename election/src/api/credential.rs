@@ -1,6 +1,7 @@
 //! Who a caller is and what its call needs, as two rules the policy is
-//! asked: [`identify`] (the caller's API key, or the principal a forwarding
-//! peer named, or its status-page session, or its client certificate) and
+//! asked: [`identify`] (the caller's API key, or its status-page session,
+//! or its client certificate; a forwarding peer's principal is believed
+//! without asking, [`authorized_upstream`]) and
 //! [`Check::allows`] (its right
 //! on the call's lease, prefix or the cluster). `authorize.rs` asks them of
 //! every call; `revocation.rs` asks them again, with what the call
@@ -15,9 +16,8 @@ use super::ui::sessions::SessionPrincipal;
 use crate::error::ApiError;
 use crate::peer::gate::PeerId;
 
-/// The header a follower names the principal it identified by client
-/// certificate in, when it forwards a keyless request (trusted only from
-/// an authenticated peer: the leader cannot see the client's certificate).
+/// The header a node names the principal it identified and authorized in,
+/// when it forwards a call (believed only from an authenticated peer).
 pub const PRINCIPAL_HEADER: &str = "x-palisade-principal";
 
 /// What a request presents to be identified.
@@ -34,24 +34,27 @@ pub(super) struct Presented<'a> {
     pub(super) certificate: Option<&'a PeerCertificate>,
 }
 
-/// The caller: by API key; else, on a request a peer forwarded, the
-/// principal that peer identified (by certificate; the peer's own
-/// certificate is not the caller's); else, on a status page, by its
-/// session ([`SessionPrincipal`]); else by the client certificate the
-/// connection verified. A cookie is never read here.
+/// The principal a forwarding peer names: a forwarded call is authorized
+/// once, on the node it came in at (under that node's policy, which also
+/// ends it if a reload there takes its right away), and every node after
+/// believes it. Only an authenticated peer's header counts (a client
+/// sending it is never a peer; `tests/cert_principals.rs`).
+pub(super) fn authorized_upstream<B>(request: &http::Request<B>) -> Option<Principal> {
+    request.extensions().get::<PeerId>()?;
+    let name = request.headers().get(PRINCIPAL_HEADER)?.to_str().ok()?;
+    Some(Principal(name.to_owned()))
+}
+
+/// The caller: by API key (the only thing a peer that names no principal
+/// can forward: it has no policy); else, on a status page, by its session
+/// ([`SessionPrincipal`]); else by the client certificate the connection
+/// verified. A cookie is never read here.
 pub(super) fn identify(policy: &Policy, presented: &Presented) -> Result<Principal, ApiError> {
     let headers = presented.headers;
     let keyless = !headers.contains_key(KEY_HEADER);
     if presented.from_peer {
-        let named = headers
-            .get(PRINCIPAL_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|_| keyless)
-            .and_then(|name| policy.principal(name));
-        return match named {
-            Some(principal) => Ok(principal),
-            None => Ok(policy.authenticate(headers)?),
-        };
+        // The peer's own certificate is not the caller's.
+        return Ok(policy.authenticate(headers)?);
     }
     // A status-page session (only the status pages' middleware sets it;
     // a key, when sent, wins).
@@ -65,7 +68,7 @@ pub(super) fn identify(policy: &Policy, presented: &Presented) -> Result<Princip
 }
 
 /// What a call presented to be identified ([`Presented`]), kept for as
-/// long as it stays open: the two headers [`identify`] reads (not the rest
+/// long as it stays open: the header [`identify`] reads (not the rest
 /// of the request), whether a peer forwarded it, its session's principal,
 /// and the client certificate.
 #[derive(Debug, Clone)]
@@ -80,10 +83,8 @@ impl Credential {
     /// What `parts` presented.
     pub(super) fn of(parts: &http::request::Parts) -> Self {
         let mut headers = HeaderMap::new();
-        for name in [KEY_HEADER, PRINCIPAL_HEADER] {
-            if let Some(value) = parts.headers.get(name) {
-                headers.insert(name, value.clone());
-            }
+        if let Some(value) = parts.headers.get(KEY_HEADER) {
+            headers.insert(KEY_HEADER, value.clone());
         }
         Self {
             headers,

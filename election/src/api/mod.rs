@@ -40,7 +40,8 @@ use axum::{Extension, Router};
 use palisade_serve::policy::Right;
 
 use authorize::{authorize, Lasting, Need};
-use palisade_serve::admission::Kind;
+use forward::Route;
+use palisade_serve::admission::Pool;
 
 pub use extract::MAX_BODY_BYTES;
 pub use forward::MAX_HOPS;
@@ -55,20 +56,22 @@ use crate::error::ApiError;
 /// The layers of a route, outermost first: `authorize` (who may call it,
 /// checked before forwarding; a call that may stay open, `lasting`, is
 /// checked again at every reload), `admit` (the caller's share of seats in
-/// `kind`'s pool), then, for `leader`, `forward::leader_only` (run here, or
-/// forwarded to the leader).
+/// `kind`'s pool), then, for a route the `leader` serves,
+/// `forward::leader_only` (run here, or forwarded to the leader).
 fn guarded(
     state: &ApiState,
     route: MethodRouter<ApiState>,
     need: Need,
-    kind: Kind,
-    leader: bool,
+    kind: Pool,
+    leader: Option<Route>,
     lasting: Lasting,
 ) -> MethodRouter<ApiState> {
-    let route = if leader {
-        route.route_layer(from_fn_with_state(state.clone(), forward::leader_only))
-    } else {
-        route
+    let route = match leader {
+        Some(forwarded) => route.route_layer(from_fn_with_state(
+            (state.clone(), forwarded),
+            forward::leader_only,
+        )),
+        None => route,
     };
     route
         .route_layer(from_fn_with_state((state.clone(), kind), admit::admit))
@@ -89,8 +92,8 @@ fn open_routes(state: &ApiState) -> Router<ApiState> {
             open(
                 post(leases::acquire::acquire),
                 Need::Lease(Right::Acquire),
-                Kind::Short,
-                true,
+                Pool::Short,
+                Some(Route::Acquire),
             ),
         )
         .route(
@@ -100,8 +103,8 @@ fn open_routes(state: &ApiState) -> Router<ApiState> {
             open(
                 post(leases::stream::renew_stream),
                 Need::Known,
-                Kind::Renew,
-                false,
+                Pool::Renew,
+                None,
             ),
         )
         .route(
@@ -109,8 +112,8 @@ fn open_routes(state: &ApiState) -> Router<ApiState> {
             open(
                 get(reads::watch),
                 Need::Lease(Right::Read),
-                Kind::Long,
-                false,
+                Pool::Long,
+                None,
             ),
         )
         .route(
@@ -120,35 +123,36 @@ fn open_routes(state: &ApiState) -> Router<ApiState> {
             open(
                 get(prefix_watch::watch_prefix),
                 Need::Prefix(Right::Read),
-                Kind::Short,
-                false,
+                Pool::Short,
+                None,
             ),
         )
 }
 
 /// The lease routes: every call on a lease, the batch renewal and the list.
 fn lease_routes(state: &ApiState) -> Router<ApiState> {
-    let leader_needs = |route, need, kind| guarded(state, route, need, kind, true, Lasting::Brief);
+    let leader_needs =
+        |route, need, kind| guarded(state, route, need, kind, Some(Route::Call), Lasting::Brief);
     open_routes(state)
         .route(
             "/v1/leases/{name}/renew",
             leader_needs(
                 post(leases::renew::renew),
                 Need::Lease(Right::Acquire),
-                Kind::Renew,
+                Pool::Renew,
             ),
         )
         .route(
             "/v1/renew",
             // Each renewal's right is checked in the handler.
-            leader_needs(post(leases::renew::renew_batch), Need::Known, Kind::Renew),
+            leader_needs(post(leases::renew::renew_batch), Need::Known, Pool::Renew),
         )
         .route(
             "/v1/leases/{name}/release",
             leader_needs(
                 post(leases::release::release),
                 Need::Lease(Right::Acquire),
-                Kind::Short,
+                Pool::Short,
             ),
         )
         .route(
@@ -156,7 +160,7 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
             leader_needs(
                 post(leases::handover::handover),
                 Need::Lease(Right::Acquire),
-                Kind::Short,
+                Pool::Short,
             ),
         )
         .route(
@@ -164,23 +168,23 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
             leader_needs(
                 post(leases::revoke::revoke),
                 Need::Lease(Right::Admin),
-                Kind::Short,
+                Pool::Short,
             ),
         )
         .route(
             "/v1/leases/{name}",
-            leader_needs(get(reads::get_lease), Need::Lease(Right::Read), Kind::Short),
+            leader_needs(get(reads::get_lease), Need::Lease(Right::Read), Pool::Short),
         )
         .route(
             "/v1/leases/{name}/history",
-            leader_needs(get(history::history), Need::Lease(Right::Read), Kind::Short),
+            leader_needs(get(history::history), Need::Lease(Right::Read), Pool::Short),
         )
         .route(
             "/v1/leases",
             leader_needs(
                 get(reads::list_leases),
                 Need::Prefix(Right::Read),
-                Kind::Short,
+                Pool::Short,
             ),
         )
 }
@@ -190,17 +194,17 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
 /// list; signing in and out take a seat of the address's share (no
 /// principal yet). Every answer carries `ui/headers.rs`'s headers.
 fn ui_routes(state: &ApiState, status: Arc<StatusPage>) -> Router<ApiState> {
-    let needs = |route, need, kind| guarded(state, route, need, kind, false, Lasting::Brief);
+    let needs = |route, need, kind| guarded(state, route, need, kind, None, Lasting::Brief);
     let session = || from_fn_with_state(state.clone(), ui::signed_in::session_from_cookie);
-    let seat = || from_fn_with_state((state.clone(), Kind::Short), admit::admit);
+    let seat = || from_fn_with_state((state.clone(), Pool::Short), admit::admit);
     Router::new()
         .route(
             "/ui",
-            needs(get(ui::page), Need::Prefix(Right::Read), Kind::Short).route_layer(session()),
+            needs(get(ui::page), Need::Prefix(Right::Read), Pool::Short).route_layer(session()),
         )
         .route(
             "/ui/leases/{name}",
-            needs(get(ui::lease::page), Need::Lease(Right::Read), Kind::Short)
+            needs(get(ui::lease::page), Need::Lease(Right::Read), Pool::Short)
                 .route_layer(session()),
         )
         .route(
@@ -218,24 +222,25 @@ fn ui_routes(state: &ApiState, status: Arc<StatusPage>) -> Router<ApiState> {
 /// ([`guarded`]); health, keys and the document are open to all; under a
 /// policy `/metrics` needs a known principal (its labels name principals).
 pub fn router(state: ApiState, status: Arc<StatusPage>) -> Router {
-    let leader_needs = |route, need, kind| guarded(&state, route, need, kind, true, Lasting::Brief);
-    let needs = |route, need, kind| guarded(&state, route, need, kind, false, Lasting::Brief);
+    let leader_needs =
+        |route, need, kind| guarded(&state, route, need, kind, Some(Route::Call), Lasting::Brief);
+    let needs = |route, need, kind| guarded(&state, route, need, kind, None, Lasting::Brief);
     lease_routes(&state)
         .route(
             "/v1/cluster/rotate-key",
-            leader_needs(post(cluster::rotate_key), Need::Cluster, Kind::Short),
+            leader_needs(post(cluster::rotate_key), Need::Cluster, Pool::Short),
         )
         .route(
             "/v1/cluster/members",
-            leader_needs(post(cluster::add_member), Need::Cluster, Kind::Short),
+            leader_needs(post(cluster::add_member), Need::Cluster, Pool::Short),
         )
         .route(
             "/v1/cluster/members/{id}",
-            leader_needs(delete(cluster::remove_member), Need::Cluster, Kind::Short),
+            leader_needs(delete(cluster::remove_member), Need::Cluster, Pool::Short),
         )
         .route(
             "/v1/cluster",
-            needs(get(cluster::cluster), Need::Known, Kind::Short),
+            needs(get(cluster::cluster), Need::Known, Pool::Short),
         )
         .route("/v1/jwks", get(cluster::jwks))
         .route("/healthz", get(cluster::healthz))
@@ -243,7 +248,7 @@ pub fn router(state: ApiState, status: Arc<StatusPage>) -> Router {
         .route("/readyz", get(cluster::readyz))
         .route(
             "/metrics",
-            needs(get(cluster::metrics), Need::Known, Kind::Short),
+            needs(get(cluster::metrics), Need::Known, Pool::Short),
         )
         .route("/openapi.json", get(openapi::serve))
         .merge(ui_routes(&state, status))

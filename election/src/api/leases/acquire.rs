@@ -6,11 +6,11 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::{Extension, Json};
 use http::HeaderMap;
-use palisade_serve::admission::{Kind, Seat};
+use palisade_serve::admission::{Pool, Seat};
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow, OVER_SHARE_HEADER};
-use super::super::extract::LeaseCall;
+use super::super::extract::{parse_json, LeaseCall};
 use super::super::revocation::{unless_revoked, Revocation};
 use super::super::schema::{LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
@@ -106,7 +106,7 @@ pub(in crate::api) async fn acquire(
 /// Whether this node's table says an acquire of `lease` by `holder` under
 /// the secret whose hash is `hash` may be answered at once: the lease is
 /// free, or it is the caller's own grant.
-pub(in crate::api) fn answerable_at_once(
+fn answerable_at_once(
     state: &ApiState,
     lease: &LeaseName,
     holder: &str,
@@ -125,6 +125,32 @@ pub(in crate::api) fn answerable_at_once(
     })
 }
 
+/// What a node forwarding an acquire to the leader needs to know of it
+/// ([`super::super::forward`]): how long it may wait there, and whether
+/// this node's table says it may be answered at once (only those go on
+/// without a waiting seat).
+#[derive(Debug, Clone, Copy, Default)]
+pub(in crate::api) struct Forwarding {
+    /// Its `wait_ms`, at most this node's `max_wait`.
+    pub(in crate::api) wait: Duration,
+    /// [`answerable_at_once`] for its lease, holder and secret.
+    pub(in crate::api) at_once: bool,
+}
+
+/// Reads an acquire of `lease` as its handler will (the same body type and
+/// JSON rules): a body that does not parse waits nothing and is not
+/// answerable at once — the leader refuses it with the handler's 400.
+pub(in crate::api) fn forwarding(state: &ApiState, lease: &LeaseName, body: &[u8]) -> Forwarding {
+    let Ok(ask) = parse_json::<AcquireRequest>(body) else {
+        return Forwarding::default();
+    };
+    let hash = ask.secret.as_ref().map(SecretHash::of);
+    Forwarding {
+        wait: Duration::from_millis(ask.wait_ms.unwrap_or(0)).min(state.config.max_wait),
+        at_once: answerable_at_once(state, lease, ask.holder.as_str(), hash.as_ref()),
+    }
+}
+
 /// The seats a waiting call holds while it waits: one of this node's
 /// waiters, and one of its flow's share of the seats of calls that wait.
 fn waiting_seat(
@@ -133,7 +159,7 @@ fn waiting_seat(
 ) -> Result<(tokio::sync::OwnedSemaphorePermit, Option<Seat>), ApiError> {
     let permit = state.waiter()?;
     let seat = flow
-        .map(|flow| seat(state, &state.admission, flow, Kind::Long))
+        .map(|flow| seat(state, &state.admission, flow, Pool::Long))
         .transpose()?;
     Ok((permit, seat))
 }
