@@ -2,7 +2,7 @@
 """The code's shape, checked by .ci/run (ARCHITECTURE.md, "Cross-cutting"):
 
 - every Rust crate of the workspace (`src/` of election, gateway, store,
-  serve, client-sdk, names, local-cluster, bench, lazyfs and of the
+  serve, client-sdk, names, plumbing, local-cluster, bench, lazyfs and of the
   `palisade` binary): no source file over 500 lines (test files —
   `tests.rs`, `tests/` — may be longer) and no function over 80 lines,
   tests included (a `fn` from its line to its closing brace); the files in
@@ -35,7 +35,7 @@ import re
 import sys
 
 LIBRARIES = ["election/src", "gateway/src", "store/src", "serve/src", "client-sdk/src"]
-CRATES = LIBRARIES + ["names/src", "src", "local-cluster/src", "bench/src", "lazyfs/src"]
+CRATES = LIBRARIES + ["names/src", "plumbing/src", "src", "local-cluster/src", "bench/src", "lazyfs/src"]
 # Temporary: files not yet held to the sizes, each with its reason. Remove
 # an entry in the change that brings its file within them.
 SIZE_EXEMPT = {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use palisade_local_cluster::{make_certs, Cluster, ClusterConfig, Logs, PeerAuth};
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde_json::{json, Value};
 
 use crate::election::{disk_bytes, holder_token, post, renew, rss_kib};

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};

@@ -70,7 +70,7 @@ impl Group {
             .applied
             .read(|s| s.table.signing_key.as_ref().map(|k| k.kid.clone()))
             .ok_or(ApiError::NotReady)?;
-        let mut cached = palisade_names::sync::lock(&self.signer);
+        let mut cached = palisade_plumbing::sync::lock(&self.signer);
         if let Some(signer) = cached.as_ref().filter(|s| s.kid() == current) {
             return Ok(signer.clone());
         }

@@ -316,7 +316,7 @@ fn api_state(
     shared: SharedState,
     metrics: Arc<ElectionMetrics>,
     config: Arc<ElectionConfig>,
-    forwarder: PeerDialer,
+    dialer: PeerDialer,
     incarnations: Arc<Incarnations>,
 ) -> (ApiState, tokio::task::JoinHandle<()>) {
     let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
@@ -348,7 +348,7 @@ fn api_state(
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
         config,
-        forwarder,
+        dialer,
         incarnations,
         series: Arc::default(),
         // A call over its share is refused before it opens a stream: the
@@ -380,14 +380,14 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
         tokio::spawn(place_leadership(
             group.raft.clone(),
             group.handoff.clone(),
-            state.forwarder.clone(),
+            state.dialer.clone(),
             config.id,
             config.placement,
             state.metrics.leader_transfers.clone(),
         )),
         tokio::spawn(acquaint_peers(
             group.raft.clone(),
-            state.forwarder.clone(),
+            state.dialer.clone(),
             state.incarnations.clone(),
             config.id,
         )),

@@ -51,7 +51,7 @@ pub struct Series(Mutex<VecDeque<Sample>>);
 impl Series {
     /// Keeps `sample`, dropping the oldest past [`KEPT`].
     pub(crate) fn push(&self, sample: Sample) {
-        let mut samples = palisade_names::sync::lock(&self.0);
+        let mut samples = palisade_plumbing::sync::lock(&self.0);
         if samples.len() == KEPT {
             samples.pop_front();
         }
@@ -60,7 +60,7 @@ impl Series {
 
     /// A copy of the kept samples, oldest first.
     pub(crate) fn samples(&self) -> Vec<Sample> {
-        palisade_names::sync::lock(&self.0)
+        palisade_plumbing::sync::lock(&self.0)
             .iter()
             .copied()
             .collect()

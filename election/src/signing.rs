@@ -187,7 +187,7 @@ impl TokenCache {
     pub const LIFETIME_TTLS: u64 = 2;
 
     fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
-        palisade_names::sync::lock(&self.entries)
+        palisade_plumbing::sync::lock(&self.entries)
     }
 
     /// A JWT for `holder`'s grant `token` of `lease`, valid at least

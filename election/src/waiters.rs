@@ -39,7 +39,7 @@ pub struct Bells {
 
 impl Bells {
     fn entries(&self) -> MutexGuard<'_, HashMap<LeaseName, Entry>> {
-        palisade_names::sync::lock(&self.entries)
+        palisade_plumbing::sync::lock(&self.entries)
     }
 
     /// Subscribes to changes of `lease`. Subscribe before reading the state

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use palisade_serve::admission::{Admission, Kind, Seats};
+use palisade_serve::admission::{Admission, Pool, Seats};
 use palisade_serve::policy::Principal;
 
 use crate::error::ApiError;
@@ -37,7 +37,7 @@ pub async fn admit(State(admission): State<Admission>, request: Request, next: N
             None => "addr:unknown".to_owned(),
         },
     };
-    match admission.admit(&flow, Kind::Short) {
+    match admission.admit(&flow, Pool::Short) {
         Ok(seat) => {
             let response = next.run(request).await;
             drop(seat);

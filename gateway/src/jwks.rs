@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::DecodingKey;
-use palisade_names::sync::{lock, read, write};
+use palisade_plumbing::sync::{lock, read, write};
 use tokio::sync::watch;
 
 /// The public keys tokens may be signed with.

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, Validation};
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use palisade_store::{FencingToken, LeaseName};
 
 use crate::error::ApiError;

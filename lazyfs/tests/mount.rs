@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use palisade_names::sled_files::SledFiles;
+use palisade_plumbing::sled_files::SledFiles;
 
 /// One running `palisade-lazyfs` over a temp dir; stopped (SIGTERM, clean
 /// unmount) when dropped.

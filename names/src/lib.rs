@@ -5,8 +5,6 @@
 use std::fmt;
 
 mod holder;
-pub mod sled_files;
-pub mod sync;
 pub mod text;
 pub mod time;
 

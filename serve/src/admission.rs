@@ -4,13 +4,13 @@
 //! A *flow* is a principal (its policy name) or, without a key, the remote
 //! address. Requests are admitted into one of three pools of seats, each
 //! with its own capacity:
-//! - [`Kind::Renew`]: renewals. Their pool is theirs alone, so a lease
+//! - [`Pool::Renew`]: renewals. Their pool is theirs alone, so a lease
 //!   holder that renews on time always finds a seat whatever else the
 //!   server does; a renewal may also borrow a short seat.
-//! - [`Kind::Short`]: every other call that answers at once.
-//! - [`Kind::Long`]: calls that may wait (watches, blocking acquires), which
+//! - [`Pool::Short`]: every other call that answers at once.
+//! - [`Pool::Long`]: calls that may wait (watches, blocking acquires), which
 //!   hold a seat for seconds.
-//! - [`Kind::Stream`]: long-lived streams (a client's renewal stream), which
+//! - [`Pool::Stream`]: long-lived streams (a client's renewal stream), which
 //!   hold a seat for their life; their pool is apart, so open streams never
 //!   crowd out watches, nor watches streams.
 //!
@@ -34,11 +34,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 
 /// Which pool a request takes a seat in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub enum Pool {
     /// A renewal (single or batch).
     Renew,
     /// A call that answers at once.
@@ -111,7 +111,7 @@ pub struct OverShare {
 
 /// One pool of seats and who holds them.
 #[derive(Debug, Default)]
-struct Pool {
+struct PoolState {
     capacity: usize,
     in_use: usize,
     by_flow: HashMap<String, usize>,
@@ -120,7 +120,7 @@ struct Pool {
     due: HashMap<u64, Arc<AtomicU64>>,
 }
 
-impl Pool {
+impl PoolState {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -169,21 +169,21 @@ impl Pool {
 
 #[derive(Debug)]
 struct Pools {
-    renew: Pool,
-    short: Pool,
-    long: Pool,
-    stream: Pool,
+    renew: PoolState,
+    short: PoolState,
+    long: PoolState,
+    stream: PoolState,
     /// The id of the last seat that said when it is given back.
     next_id: u64,
 }
 
 impl Pools {
-    fn pool(&mut self, kind: Kind) -> &mut Pool {
+    fn pool(&mut self, kind: Pool) -> &mut PoolState {
         match kind {
-            Kind::Renew => &mut self.renew,
-            Kind::Short => &mut self.short,
-            Kind::Long => &mut self.long,
-            Kind::Stream => &mut self.stream,
+            Pool::Renew => &mut self.renew,
+            Pool::Short => &mut self.short,
+            Pool::Long => &mut self.long,
+            Pool::Stream => &mut self.stream,
         }
     }
 }
@@ -208,7 +208,7 @@ pub struct Seat {
     /// Its admission's epoch (a copy: no shared count to bump per seat).
     epoch: Instant,
     /// The pool it was taken from (a renewal may sit in a short seat).
-    kind: Kind,
+    kind: Pool,
     flow: String,
     /// Its id and due time in its pool, once its holder said when it gives
     /// it back ([`Seat::free_by`]).
@@ -251,10 +251,10 @@ impl Admission {
     pub fn new(seats: Seats) -> Self {
         Self {
             pools: Arc::new(Mutex::new(Pools {
-                renew: Pool::new(seats.renew),
-                short: Pool::new(seats.short),
-                long: Pool::new(seats.long),
-                stream: Pool::new(seats.stream),
+                renew: PoolState::new(seats.renew),
+                short: PoolState::new(seats.short),
+                long: PoolState::new(seats.long),
+                stream: PoolState::new(seats.stream),
                 next_id: 0,
             })),
             epoch: Instant::now(),
@@ -266,11 +266,11 @@ impl Admission {
     /// # Errors
     /// [`OverShare`] when the flow is over its share of the pool (for a
     /// renewal: of its own pool and of the short one).
-    pub fn admit(&self, flow: &str, kind: Kind) -> Result<Seat, OverShare> {
+    pub fn admit(&self, flow: &str, kind: Pool) -> Result<Seat, OverShare> {
         let mut pools = lock(&self.pools);
-        let chosen = [kind, Kind::Short]
+        let chosen = [kind, Pool::Short]
             .into_iter()
-            .take(if kind == Kind::Renew { 2 } else { 1 })
+            .take(if kind == Pool::Renew { 2 } else { 1 })
             .find(|k| pools.pool(*k).admits(flow));
         match chosen {
             Some(pool) => {
@@ -293,10 +293,10 @@ impl Admission {
                 Err(OverShare {
                     flow: flow.to_owned(),
                     kind: match kind {
-                        Kind::Renew => "renew",
-                        Kind::Short => "short",
-                        Kind::Long => "long",
-                        Kind::Stream => "stream",
+                        Pool::Renew => "renew",
+                        Pool::Short => "short",
+                        Pool::Long => "long",
+                        Pool::Stream => "stream",
                     },
                     held: pool.held(flow),
                     capacity: pool.capacity,
@@ -330,14 +330,14 @@ mod tests {
         })
     }
 
-    fn fill(admission: &Admission, flow: &str, kind: Kind) -> Vec<Seat> {
+    fn fill(admission: &Admission, flow: &str, kind: Pool) -> Vec<Seat> {
         std::iter::from_fn(|| admission.admit(flow, kind).ok()).collect()
     }
 
     #[test]
     fn one_flow_alone_uses_all_but_the_headroom() {
         let admission = admission(100);
-        let seats = fill(&admission, "a", Kind::Long);
+        let seats = fill(&admission, "a", Pool::Long);
         assert_eq!(seats.len(), 75);
         drop(seats);
         assert_eq!(admission.held("a"), (0, 0, 0), "seats come back on drop");
@@ -346,22 +346,22 @@ mod tests {
     #[test]
     fn a_newcomer_finds_seats_and_the_hog_shrinks_to_its_share() {
         let admission = admission(100);
-        let mut hog = fill(&admission, "hog", Kind::Short);
+        let mut hog = fill(&admission, "hog", Pool::Short);
         assert_eq!(hog.len(), 75);
         // The newcomer gets up to its share (100 / 3 with a further
         // newcomer counted), from the headroom.
-        let newcomer = fill(&admission, "victim", Kind::Short);
+        let newcomer = fill(&admission, "victim", Pool::Short);
         assert_eq!(newcomer.len(), 25, "the whole headroom");
         // Some of the hog's requests end: over its share, it may borrow back
         // only up to the headroom mark; the victim grows to its share.
         hog.truncate(40);
-        let again = fill(&admission, "hog", Kind::Short);
+        let again = fill(&admission, "hog", Pool::Short);
         assert_eq!(
             hog.len() + again.len(),
             50,
             "the hog borrows up to 75 in use"
         );
-        let more = fill(&admission, "victim", Kind::Short);
+        let more = fill(&admission, "victim", Pool::Short);
         assert_eq!(
             newcomer.len() + more.len(),
             33,
@@ -372,11 +372,11 @@ mod tests {
     #[test]
     fn many_flows_each_get_a_seat_while_one_holds_its_maximum() {
         let admission = admission(64);
-        let _hog = fill(&admission, "hog", Kind::Long);
+        let _hog = fill(&admission, "hog", Pool::Long);
         let others: Vec<Seat> = (0..16)
             .map(|i| {
                 admission
-                    .admit(&format!("f{i}"), Kind::Long)
+                    .admit(&format!("f{i}"), Pool::Long)
                     .expect("a seat")
             })
             .collect();
@@ -391,22 +391,22 @@ mod tests {
             long: 8,
             stream: 8,
         });
-        let _shorts = fill(&admission, "hog", Kind::Short);
-        let _longs = fill(&admission, "hog", Kind::Long);
+        let _shorts = fill(&admission, "hog", Pool::Short);
+        let _longs = fill(&admission, "hog", Pool::Long);
         // The hog fills what it may of short and long; the victim's
         // renewals still find seats.
-        let renewals = fill(&admission, "victim", Kind::Renew);
+        let renewals = fill(&admission, "victim", Pool::Renew);
         assert!(renewals.len() >= 6, "{}", renewals.len());
         // A hog renewing cannot take the renew pool whole either.
-        let hog_renewals = fill(&admission, "hog", Kind::Renew);
+        let hog_renewals = fill(&admission, "hog", Pool::Renew);
         assert!(hog_renewals.len() < 8, "{}", hog_renewals.len());
     }
 
     #[test]
     fn a_refusal_says_who_and_where() {
         let admission = admission(4);
-        let _seats = fill(&admission, "a", Kind::Long);
-        let refused = admission.admit("a", Kind::Long).expect_err("over");
+        let _seats = fill(&admission, "a", Pool::Long);
+        let refused = admission.admit("a", Pool::Long).expect_err("over");
         assert_eq!(refused.kind, "long");
         assert_eq!(refused.capacity, 4);
         assert_eq!(refused.held, 3);
@@ -415,8 +415,8 @@ mod tests {
     #[test]
     fn a_refusal_says_when_the_first_seat_is_due() {
         let admission = admission(4);
-        let seats = fill(&admission, "a", Kind::Stream);
-        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        let seats = fill(&admission, "a", Pool::Stream);
+        let refused = admission.admit("a", Pool::Stream).expect_err("over");
         assert_eq!(
             refused.retry_after,
             Duration::from_secs(1),
@@ -426,26 +426,26 @@ mod tests {
         seats[0].free_by(now + Duration::from_secs(100));
         seats[1].free_by(now + Duration::from_millis(2_300));
         seats[2].free_by(now + Duration::from_secs(50));
-        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        let refused = admission.admit("a", Pool::Stream).expect_err("over");
         assert_eq!(
             refused.retry_after,
             Duration::from_secs(3),
             "the first due, rounded up"
         );
         seats[1].free_by(now + Duration::from_secs(40));
-        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        let refused = admission.admit("a", Pool::Stream).expect_err("over");
         assert_eq!(refused.retry_after, Duration::from_secs(40), "moved");
         assert_eq!(
-            admission.admit("a", Kind::Long).map(|_| ()),
+            admission.admit("a", Pool::Long).map(|_| ()),
             Ok(()),
             "other pools are not affected"
         );
         let mut seats = seats;
         seats.remove(1);
         let _again = admission
-            .admit("a", Kind::Stream)
+            .admit("a", Pool::Stream)
             .expect("the seat given back");
-        let refused = admission.admit("a", Kind::Stream).expect_err("over");
+        let refused = admission.admit("a", Pool::Stream).expect_err("over");
         assert_eq!(
             refused.retry_after,
             Duration::from_secs(50),

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 
 /// Remembers which remote addresses were already logged for a refusal, so
 /// each is logged once. Bounded: forgets everything past `LIMIT` entries.

@@ -130,7 +130,7 @@ impl PerAddress {
         limit: usize,
         liveness: &Arc<Liveness>,
     ) -> Option<AddressPermit> {
-        let mut counts = palisade_names::sync::lock(&self.0);
+        let mut counts = palisade_plumbing::sync::lock(&self.0);
         let held = counts.entry(address).or_default();
         if held.len() >= limit {
             let silent = held
@@ -161,7 +161,7 @@ impl PerAddress {
 
 impl Drop for AddressPermit {
     fn drop(&mut self) {
-        let mut counts = palisade_names::sync::lock(&self.counts.0);
+        let mut counts = palisade_plumbing::sync::lock(&self.counts.0);
         if let Some(held) = counts.get_mut(&self.address) {
             held.remove(&self.number);
             if held.is_empty() {

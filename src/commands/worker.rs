@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde::Serialize;
 
 use crate::error::StoreError;

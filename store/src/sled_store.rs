@@ -7,9 +7,9 @@ mod group_commit;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use palisade_names::sled_files::SledFiles;
-use palisade_names::sync::lock;
 use palisade_names::{FencingToken, LeaseName, ObjectKey};
+use palisade_plumbing::sled_files::SledFiles;
+use palisade_plumbing::sync::lock;
 
 use crate::error::StoreError;
 use crate::fenced_store::{

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde_json::Value;
 
 /// At most one round of questions this often (a node that did not answer

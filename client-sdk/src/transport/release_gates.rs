@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 
 /// Held while a lease is being released in the background.
 pub(crate) type ReleaseGate = Arc<tokio::sync::Mutex<()>>;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use palisade_serve::admission::{Admission, Kind, Seat};
+use palisade_serve::admission::{Admission, Pool, Seat};
 use palisade_serve::policy::Principal;
 
 use super::state::ApiState;
@@ -32,7 +32,7 @@ pub struct Flow(pub String);
 
 /// The pool a request was admitted in.
 #[derive(Debug, Clone, Copy)]
-pub struct Admitted(pub Kind);
+pub struct Admitted(pub Pool);
 
 impl Flow {
     /// The flow of `request`: its principal, else the client address (the
@@ -69,7 +69,7 @@ pub(super) fn seat(
     state: &ApiState,
     admission: &Admission,
     flow: &Flow,
-    kind: Kind,
+    kind: Pool,
 ) -> Result<Seat, ApiError> {
     admission.admit(&flow.0, kind).map_err(|over| {
         let labels = vec![
@@ -91,7 +91,7 @@ pub(super) fn seat(
 /// The middleware: admits the request in `kind`'s pool for its flow, holds
 /// the seat until the answer is ready, and tells the handler the flow.
 pub(super) async fn admit(
-    State((state, kind)): State<(ApiState, Kind)>,
+    State((state, kind)): State<(ApiState, Pool)>,
     mut request: Request,
     next: Next,
 ) -> Response {

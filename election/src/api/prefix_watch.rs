@@ -41,7 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use http::header;
 use palisade_names::LeaseName;
-use palisade_serve::admission::{Kind, Seat};
+use palisade_serve::admission::{Pool, Seat};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -107,7 +107,7 @@ pub(super) async fn watch_prefix(
         return Err(ApiError::Internal("a watch admitted without a flow".into()));
     };
     let permit = state.waiter()?;
-    let seat = seat(&state, &state.admission, &flow, Kind::Long)?;
+    let seat = seat(&state, &state.admission, &flow, Pool::Long)?;
     // Subscribed before the table is read: no change falls in between.
     let feed = state.group_zero().applied.feed.subscribe();
     let (lines, answer) = mpsc::channel::<Bytes>(1);

@@ -41,8 +41,10 @@ pub struct ApiParts {
     pub metrics: Arc<crate::metrics::ElectionMetrics>,
     /// This node's settings.
     pub config: Arc<ElectionConfig>,
-    /// Forwards requests to the leader, over the peer channel.
-    pub forwarder: crate::peer::dialer::PeerDialer,
+    /// The peer client: forwards calls to the leader, asks peers for
+    /// their status figures and meets them; openraft's network factory
+    /// too (`peer/client.rs`).
+    pub dialer: crate::peer::dialer::PeerDialer,
     /// What the status page plots, and peers' status pages ask for
     /// (`series.rs`).
     pub series: Arc<crate::series::Series>,

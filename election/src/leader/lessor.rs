@@ -200,7 +200,7 @@ impl Lessor {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        palisade_names::sync::lock(&self.state)
+        palisade_plumbing::sync::lock(&self.state)
     }
 
     /// This node leads `term`: start over, every held lease gets a full ttl at

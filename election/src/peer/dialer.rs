@@ -60,7 +60,7 @@ impl reqwest::dns::Resolve for PeerResolver {
         let name = name.as_str().to_owned();
         Box::pin(async move {
             let id = node_id_of_name(&name).ok_or_else(|| format!("{name} is not a peer name"))?;
-            let addr = palisade_names::sync::read(&book)
+            let addr = palisade_plumbing::sync::read(&book)
                 .get(&id)
                 .cloned()
                 .ok_or_else(|| format!("node {id} has no known address"))?;
@@ -140,7 +140,7 @@ impl PeerDialer {
         if !self.tls {
             return format!("http://{addr}{path}");
         }
-        palisade_names::sync::write(&self.book).insert(target, addr.to_owned());
+        palisade_plumbing::sync::write(&self.book).insert(target, addr.to_owned());
         let port = addr.rsplit_once(':').map_or("", |(_, port)| port);
         format!("https://{}:{port}{path}", node_name(target))
     }
@@ -233,7 +233,7 @@ impl PeerDialer {
             .get(INCARNATION_HEADER)
             .and_then(|v| v.to_str().ok());
         self.incarnations.check(target, seen).inspect_err(|reason| {
-            let mut logged = palisade_names::sync::lock(&self.logged);
+            let mut logged = palisade_plumbing::sync::lock(&self.logged);
             if logged.insert(target) {
                 tracing::warn!(target, %reason, "discarding answers from a peer (logged once)");
             }

@@ -49,7 +49,7 @@ impl PeerGate {
     }
 
     fn refuse(&self, reason: String) -> Response {
-        let mut logged = palisade_names::sync::lock(&self.logged);
+        let mut logged = palisade_plumbing::sync::lock(&self.logged);
         if logged.len() > 1024 {
             logged.clear();
         }

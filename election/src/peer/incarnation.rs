@@ -106,7 +106,7 @@ impl Incarnations {
         }
         // One writer at a time: the first to learn `id` persists it, and
         // only then does anyone see it as known.
-        let mut known = palisade_names::sync::write(&self.known);
+        let mut known = palisade_plumbing::sync::write(&self.known);
         if let Some(first) = known.get(&id) {
             return if first == seen {
                 Ok(())
@@ -141,7 +141,7 @@ impl Incarnations {
         if gone.is_empty() {
             return;
         }
-        let mut known = palisade_names::sync::write(&self.known);
+        let mut known = palisade_plumbing::sync::write(&self.known);
         for id in gone {
             known.remove(&id);
             let _ = self.tree.remove(format!("peer-{id}").as_bytes());
@@ -150,7 +150,7 @@ impl Incarnations {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<NodeId, String>> {
-        palisade_names::sync::read(&self.known)
+        palisade_plumbing::sync::read(&self.known)
     }
 }
 

@@ -66,7 +66,7 @@ impl Reachability {
     /// Whether a heartbeat to `peer` is to be skipped now: it is down and
     /// its backoff has not passed.
     pub fn backing_off(&self, peer: NodeId) -> bool {
-        let peers = palisade_names::sync::lock(&self.peers);
+        let peers = palisade_plumbing::sync::lock(&self.peers);
         peers
             .get(&peer)
             .is_some_and(|down| down.refused && Instant::now() < down.next_try)
@@ -76,7 +76,7 @@ impl Reachability {
     /// what to log.
     pub fn failed(&self, peer: NodeId, refused: bool) -> Option<Said> {
         let now = Instant::now();
-        let mut peers = palisade_names::sync::lock(&self.peers);
+        let mut peers = palisade_plumbing::sync::lock(&self.peers);
         let Some(down) = peers.get_mut(&peer) else {
             peers.insert(
                 peer,
@@ -107,7 +107,7 @@ impl Reachability {
 
     /// `peer` answered: what to log.
     pub fn answered(&self, peer: NodeId) -> Option<Said> {
-        let mut peers = palisade_names::sync::lock(&self.peers);
+        let mut peers = palisade_plumbing::sync::lock(&self.peers);
         let down = peers.remove(&peer)?;
         Some(Said::Back {
             for_: down.since.elapsed(),

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::alias::{LogIdOf, StoredMembershipOf};
-use palisade_names::sync::{lock, read, write};
+use palisade_plumbing::sync::{lock, read, write};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 

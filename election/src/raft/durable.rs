@@ -10,7 +10,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use palisade_names::sled_files::SledFiles;
+use palisade_plumbing::sled_files::SledFiles;
 
 use crate::io_error::io_err;
 

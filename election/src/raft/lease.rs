@@ -185,12 +185,12 @@ pub struct Handoff {
 impl Handoff {
     /// Renewals stop on this node for `term`: leadership goes to `to`.
     pub fn begin(&self, term: u64, to: NodeId) {
-        *palisade_names::sync::lock(&self.begun) = Some((term, to));
+        *palisade_plumbing::sync::lock(&self.begun) = Some((term, to));
     }
 
     /// The target of a handoff begun in `term`, if one was.
     pub fn during(&self, term: u64) -> Option<NodeId> {
-        let begun = *palisade_names::sync::lock(&self.begun);
+        let begun = *palisade_plumbing::sync::lock(&self.begun);
         begun.filter(|(t, _)| *t == term).map(|(_, to)| to)
     }
 }

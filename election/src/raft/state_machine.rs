@@ -15,7 +15,7 @@ use futures::{Stream, TryStreamExt};
 use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use serde::Deserialize;
 use tokio::sync::watch;
 

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use palisade_names::sled_files::SledFiles;
+use palisade_plumbing::sled_files::SledFiles;
 use tokio::sync::{watch, Notify, RwLock, RwLockReadGuard};
 
 use crate::error::StoreError;

@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use palisade_names::sync::lock;
+use palisade_plumbing::sync::lock;
 use palisade_serve::admission::Seat;
 use tokio::sync::{mpsc, Notify};
 
@@ -228,13 +228,13 @@ impl futures::Stream for Answer {
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
-    use palisade_serve::admission::{Admission, Kind, Seats};
+    use palisade_serve::admission::{Admission, Pool, Seats};
 
     use super::*;
 
     fn outbox() -> Arc<Outbox> {
         let admission = Admission::new(Seats::of(64));
-        let seat = admission.admit("f", Kind::Stream).expect("a seat");
+        let seat = admission.admit("f", Pool::Stream).expect("a seat");
         let reading = Instant::now() + Duration::from_secs(120);
         Arc::new(Outbox::new(seat, "f", Duration::from_secs(5), reading))
     }

@@ -49,7 +49,7 @@ use http::{header, HeaderMap, Version};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Semaphore};
 
-use palisade_serve::admission::Kind;
+use palisade_serve::admission::Pool;
 use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
@@ -148,7 +148,7 @@ pub(in crate::api) async fn renew_stream(
     };
     // A stream counts until its client has its whole answer, or until it is
     // given up on (`Outbox::give_up`).
-    let seat = seat(&state, &state.admission, &flow, Kind::Stream)?;
+    let seat = seat(&state, &state.admission, &flow, Pool::Stream)?;
     let ends = Instant::now() + LIFETIME;
     let deadline = state.config.body_deadline;
     let first_idle = (Instant::now() + IDLE).min(ends);
@@ -156,7 +156,7 @@ pub(in crate::api) async fn renew_stream(
     state.metrics.renew_streams.inc();
     let (lines, answers) = mpsc::channel::<Bytes>(1);
     let revocation = revocation.map(|Extension(r)| r);
-    let renewer = Arc::new(Renewer {
+    let session = Arc::new(StreamSession {
         state,
         principal: principal.map(|Extension(p)| p),
         flow,
@@ -165,7 +165,7 @@ pub(in crate::api) async fn renew_stream(
         ends,
     });
     tokio::spawn(watchdog(Arc::downgrade(&outbox)));
-    tokio::spawn(renewer.read(body.into_data_stream(), lines, revocation));
+    tokio::spawn(session.read(body.into_data_stream(), lines, revocation));
     let answer = Body::from_stream(Answer::new(answers, outbox));
     Ok(([(header::CONTENT_TYPE, NDJSON)], answer).into_response())
 }
@@ -180,7 +180,7 @@ fn not_leading() -> ApiError {
 }
 
 /// What the frames of one stream share.
-struct Renewer {
+struct StreamSession {
     state: ApiState,
     principal: Option<Principal>,
     /// Whose seats its frames take.
@@ -194,8 +194,8 @@ struct Renewer {
     ends: Instant,
 }
 
-impl Renewer {
-    /// Reads and answers frames (see [`Renewer::read_frames`]); then,
+impl StreamSession {
+    /// Reads and answers frames (see [`StreamSession::read_frames`]); then,
     /// however the stream ended, waits for the frames being answered. The
     /// seat goes with the answer once its client has taken every line, or
     /// is freed by the watchdog (`outbox.rs`) when lines wait untaken for
@@ -253,10 +253,10 @@ impl Renewer {
                 Ok(frame) => frame,
                 Err(err) => return self.last_line(&lines, &err, deadline).await,
             };
-            let (renewer, lines) = (self.clone(), lines.clone());
+            let (session, lines) = (self.clone(), lines.clone());
             tokio::spawn(async move {
-                let answer = renewer.answer(frame).await;
-                renewer.send(&lines, answer.line(), deadline).await;
+                let answer = session.answer(frame).await;
+                session.send(&lines, answer.line(), deadline).await;
                 drop(permit);
             });
         }
@@ -290,7 +290,7 @@ impl Renewer {
             return FrameAnswer::failed(id, &err);
         }
         let state = &self.state;
-        let _seat = match seat(state, &state.admission, &self.flow, Kind::Renew) {
+        let _seat = match seat(state, &state.admission, &self.flow, Pool::Renew) {
             Ok(seat) => seat,
             Err(err) => return FrameAnswer::failed(id, &err),
         };

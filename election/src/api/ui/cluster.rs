@@ -40,7 +40,7 @@ pub(super) async fn gather(state: &ApiState) -> Vec<Member> {
         .filter(|(id, _)| **id != me)
         .map(|(id, node)| (*id, node.addr.clone()))
         .collect();
-    let answers = state.forwarder.figures(&others, ASK_WITHIN).await;
+    let answers = state.dialer.figures(&others, ASK_WITHIN).await;
     let mut members: Vec<Member> = others
         .into_iter()
         .zip(answers)

@@ -111,7 +111,7 @@ impl Sessions {
         rand::rngs::OsRng.fill_bytes(&mut raw);
         let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         let now = Instant::now();
-        let mut table = palisade_names::sync::lock(&self.table);
+        let mut table = palisade_plumbing::sync::lock(&self.table);
         let name = principal.0.clone();
         if table.per_principal.get(&name).copied().unwrap_or(0) >= self.limits.max_per_principal {
             if let Some(oldest) = table.oldest(Some(&name)) {
@@ -151,7 +151,7 @@ impl Sessions {
     pub fn check(&self, id: &str, policy: &Policy) -> Option<Principal> {
         let digest = digest_of(id);
         let now = Instant::now();
-        let mut table = palisade_names::sync::lock(&self.table);
+        let mut table = palisade_plumbing::sync::lock(&self.table);
         let session = table.by_id.get_mut(&digest)?;
         let live = !self.expired(session, now)
             && policy.principal_of_digest(&session.key_digest).as_ref() == Some(&session.principal);
@@ -165,12 +165,12 @@ impl Sessions {
 
     /// Ends session `id` (sign-out); nothing if there is none.
     pub fn close(&self, id: &str) {
-        palisade_names::sync::lock(&self.table).remove(&digest_of(id));
+        palisade_plumbing::sync::lock(&self.table).remove(&digest_of(id));
     }
 
     /// Sessions kept now.
     pub fn len(&self) -> usize {
-        palisade_names::sync::lock(&self.table).by_id.len()
+        palisade_plumbing::sync::lock(&self.table).by_id.len()
     }
 
     /// Whether no session is kept.
