@@ -11,6 +11,7 @@ use crate::raft::NodeId;
 
 pub mod ui;
 
+pub use crate::group_id::MAX_PARTITIONS;
 pub use ui::UiAccess;
 
 /// The files of a node's peer identity: the cluster CA, and this node's
@@ -125,6 +126,11 @@ pub struct ElectionConfig {
     /// `election_timeout` instead of a fresh random one per election
     /// ([`ElectionConfig::raft_election_timeout`]). Default `None`.
     pub timing_seed: Option<u64>,
+    /// Raft groups (partitions) this cluster runs, 1..=[`MAX_PARTITIONS`]:
+    /// each elects its own leader; a lease belongs to one for ever
+    /// ([`crate::group_id::GroupId::of`]). Fixed when the data dir is
+    /// created; a data dir made before partitions is 1. Default 1.
+    pub partitions: u32,
     /// A gateway whose fencing audit the status page shows (`/ui`), with
     /// the API key and CA to call it with.
     pub ui_gateway: Option<UiGateway>,
@@ -205,6 +211,7 @@ impl ElectionConfig {
             never_lead: false,
             placement: Placement::default(),
             timing_seed: None,
+            partitions: 1,
             ui_gateway: None,
             ui: UiAccess::default(),
         }
@@ -267,6 +274,9 @@ impl ElectionConfig {
         if self.history_len == 0 || usize::from(self.history_len) > most {
             return Err(format!("--history-len must be in 1..={most}"));
         }
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(format!("--partitions must be in 1..={MAX_PARTITIONS}"));
+        }
         if self.snapshot_every < 100 {
             return Err("snapshot interval must be at least 100 entries".into());
         }
@@ -299,13 +309,22 @@ impl ElectionConfig {
     /// slot at a seeded offset. So every node's timeout differs from every
     /// other's by at least half a slot (10 ms for 3 nodes in 60..120), which
     /// keeps a fixed timing from splitting votes over and over, and the same
-    /// seed gives every node the same timeout on every start.
+    /// seed gives every node the same timeout on every start. This is group
+    /// 0's; [`ElectionConfig::group_election_timeout`] each partition's.
     pub fn raft_election_timeout(&self) -> (u64, u64) {
+        self.group_election_timeout(crate::group_id::GroupId::ZERO)
+    }
+
+    /// [`ElectionConfig::raft_election_timeout`] for `group`: drawn from
+    /// the seed XOR the group's id (Kommander's `ElectionTimeoutSeed ^
+    /// partitionId`), so each partition's timeouts are reproducible yet
+    /// differ from the others' (group 0's are the seed's own).
+    pub fn group_election_timeout(&self, group: crate::group_id::GroupId) -> (u64, u64) {
         let (min, max) = (
             self.election_timeout.0.as_millis() as u64,
             self.election_timeout.1.as_millis() as u64,
         );
-        let Some(seed) = self.timing_seed else {
+        let Some(seed) = self.timing_seed.map(|seed| seed ^ u64::from(group.0)) else {
             return (min, max);
         };
         let mut ranked: Vec<(u64, NodeId)> =

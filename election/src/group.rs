@@ -4,11 +4,12 @@
 //! renewals follow. The node ([`crate::api::state::ApiState`]) owns the
 //! rest: settings, the peer dialer, incarnations, admission, waiters.
 //!
-//! A node runs one group today, group 0 ([`GroupId::ZERO`]), whose names on
-//! disk and on the wire are the ones every earlier version used
-//! ([`GroupId::names`], in `group_id.rs`); partitions will run more, each a `Group`. A lease
-//! belongs to one group for ever, and its fencing token is that group's log
-//! index.
+//! A node runs one group per partition (`--partitions`, 1 by default).
+//! Group 0's names on disk and on the wire are the ones every earlier
+//! version used ([`GroupId::names`], in `group_id.rs`); group 0 also holds
+//! the cluster's signing keys, which every group signs with. A lease
+//! belongs to one group for ever ([`GroupId::of`]), and its fencing token
+//! is that group's log index.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,7 +49,11 @@ pub struct Group {
     pub applied: SharedState,
     /// Deadlines (meaningful on the leader only).
     pub lessor: Arc<Lessor>,
-    /// The signer built from the replicated key, once there is one.
+    /// Group 0's applied state, where the cluster's signing keys live (for
+    /// group 0, its own `applied`).
+    pub keys: SharedState,
+    /// The signer built from the replicated key, once there is one (one
+    /// cache for every group of the node).
     pub signer: Arc<Mutex<Option<Signer>>>,
     /// JWTs renewals answer again while they cover the renewed deadline.
     pub tokens: Arc<TokenCache>,
@@ -67,7 +72,7 @@ impl Group {
     /// [`ApiError::NotReady`] before the first leader has installed one.
     pub(crate) fn signer(&self) -> Result<Signer, ApiError> {
         let current = self
-            .applied
+            .keys
             .read(|s| s.table.signing_key.as_ref().map(|k| k.kid.clone()))
             .ok_or(ApiError::NotReady)?;
         let mut cached = palisade_plumbing::sync::lock(&self.signer);
@@ -75,7 +80,7 @@ impl Group {
             return Ok(signer.clone());
         }
         let record = self
-            .applied
+            .keys
             .read(|s| s.table.signing_key.clone())
             .ok_or(ApiError::NotReady)?;
         let signer = Signer::from_record(&record)

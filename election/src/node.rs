@@ -22,7 +22,7 @@ use crate::group_id::GroupId;
 use crate::io_error::io_err;
 use crate::leader::duties::LeaderDuties;
 use crate::leader::lessor::Lessor;
-use crate::leader::placement::place_leadership;
+use crate::leader::placement::{place_leadership, Placing};
 use crate::leader::retirement::KeyRetirer;
 use crate::metrics::ElectionMetrics;
 use crate::peer::acquaint::{acquaint_peers, forget_removed_nodes};
@@ -76,12 +76,13 @@ impl Drop for Duties {
     }
 }
 
-/// What a node keeps on disk, opened.
+/// What a node keeps on disk, opened: the database every group shares, the
+/// node's metrics and peers' incarnations, and the cluster's partitions.
 struct Storage {
+    durable: Durable,
     metrics: Arc<ElectionMetrics>,
     incarnations: Arc<Incarnations>,
-    state_machine: StateMachine,
-    log_store: SledLogStore,
+    partitions: u32,
 }
 
 impl ElectionNode {
@@ -95,7 +96,6 @@ impl ElectionNode {
     pub async fn start(config: ElectionConfig) -> std::io::Result<Self> {
         config.validate().map_err(io_err)?;
         let storage = open_storage(&config)?;
-        let shared = storage.state_machine.shared();
         let dialer = PeerDialer::new(
             config.id,
             storage.incarnations.clone(),
@@ -107,22 +107,18 @@ impl ElectionNode {
         // Refuse to start with TLS material that does not load, before
         // anything is bound.
         let (peer_tls, client_tls) = load_tls(&config)?;
-        let raft = Raft::new(
-            config.id,
-            Arc::new(raft_config(&config)?),
-            dialer.clone(),
-            storage.log_store,
-            storage.state_machine,
-        )
-        .await
-        .map_err(io_err)?;
-        let raft = Arc::new(raft);
-        initialize_if_fresh(&raft, &config).await?;
+        let mut groups = Vec::new();
+        let mut read_rounds = Vec::new();
+        for id in GroupId::all(storage.partitions) {
+            let keys = groups.first().map(|zero: &Group| zero.keys.clone());
+            let (group, rounds) = start_group(id, &config, &storage, &dialer, keys).await?;
+            groups.push(group);
+            read_rounds.push(rounds);
+        }
         let listener = TcpListener::bind(config.listen).await?;
         let peer_listener = TcpListener::bind(config.peer_listen_addr().map_err(io_err)?).await?;
-        let (state, read_rounds) = api_state(
-            raft,
-            shared,
+        let state = api_state(
+            groups,
             storage.metrics,
             Arc::new(config),
             dialer,
@@ -130,7 +126,7 @@ impl ElectionNode {
         );
         let status = StatusPage::new(&state.config);
         let mut duties = spawn_duties(&state, &status);
-        duties.0.push(read_rounds);
+        duties.0.extend(read_rounds);
         Ok(Self {
             local_addr: listener.local_addr()?,
             peer_addr: peer_listener.local_addr()?,
@@ -159,9 +155,14 @@ impl ElectionNode {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let api = self.router();
-        let raft = self.state.group_zero().raft.clone();
+        let rafts: Vec<_> = self
+            .state
+            .groups()
+            .iter()
+            .map(|g| (g.id, g.raft.clone()))
+            .collect();
         let peers = peer_router(
-            raft.clone(),
+            &rafts,
             self.state.incarnations.clone(),
             api.clone(),
             self.peer_tls.is_some(),
@@ -197,8 +198,10 @@ impl ElectionNode {
         };
         let (served, peer_served, ()) = tokio::join!(client, peer, trigger);
         drop(self.duties);
-        if let Err(err) = raft.shutdown().await {
-            tracing::warn!(%err, "raft did not shut down cleanly");
+        for (group, raft) in rafts {
+            if let Err(err) = raft.shutdown().await {
+                tracing::warn!(%err, %group, "raft did not shut down cleanly");
+            }
         }
         served.and(peer_served)
     }
@@ -216,25 +219,76 @@ fn open_storage(config: &ElectionConfig) -> std::io::Result<Storage> {
     }
     let durable = Durable::open(&config.data_dir.join("raft"))?;
     let incarnations = Arc::new(Incarnations::open(&durable)?);
-    let names = GroupId::ZERO.names();
-    let metrics = Arc::<ElectionMetrics>::default();
-    let snapshots = names.snapshot_path(&config.data_dir);
-    let state_machine = StateMachine::open(&durable, names, &snapshots, metrics.clone())?;
-    let log_store = SledLogStore::open(&durable, names, metrics.log_fsync_seconds.clone())?;
+    let partitions = durable.partitions(config.partitions)?;
     Ok(Storage {
-        metrics,
+        durable,
+        metrics: Arc::default(),
         incarnations,
-        state_machine,
-        log_store,
+        partitions,
     })
 }
 
-/// openraft's configuration from the node's.
-fn raft_config(config: &ElectionConfig) -> std::io::Result<Config> {
-    let (election_timeout_min, election_timeout_max) = config.raft_election_timeout();
+/// Opens group `id`'s storage, starts its Raft (initializing a fresh
+/// cluster's) and builds the [`Group`], with its read rounds' task. `keys`
+/// is group 0's applied state (`None` when this is group 0).
+async fn start_group(
+    id: GroupId,
+    config: &ElectionConfig,
+    storage: &Storage,
+    dialer: &PeerDialer,
+    keys: Option<SharedState>,
+) -> std::io::Result<(Group, tokio::task::JoinHandle<()>)> {
+    let names = id.names();
+    let snapshots = names.snapshot_path(&config.data_dir);
+    let metrics = storage.metrics.clone();
+    let state_machine = StateMachine::open(&storage.durable, names, &snapshots, metrics.clone())?;
+    let log_store = SledLogStore::open(&storage.durable, names, metrics.log_fsync_seconds.clone())?;
+    let applied = state_machine.shared();
+    let raft = Raft::new(
+        config.id,
+        Arc::new(raft_config(config, id)?),
+        dialer.for_group(id),
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(io_err)?;
+    let raft = Arc::new(raft);
+    initialize_if_fresh(&raft, config).await?;
+    let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
+    let proposer = Proposer::new(
+        raft.clone(),
+        config.id,
+        config.quorum_timeout,
+        metrics.proposal_failures.clone(),
+        config.history_len,
+    );
+    let group = Group {
+        id,
+        raft,
+        proposer,
+        keys: keys.unwrap_or_else(|| applied.clone()),
+        applied,
+        // The longest any leader answers renewals on its lease.
+        lessor: Arc::new(Lessor::with_takeover_grace(Duration::from_millis(
+            config.group_election_timeout(id).1,
+        ))),
+        signer: Arc::new(Mutex::new(None)),
+        tokens: Arc::default(),
+        reads,
+        handoff: Arc::default(),
+        rule: config.renew_lease(),
+    };
+    Ok((group, read_rounds))
+}
+
+/// openraft's configuration for `group` from the node's.
+fn raft_config(config: &ElectionConfig, group: GroupId) -> std::io::Result<Config> {
+    let (election_timeout_min, election_timeout_max) = config.group_election_timeout(group);
     if let Some(seed) = config.timing_seed {
         tracing::info!(
             seed,
+            %group,
             timeout_ms = election_timeout_min,
             "seeded election timing: one fixed election timeout"
         );
@@ -310,40 +364,16 @@ async fn initialize_if_fresh(raft: &Raft, config: &ElectionConfig) -> std::io::R
     Ok(())
 }
 
-/// The state every client API handler shares, and the read batcher's task.
+/// The state every client API handler shares.
 fn api_state(
-    raft: Arc<Raft>,
-    shared: SharedState,
+    groups: Vec<Group>,
     metrics: Arc<ElectionMetrics>,
     config: Arc<ElectionConfig>,
     dialer: PeerDialer,
     incarnations: Arc<Incarnations>,
-) -> (ApiState, tokio::task::JoinHandle<()>) {
-    let (reads, read_rounds) = ReadBatcher::start(raft.clone(), config.quorum_timeout);
-    let proposer = Proposer::new(
-        raft.clone(),
-        config.id,
-        config.quorum_timeout,
-        metrics.proposal_failures.clone(),
-        config.history_len,
-    );
-    let group = Group {
-        id: GroupId::ZERO,
-        raft,
-        proposer,
-        applied: shared,
-        // The longest any leader answers renewals on its lease.
-        lessor: Arc::new(Lessor::with_takeover_grace(Duration::from_millis(
-            config.raft_election_timeout().1,
-        ))),
-        signer: Arc::new(Mutex::new(None)),
-        tokens: Arc::default(),
-        reads,
-        handoff: Arc::default(),
-        rule: config.renew_lease(),
-    };
-    let state = ApiState::new(ApiParts {
-        group,
+) -> ApiState {
+    ApiState::new(ApiParts {
+        groups,
         metrics,
         waiters: Arc::new(tokio::sync::Semaphore::new(config.max_waiters)),
         admission: Admission::new(Seats::within(config.max_requests)),
@@ -356,8 +386,7 @@ fn api_state(
         forwarding: Admission::new(Seats::of(
             palisade_serve::ServeConfig::new("peer RPC").max_streams_per_connection as usize,
         )),
-    });
-    (state, read_rounds)
+    })
 }
 
 /// Starts the node's background tasks: the leader's duties, leadership
@@ -365,39 +394,53 @@ fn api_state(
 /// status page's sampler.
 fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
     let config = &state.config;
-    let group = state.group_zero();
-    let leader = LeaderDuties::of(
-        group,
-        // The longest a JWT lives (renewals reuse one signed for
-        // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
-        KeyRetirer::new(
-            config.ttl_range.1 * TokenCache::LIFETIME_TTLS as u32 + Duration::from_secs(2),
-        ),
-        config.reclaim_after,
-    );
-    Duties(vec![
-        tokio::spawn(leader.run()),
-        tokio::spawn(place_leadership(
-            group.raft.clone(),
-            group.handoff.clone(),
-            state.dialer.clone(),
-            config.id,
-            config.placement,
-            state.metrics.leader_transfers.clone(),
-        )),
+    let zero = state.group_zero();
+    let mut duties = vec![
         tokio::spawn(acquaint_peers(
-            group.raft.clone(),
+            zero.raft.clone(),
             state.dialer.clone(),
             state.incarnations.clone(),
             config.id,
         )),
-        tokio::spawn(report_waiting(group.raft.clone(), config.clone())),
+        tokio::spawn(report_waiting(zero.raft.clone(), config.clone())),
         tokio::spawn(crate::api::sample_status(state.clone(), status.clone())),
         tokio::spawn(forget_removed_nodes(
-            group.raft.clone(),
+            zero.raft.clone(),
             state.incarnations.clone(),
         )),
-    ])
+    ];
+    for group in state.groups() {
+        // Only group 0 keeps the signing keys: its leader installs,
+        // rotates and retires them.
+        let retirer = (group.id == GroupId::ZERO).then(|| {
+            // The longest a JWT lives (renewals reuse one signed for
+            // `LIFETIME_TTLS` ttls), plus the second `exp` rounds up to.
+            KeyRetirer::new(
+                config.ttl_range.1 * TokenCache::LIFETIME_TTLS as u32 + Duration::from_secs(2),
+            )
+        });
+        let leader = LeaderDuties::of(group, retirer, config.reclaim_after);
+        duties.push(tokio::spawn(leader.run()));
+        let placing = Placing {
+            group: (group.id, state.partitions()),
+            me: (
+                config.id,
+                Standing {
+                    priority: config.placement.priority,
+                    never_lead: config.never_lead,
+                },
+            ),
+            placement: config.placement,
+        };
+        duties.push(tokio::spawn(place_leadership(
+            group.raft.clone(),
+            group.handoff.clone(),
+            state.dialer.for_group(group.id),
+            placing,
+            state.metrics.leader_transfers.clone(),
+        )));
+    }
+    Duties(duties)
 }
 
 /// Logs, every few seconds, that there is no leader yet and whom we wait for.

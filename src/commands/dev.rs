@@ -45,6 +45,10 @@ pub struct DevArgs {
     /// certs/ca.pem (`--ca`, PALISADE_CA), which dev prints.
     #[arg(long)]
     tls: bool,
+    /// Raft groups (partitions), each with its own leader (the nodes'
+    /// --partitions; fixed when the data dir is made).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    partitions: u32,
     /// A process that died is restarted at most 3 times within this many
     /// seconds; once more and dev leaves it down (and says so).
     #[arg(long, default_value_t = 60, hide = true)]
@@ -185,6 +189,8 @@ fn cluster_config(
         node.args = policy_args(root);
         node.args
             .extend(["--max-wait-ms".to_owned(), args.max_wait_ms.to_string()]);
+        node.args
+            .extend(["--partitions".to_owned(), args.partitions.to_string()]);
         // The status page shows the gateway's refused writes.
         node.args.extend([
             "--ui-gateway".to_owned(),

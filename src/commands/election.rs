@@ -105,6 +105,11 @@ pub struct ElectionArgs {
     /// its own into every entry it proposes, so all nodes keep the same.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=255))]
     history_len: u16,
+    /// Raft groups (partitions) the cluster runs, 1..=64, each electing its
+    /// own leader; a lease belongs to one by a hash of its name. Fixed when
+    /// the data dir is made: a node started with another count refuses.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    partitions: u32,
     /// Blocking acquires and watches allowed to wait at once on this node;
     /// one more gets 429 with Retry-After.
     #[arg(long, default_value_t = 10_000)]
@@ -294,6 +299,7 @@ fn set_limits(config: &mut ElectionConfig, args: &ElectionArgs) {
     config.reclaim_after = Duration::from_millis(args.reclaim_after_ms);
     config.max_leases = args.max_leases;
     config.history_len = args.history_len;
+    config.partitions = args.partitions;
     config.max_leases_per_principal = args
         .max_leases_per_principal
         .unwrap_or(args.max_leases / 4)

@@ -3,22 +3,26 @@
 //! most [`MAX_HOPS`] hops), and answers a fast 503 when there is no leader.
 
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, RawPathParams, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderValue};
+use http::{header, HeaderValue, Method};
+use serde_json::Value;
 
 use palisade_serve::admission::{Pool, Seat};
 use palisade_serve::policy::Principal;
 
 use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER, OVER_SHARE_HEADER};
-use super::extract::{read_body, LeasePath};
+use super::extract::read_body;
 use super::leases::acquire::{self, Forwarding};
+use super::partitions::{partition_of, Caller, PARTITION_PARAM};
 use super::revocation::{unless_revoked, Revocation};
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::group::Group;
 use crate::peer::gate::PeerId;
 use crate::raft::Acting;
+use palisade_names::LeaseName;
 
 /// Most forwards a request may take before a node answers 503.
 pub const MAX_HOPS: u32 = 2;
@@ -37,14 +41,29 @@ pub(super) enum Route {
     Acquire,
 }
 
-/// Runs the request here if this node leads; otherwise forwards it to the
-/// leader, or answers 503 when there is none (or too many hops).
+/// Runs the request here if this node leads the group it belongs to (its
+/// lease's, [`ApiState::group`]; the one its `?partition=` names; else
+/// group 0's);
+/// otherwise forwards it to that group's leader, or answers 503 when there
+/// is none (or too many hops).
 pub(super) async fn leader_only(
     State((state, route)): State<(ApiState, Route)>,
     request: Request,
     next: Next,
 ) -> Response {
-    match state.group_zero().acting_now().await {
+    let (mut parts, body) = request.into_parts();
+    let lease = lease_of(&mut parts).await;
+    let partition = match partition_of(&state, &parts.uri) {
+        Ok(partition) => partition,
+        Err(err) => return err.into_response(),
+    };
+    let request = Request::from_parts(parts, body);
+    let group = match (&lease, partition) {
+        (Some(lease), _) => state.group(lease),
+        (None, Some(id)) => state.group_of(id),
+        (None, None) => state.group_zero(),
+    };
+    match group.acting_now().await {
         Acting::Leads => return next.run(request).await,
         Acting::Lapsed { since } => return crate::group::lapsed(since).into_response(),
         Acting::Follows => {}
@@ -55,11 +74,7 @@ pub(super) async fn leader_only(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let Some((leader, addr)) = state
-        .group_zero()
-        .leader()
-        .filter(|(id, _)| *id != state.config.id)
-    else {
+    let Some((leader, addr)) = group.leader().filter(|(id, _)| *id != state.config.id) else {
         return ApiError::NoQuorum("no leader is known; the cluster may lack a quorum".into())
             .into_response();
     };
@@ -72,7 +87,11 @@ pub(super) async fn leader_only(
     // A waiting call forwarded ends when a reload here revokes what let it
     // through: it was authorized here, and the leader believes that.
     let mut revocation = request.extensions().get::<Revocation>().cloned();
-    let forwarded = forward(&state, request, route, (leader, &addr), hops + 1);
+    let ask = match (route, &lease) {
+        (Route::Acquire, Some(lease)) => Some(lease),
+        _ => None,
+    };
+    let forwarded = forward(&state, request, ask, (leader, &addr), hops + 1);
     match unless_revoked(revocation.as_mut(), forwarded)
         .await
         .and_then(|r| r)
@@ -124,21 +143,19 @@ fn forwarding_seat(
 }
 
 /// Sends `request` to the leader's peer listener (`/forward/...`).
-async fn forward(
+/// `acquire`: the lease, when the call is an acquire.
+pub(super) async fn forward(
     state: &ApiState,
     request: Request,
-    route: Route,
+    acquire: Option<&LeaseName>,
     (leader, addr): (crate::raft::NodeId, &str),
     hops: u32,
 ) -> Result<Response, ApiError> {
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     let body = read_body(body, state.config.body_deadline).await?;
-    let ask = match route {
-        Route::Acquire => {
-            let LeasePath(lease) = LeasePath::from_request_parts(&mut parts, state).await?;
-            acquire::forwarding(state, &lease, &body)
-        }
-        Route::Call => Forwarding::default(),
+    let ask = match acquire {
+        Some(lease) => acquire::forwarding(state, lease, &body),
+        None => Forwarding::default(),
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let (_seat, over_share) = forwarding_seat(state, &parts, ask)?;
@@ -189,6 +206,65 @@ async fn forward(
             .insert(header::CONTENT_TYPE, content_type);
     }
     Ok(response)
+}
+
+/// Asks `group`'s leader (another node) for `path_and_query` with
+/// `partition=<group>` added, as `caller`; its JSON answer. Any answer but
+/// 200, or none, is a 503 naming the partition: the parts a spanning call
+/// joins were checked here first, so only the partition's availability
+/// can differ.
+pub(super) async fn ask_leader(
+    state: &ApiState,
+    group: &Group,
+    caller: &Caller,
+    (method, path_and_query): (Method, &str),
+    body: Option<Vec<u8>>,
+) -> Result<Value, ApiError> {
+    let id = group.id;
+    let Some((leader, addr)) = group.leader().filter(|(l, _)| *l != state.config.id) else {
+        return Err(ApiError::NoQuorum(format!(
+            "partition {id} has no leader known here"
+        )));
+    };
+    let joiner = if path_and_query.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let uri = format!("{path_and_query}{joiner}{PARTITION_PARAM}={id}");
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.map_or_else(Body::empty, Body::from))
+        .map_err(|e| ApiError::Internal(format!("a partition's request: {e}")))?;
+    if let Some(principal) = &caller.principal {
+        request.extensions_mut().insert(principal.clone());
+    }
+    if let Some(flow) = &caller.flow {
+        request.extensions_mut().insert(flow.clone());
+    }
+    let answer = forward(state, request, None, (leader, &addr), 1).await?;
+    let status = answer.status();
+    let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+        .await
+        .map_err(|e| ApiError::NoQuorum(format!("partition {id}'s leader: {e}")))?;
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status != http::StatusCode::OK {
+        let message = value["message"].as_str().unwrap_or("no message");
+        return Err(ApiError::NoQuorum(format!(
+            "partition {id}'s leader answered {status}: {message}"
+        )));
+    }
+    Ok(value)
+}
+
+/// The lease a call names in its path's `{name}`, if it names a valid one
+/// (an invalid name is the handler's 400 to give, wherever it runs).
+async fn lease_of(parts: &mut http::request::Parts) -> Option<LeaseName> {
+    let params = RawPathParams::from_request_parts(parts, &()).await.ok()?;
+    let name = params.iter().find(|(key, _)| *key == "name")?.1;
+    LeaseName::new(name).ok()
 }
 
 /// The address of the client a request came from: the one a forwarding

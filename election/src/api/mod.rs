@@ -22,7 +22,9 @@ mod extract;
 mod forward;
 mod history;
 mod leases;
+mod members;
 pub mod openapi;
+mod partitions;
 mod prefix_watch;
 mod reads;
 mod revocation;
@@ -232,11 +234,11 @@ pub fn router(state: ApiState, status: Arc<StatusPage>) -> Router {
         )
         .route(
             "/v1/cluster/members",
-            leader_needs(post(cluster::add_member), Need::Cluster, Pool::Short),
+            leader_needs(post(members::add_member), Need::Cluster, Pool::Short),
         )
         .route(
             "/v1/cluster/members/{id}",
-            leader_needs(delete(cluster::remove_member), Need::Cluster, Pool::Short),
+            leader_needs(delete(members::remove_member), Need::Cluster, Pool::Short),
         )
         .route(
             "/v1/cluster",

@@ -54,6 +54,7 @@ use super::revocation::{revoked, Revocation};
 use super::schema::ReadErrors;
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::group_id::GroupId;
 use crate::raft::feed::{Change, FEED_CAPACITY};
 
 /// The keep-alive period when the query names none.
@@ -71,6 +72,10 @@ pub(super) struct PrefixWatchQuery {
     /// A keep-alive line at least this often (100..=60000; default 10000).
     #[param(minimum = 100, maximum = 60000)]
     keepalive_ms: Option<u64>,
+    /// The partition to watch (with `--partitions` > 1, required: each
+    /// partition's changes carry its own log index, so a stream watches
+    /// one; a client watches them all with one stream each).
+    partition: Option<u32>,
 }
 
 /// One stream of every change to the leases under `prefix` after `index`.
@@ -106,12 +111,24 @@ pub(super) async fn watch_prefix(
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal("a watch admitted without a flow".into()));
     };
+    let group = match (query.partition, state.partitions()) {
+        (None, 1) => GroupId::ZERO,
+        (Some(k), n) if k < n => GroupId(k),
+        (_, n) => {
+            return Err(ApiError::BadRequest(format!(
+                "this cluster has {n} partitions, each with its own index: watch each \
+                 with partition=0..{}",
+                n - 1
+            )))
+        }
+    };
     let permit = state.waiter()?;
     let seat = seat(&state, &state.admission, &flow, Pool::Long)?;
     // Subscribed before the table is read: no change falls in between.
-    let feed = state.group_zero().applied.feed.subscribe();
+    let feed = state.group_of(group).applied.feed.subscribe();
     let (lines, answer) = mpsc::channel::<Bytes>(1);
     let watcher = Watcher {
+        group,
         prefix: query.prefix.unwrap_or_default(),
         cursor: query.index.unwrap_or(0),
         keepalive: Duration::from_millis(keepalive),
@@ -136,6 +153,8 @@ pub(super) async fn watch_prefix(
 #[derive(Debug)]
 struct Watcher {
     state: ApiState,
+    /// The partition watched.
+    group: GroupId,
     prefix: String,
     /// Every change under the prefix up to here has been sent.
     cursor: u64,
@@ -227,7 +246,7 @@ impl Watcher {
     /// table was read at. Only names are held: each record is read again
     /// as its line goes out, and one changed since is left to the feed.
     async fn catch_up(&mut self) -> Result<(), End> {
-        let (applied, mut pending) = self.state.group_zero().applied.read(|s| {
+        let (applied, mut pending) = self.state.group_of(self.group).applied.read(|s| {
             let applied = s.last_applied.as_ref().map_or(0, |id| id.index);
             let pending: Vec<(u64, LeaseName)> = s
                 .table
@@ -241,7 +260,7 @@ impl Watcher {
         });
         pending.sort_unstable();
         for (index, lease) in pending {
-            let view = self.state.group_zero().applied.read(|s| {
+            let view = self.state.group_of(self.group).applied.read(|s| {
                 let record = s.table.leases.get(&lease)?;
                 (record.modify_index == index).then(|| LeaseView::new(&self.state, &lease, record))
             });
@@ -292,7 +311,7 @@ impl Watcher {
     /// names it, so reading the index first and then finding the feed
     /// drained means every change up to it has gone out.
     async fn keep_alive(&mut self) -> Result<(), End> {
-        let applied = *self.state.group_zero().applied.changes.borrow();
+        let applied = *self.state.group_of(self.group).applied.changes.borrow();
         loop {
             match self.feed.try_recv() {
                 Ok(change) => self.deliver(&change).await?,

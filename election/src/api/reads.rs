@@ -9,12 +9,21 @@ use http::HeaderValue;
 use palisade_names::{FencingToken, Holder, LeaseName};
 use serde::{Deserialize, Serialize};
 
+use super::admit::Flow;
 use super::extract::{check_wait, LeasePath};
+use super::forward::ask_leader;
+use super::partitions::{merge_pages, Caller};
 use super::revocation::{unless_revoked, Revocation};
 use super::schema::{LeaseNameParam, ReadErrors};
 use super::state::ApiState;
 use crate::error::ApiError;
+use crate::group::Group;
+use crate::group_id::GroupId;
 use crate::lease_table::record::LeaseRecord;
+use crate::raft::Acting;
+use http::Method;
+use palisade_serve::policy::Principal;
+use serde_json::Value;
 
 /// The index a watcher passes as `index` next time.
 const INDEX_HEADER: &str = "x-palisade-index";
@@ -78,6 +87,10 @@ pub(super) struct LeaseView {
     /// prefix watch a follower serves).
     #[serde(skip_serializing_if = "Option::is_none")]
     renew_time: Option<String>,
+    /// The partition the lease belongs to, for ever (only from a cluster
+    /// of more than one, `--partitions`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<u32>,
 }
 
 impl LeaseView {
@@ -114,6 +127,7 @@ impl LeaseView {
                 .grant_began_ms()
                 .map(palisade_names::time::rfc3339_ms),
             renew_time,
+            partition: (state.partitions() > 1).then(|| state.group(lease).id.0),
         }
     }
 }
@@ -142,6 +156,9 @@ pub(super) struct ListQuery {
     /// At most this many (1..=1000; default 1000).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// Only this partition's leases (with `--partitions` > 1; a node
+    /// answering a list asks each partition's leader so).
+    partition: Option<u32>,
 }
 
 fn never_granted(lease: &LeaseName) -> ApiError {
@@ -170,8 +187,10 @@ pub(super) async fn get_lease(
     responses(ReadErrors, (status = 200, body = LeaseList)))]
 pub(super) async fn list_leases(
     State(state): State<ApiState>,
+    principal: Option<Extension<Principal>>,
+    flow: Option<Extension<Flow>>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<LeaseList>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
     let limit = query.limit.unwrap_or(MAX_PAGE);
     if limit == 0 || limit > MAX_PAGE {
@@ -179,34 +198,102 @@ pub(super) async fn list_leases(
             "limit must be in 1..={MAX_PAGE}"
         )));
     }
-    let prefix = query.prefix.unwrap_or_default();
-    state.group_zero().confirm_leadership().await?;
-    let page = state.group_zero().applied.read(|s| {
-        use std::ops::Bound;
-        // Start at the later of `after` and `prefix`, so an `after` that
-        // sorts before the prefix cannot make the scan walk every name in
-        // between (a whole-table scan under the lock apply needs).
-        let start = match &query.after {
-            Some(after) if after.as_str() >= prefix.as_str() => Bound::Excluded(after.as_str()),
-            _ => Bound::Included(prefix.as_str()),
-        };
-        let mut names = s
-            .table
-            .leases
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(name, _)| name.as_str().starts_with(prefix.as_str()));
-        let leases: Vec<LeaseView> = names
-            .by_ref()
-            .take(limit)
-            .map(|(name, record)| LeaseView::new(&state, name, record))
-            .collect();
-        let more = names.next().is_some();
-        let next = more
-            .then(|| leases.last().map(|l| l.lease.clone()))
-            .flatten();
-        LeaseList { leases, next }
-    });
-    Ok(Json(page))
+    let page = Page {
+        prefix: query.prefix.unwrap_or_default(),
+        after: query.after,
+        limit,
+    };
+    let one = match query.partition {
+        Some(k) if k >= state.partitions() => {
+            return Err(ApiError::BadRequest(format!(
+                "partition must be a number in 0..{}",
+                state.partitions()
+            )))
+        }
+        Some(k) => Some(state.group_of(GroupId(k))),
+        None if state.partitions() == 1 => Some(state.group_zero()),
+        None => None,
+    };
+    if let Some(group) = one {
+        group.confirm_leadership().await?;
+        return Ok(Json(page.of(&state, group)).into_response());
+    }
+    let caller = Caller {
+        principal: principal.map(|Extension(p)| p),
+        flow: flow.map(|Extension(f)| f),
+    };
+    let parts = state
+        .groups()
+        .iter()
+        .map(|group| page.across(&state, group, &caller));
+    let pages = futures::future::try_join_all(parts).await?;
+    Ok(Json(merge_pages(pages, limit)).into_response())
+}
+
+/// What one list call asks for.
+#[derive(Debug)]
+struct Page {
+    prefix: String,
+    after: Option<String>,
+    limit: usize,
+}
+
+impl Page {
+    /// This page of `group`'s leases, from this node's applied state.
+    fn of(&self, state: &ApiState, group: &Group) -> LeaseList {
+        let (prefix, limit) = (self.prefix.as_str(), self.limit);
+        group.applied.read(|s| {
+            use std::ops::Bound;
+            // Start at the later of `after` and `prefix`, so an `after` that
+            // sorts before the prefix cannot make the scan walk every name in
+            // between (a whole-table scan under the lock apply needs).
+            let start = match &self.after {
+                Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+                _ => Bound::Included(prefix),
+            };
+            let mut names = s
+                .table
+                .leases
+                .range::<str, _>((start, Bound::Unbounded))
+                .take_while(|(name, _)| name.as_str().starts_with(prefix));
+            let leases: Vec<LeaseView> = names
+                .by_ref()
+                .take(limit)
+                .map(|(name, record)| LeaseView::new(state, name, record))
+                .collect();
+            let more = names.next().is_some();
+            let next = more
+                .then(|| leases.last().map(|l| l.lease.clone()))
+                .flatten();
+            LeaseList { leases, next }
+        })
+    }
+
+    /// This page of `group`'s leases as JSON: read here (leadership
+    /// confirmed) when this node leads the group, else asked of its leader.
+    async fn across(
+        &self,
+        state: &ApiState,
+        group: &Group,
+        caller: &Caller,
+    ) -> Result<Value, ApiError> {
+        if group.acting() == Acting::Leads {
+            group.confirm_leadership().await?;
+            return serde_json::to_value(self.of(state, group))
+                .map_err(|e| ApiError::Internal(format!("a lease page: {e}")));
+        }
+        let mut query = vec![
+            ("prefix", self.prefix.clone()),
+            ("limit", self.limit.to_string()),
+        ];
+        if let Some(after) = &self.after {
+            query.push(("after", after.clone()));
+        }
+        let query = serde_urlencoded::to_string(&query)
+            .map_err(|e| ApiError::Internal(format!("a lease page's query: {e}")))?;
+        let path = format!("/v1/leases?{query}");
+        ask_leader(state, group, caller, (Method::GET, &path), None).await
+    }
 }
 
 /// `GET /v1/leases/{name}/watch?index=&wait_ms=`.

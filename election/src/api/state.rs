@@ -8,6 +8,7 @@ use palisade_serve::admission::Admission;
 use crate::config::ElectionConfig;
 use crate::error::ApiError;
 use crate::group::Group;
+use crate::group_id::GroupId;
 
 /// What every handler shares: one `Arc`, so the clone axum makes for every
 /// handler and middleware of every request is one atomic increment (as a
@@ -33,9 +34,9 @@ impl std::ops::Deref for ApiState {
 /// The parts of [`ApiState`].
 #[derive(Debug)]
 pub struct ApiParts {
-    /// The Raft group this node runs (the only one for now): reached
-    /// through [`ApiState::group`].
-    pub(crate) group: Group,
+    /// The Raft groups this node runs, one per partition, in id order
+    /// (group 0 first; never empty): reached through [`ApiState::group`].
+    pub(crate) groups: Vec<Group>,
     /// This node's metrics (`/metrics`, the status page's samples); the
     /// group's apply counts into the same ones.
     pub metrics: Arc<crate::metrics::ElectionMetrics>,
@@ -75,14 +76,31 @@ impl ApiState {
         })
     }
 
-    /// The group `lease` belongs to, for ever (the only group for now).
-    pub(crate) fn group(&self, _lease: &LeaseName) -> &Group {
-        &self.group
+    /// The group `lease` belongs to, for ever ([`GroupId::of`]).
+    pub(crate) fn group(&self, lease: &LeaseName) -> &Group {
+        let id = GroupId::of(lease.as_str(), self.partitions());
+        self.groups.get(id.0 as usize).unwrap_or(self.group_zero())
     }
 
     /// Group 0: the one whose membership and signing keys the node's own
     /// calls (cluster view, members, keys, the status page) read and change.
     pub(crate) fn group_zero(&self) -> &Group {
-        &self.group
+        &self.groups[0]
+    }
+
+    /// Group `id` (group 0 for an id beyond the count: callers check it
+    /// first, `partitions.rs`).
+    pub(crate) fn group_of(&self, id: GroupId) -> &Group {
+        self.groups.get(id.0 as usize).unwrap_or(self.group_zero())
+    }
+
+    /// Every group of this node, in id order.
+    pub(crate) fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    /// How many partitions (groups) the cluster runs.
+    pub(crate) fn partitions(&self) -> u32 {
+        self.groups.len() as u32
     }
 }

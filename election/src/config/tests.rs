@@ -105,3 +105,38 @@ fn a_timing_seed_pins_distinct_timeouts() {
         seen.len()
     );
 }
+
+/// Each partition draws its timeouts from the seed XOR its id: the same
+/// on every call, group 0's the seed's own, and the partitions of one
+/// node do not all share one timeout.
+#[test]
+fn each_partition_has_its_own_reproducible_timeouts() {
+    use crate::group_id::GroupId;
+    let peers = parse_peers("1=h:1,2=h:2,3=h:3").expect("ok");
+    let mut config = ElectionConfig::new(
+        2,
+        "127.0.0.1:7101".parse().expect("addr"),
+        "/tmp".into(),
+        peers,
+    );
+    config.timing_seed = Some(42);
+    config.partitions = 8;
+    assert_eq!(
+        config.group_election_timeout(GroupId::ZERO),
+        config.raft_election_timeout()
+    );
+    let timeouts: Vec<(u64, u64)> = GroupId::all(8)
+        .map(|g| config.group_election_timeout(g))
+        .collect();
+    let again: Vec<(u64, u64)> = GroupId::all(8)
+        .map(|g| config.group_election_timeout(g))
+        .collect();
+    assert_eq!(timeouts, again, "replayable");
+    let distinct: std::collections::BTreeSet<_> = timeouts.iter().collect();
+    assert!(distinct.len() > 1, "every partition the same: {timeouts:?}");
+    let mut bad = config.clone();
+    bad.partitions = 0;
+    assert!(bad.validate().expect_err("zero").contains("--partitions"));
+    bad.partitions = crate::group_id::MAX_PARTITIONS + 1;
+    assert!(bad.validate().expect_err("many").contains("--partitions"));
+}

@@ -41,8 +41,9 @@ pub struct LeaderDuties {
     pub shared: SharedState,
     /// Lease deadlines, on the leader's clock.
     pub lessor: Arc<Lessor>,
-    /// When each rotated-out key is due for retirement.
-    pub retirer: KeyRetirer,
+    /// When each rotated-out key is due for retirement: group 0's duties
+    /// alone keep the signing keys (install, retire); `None` elsewhere.
+    pub retirer: Option<KeyRetirer>,
     /// How long a lease stays free before it is reclaimed.
     pub reclaim_after: Duration,
 }
@@ -94,9 +95,9 @@ struct Due {
 }
 
 impl LeaderDuties {
-    /// The duties of `group`'s leader, retiring rotated-out keys with
-    /// `retirer` and reclaiming leases free for `reclaim_after`.
-    pub fn of(group: &Group, retirer: KeyRetirer, reclaim_after: Duration) -> Self {
+    /// The duties of `group`'s leader, keeping the signing keys with
+    /// `retirer` (group 0's) and reclaiming leases free for `reclaim_after`.
+    pub fn of(group: &Group, retirer: Option<KeyRetirer>, reclaim_after: Duration) -> Self {
         Self {
             raft: group.raft.clone(),
             proposer: group.proposer.clone(),
@@ -144,15 +145,20 @@ impl LeaderDuties {
                     } else {
                         Vec::new()
                     },
-                    has_key: s.table.signing_key.is_some(),
-                    retiring: self.retirer.due(metrics.current_term, previous),
+                    has_key: self.retirer.is_none() || s.table.signing_key.is_some(),
+                    retiring: self
+                        .retirer
+                        .as_mut()
+                        .map_or_else(Vec::new, |r| r.due(metrics.current_term, previous)),
                 }
             });
             if let Some(in_flight) = reclaim.filter(|_| !due.reclaim.is_empty()) {
                 self.reclaim(due.reclaim, in_flight);
             }
             while let Ok(kid) = retirement_failures.try_recv() {
-                self.retirer.failed(&kid);
+                if let Some(retirer) = self.retirer.as_mut() {
+                    retirer.failed(&kid);
+                }
             }
             self.retire(due.retiring, &failed_retirements);
             self.expire(due.expired);

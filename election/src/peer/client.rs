@@ -32,8 +32,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerDialer {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerClient {
-            // The only group a node runs for now.
-            group: GroupId::ZERO,
+            group: self.group,
             target,
             addr: node.addr.clone(),
             dialer: self.clone(),

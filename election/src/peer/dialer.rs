@@ -18,6 +18,7 @@ use palisade_serve::certs::node_name;
 use super::incarnation::{Incarnations, INCARNATION_HEADER};
 use super::standing::Standing;
 use crate::config::PeerTls;
+use crate::group_id::GroupId;
 use crate::raft::NodeId;
 
 /// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
@@ -43,6 +44,9 @@ pub struct PeerDialer {
     book: Arc<RwLock<HashMap<NodeId, String>>>,
     /// Which peers answer: the log lines about them, the heartbeat backoff.
     pub(super) reachability: Arc<super::reachability::Reachability>,
+    /// The Raft group whose network this is, as openraft's network
+    /// factory ([`PeerDialer::for_group`]); group 0 otherwise.
+    pub(super) group: GroupId,
 }
 
 /// The header naming the sending node on every peer request.
@@ -132,6 +136,7 @@ impl PeerDialer {
             logged: Arc::default(),
             book,
             reachability: Arc::default(),
+            group: GroupId::ZERO,
         })
     }
 
@@ -155,6 +160,15 @@ impl PeerDialer {
         path: &str,
     ) -> reqwest::RequestBuilder {
         self.request_with(&self.client, method, target, addr, path)
+    }
+
+    /// This dialer as `group`'s network: its Raft RPCs go to that group's
+    /// routes; connections, addresses and reachability stay shared.
+    pub fn for_group(&self, group: GroupId) -> Self {
+        Self {
+            group,
+            ..self.clone()
+        }
     }
 
     /// A forwarded client request, like [`PeerDialer::request`] but over

@@ -27,20 +27,31 @@ use crate::raft::{Raft, TypeConfig};
 use super::gate::{authenticate, PeerGate, PeerId};
 use super::snapshot_frame::{parse_snapshot_frame, MAX_SNAPSHOT_BYTES};
 
-/// What peers call on the peer listener: Raft RPC under `/raft/` and client
-/// requests forwarded to the leader under `/forward/` (the client API), all
-/// behind [`authenticate`]. `standing` is what this node tells the leader
-/// of itself; a `never_lead` node refuses leadership transfers to it;
-/// `figures`, what it tells a peer's status page.
+/// What peers call on the peer listener: Raft RPC under `/raft/` (each
+/// group's under its own routes, [`GroupId::names`]) and client requests
+/// forwarded to the leader under `/forward/` (the client API), all behind
+/// [`authenticate`] (which asks group 0's membership). `standing` is what
+/// this node tells the leader of itself; a `never_lead` node refuses
+/// leadership transfers to it; `figures`, what it tells a peer's status
+/// page.
 pub fn peer_router(
-    raft: Arc<Raft>,
+    groups: &[(GroupId, Arc<Raft>)],
     incarnations: Arc<Incarnations>,
     api: Router,
     tls: bool,
     (standing, figures): (Standing, FiguresSource),
 ) -> Router {
-    let gate = PeerGate::new(raft.clone(), incarnations, tls);
-    raft_routes(raft, standing, figures)
+    let zero = groups
+        .iter()
+        .find(|(id, _)| *id == GroupId::ZERO)
+        .map(|(_, raft)| raft.clone())
+        .expect("a node runs group 0");
+    let gate = PeerGate::new(zero, incarnations, tls);
+    groups
+        .iter()
+        .fold(node_routes(standing, figures), |router, (id, raft)| {
+            router.merge(group_routes(*id, raft.clone(), standing.never_lead))
+        })
         .nest("/forward", api)
         .layer(axum::middleware::from_fn_with_state(gate, authenticate))
 }
@@ -59,25 +70,31 @@ fn speaks_for_itself(from: PeerId, vote: &VoteOf<TypeConfig>) -> Result<(), ApiE
     }
 }
 
-/// The routes peers call:
-/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader,standing,figures}`.
-fn raft_routes(raft: Arc<Raft>, standing: Standing, figures: FiguresSource) -> Router {
-    let transfer = if standing.never_lead {
+/// One group's Raft RPCs:
+/// `/raft/{append,vote,pre-vote,snapshot,transfer-leader}` for group 0,
+/// `/raft/group/{n}/...` for group `n`.
+fn group_routes(group: GroupId, raft: Arc<Raft>, never_lead: bool) -> Router {
+    let transfer = if never_lead {
         post(refuse_transfer)
     } else {
         post(transfer_leader)
     };
-    // The group's RPCs; standing and figures are the node's.
-    let group = GroupId::ZERO.names();
+    let names = group.names();
     Router::new()
-        .route(&group.route("append"), post(append))
-        .route(&group.route("vote"), post(vote))
-        .route(&group.route("pre-vote"), post(pre_vote))
+        .route(&names.route("append"), post(append))
+        .route(&names.route("vote"), post(vote))
+        .route(&names.route("pre-vote"), post(pre_vote))
         .route(
-            &group.route("snapshot"),
+            &names.route("snapshot"),
             post(snapshot).layer(axum::extract::DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),
         )
-        .route(&group.route("transfer-leader"), transfer)
+        .route(&names.route("transfer-leader"), transfer)
+        .with_state(raft)
+}
+
+/// The node's own routes: `/raft/standing` and `/raft/figures`.
+fn node_routes(standing: Standing, figures: FiguresSource) -> Router {
+    Router::new()
         .route(
             "/raft/standing",
             post(move || async move { Json(standing) }),
@@ -86,7 +103,6 @@ fn raft_routes(raft: Arc<Raft>, standing: Standing, figures: FiguresSource) -> R
             "/raft/figures",
             post(move || async move { Json(figures()) }),
         )
-        .with_state(raft)
 }
 
 type RpcResult<T> = Result<Json<Result<T, RaftError<TypeConfig>>>, ApiError>;

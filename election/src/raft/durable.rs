@@ -64,3 +64,65 @@ impl Durable {
             .map_err(io_err)?
     }
 }
+
+/// The tree and key the cluster's partition count is kept under.
+const META_TREE: &str = "palisade_meta";
+const PARTITIONS_KEY: &[u8] = b"partitions";
+
+impl Durable {
+    /// The partitions this data dir's cluster runs: stored when the dir is
+    /// made (`asked`), and from then on the only count it opens with. A dir
+    /// written before partitions (a Raft log or vote, no count) is 1.
+    ///
+    /// # Errors
+    /// `asked` differs from the stored count (one line naming both), or
+    /// sled's error.
+    pub fn partitions(&self, asked: u32) -> io::Result<u32> {
+        let meta = self.db.open_tree(META_TREE).map_err(io_err)?;
+        let stored = match meta.get(PARTITIONS_KEY).map_err(io_err)? {
+            Some(bytes) => {
+                let bytes: [u8; 4] = bytes.as_ref().try_into().map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, "stored partition count is torn")
+                })?;
+                Some(u32::from_be_bytes(bytes))
+            }
+            None if self.holds_raft_state()? => Some(1),
+            None => None,
+        };
+        match stored {
+            Some(stored) if stored != asked => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "this data dir holds a cluster of {stored} partition(s); it cannot be \
+                     started with --partitions {asked} (the count is fixed when a cluster is made)"
+                ),
+            )),
+            Some(stored) => Ok(stored),
+            None => {
+                meta.insert(PARTITIONS_KEY, &asked.to_be_bytes())
+                    .map_err(io_err)?;
+                self.flush_blocking()?;
+                Ok(asked)
+            }
+        }
+    }
+
+    /// Whether group 0 has written anything (a vote, a log entry, applied
+    /// state): a data dir from before partitions were counted.
+    fn holds_raft_state(&self) -> io::Result<bool> {
+        let names = crate::group_id::GroupId::ZERO.names();
+        for tree in ["raft_log", "raft_meta", "raft_snapshot"] {
+            let name = names.tree(tree);
+            if self
+                .db
+                .tree_names()
+                .iter()
+                .any(|t| t.as_ref() == name.as_bytes())
+                && !self.db.open_tree(&name).map_err(io_err)?.is_empty()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}

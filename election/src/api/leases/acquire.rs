@@ -178,9 +178,19 @@ fn over_share_upstream(from_peer: bool, headers: &HeaderMap) -> Option<ApiError>
 
 /// A new name must fit under the cap on the table's size.
 fn check_room(state: &ApiState, lease: &LeaseName) -> Result<(), ApiError> {
-    let full = state.group(lease).applied.read(|s| {
-        !s.table.leases.contains_key(lease) && s.table.leases.len() >= state.config.max_leases
-    });
+    // Over every partition, as this node has applied each (a partition it
+    // follows may lag by the entries in flight).
+    let known = state
+        .group(lease)
+        .applied
+        .read(|s| s.table.leases.contains_key(lease));
+    let full = !known
+        && state
+            .groups()
+            .iter()
+            .map(|g| g.applied.read(|s| s.table.leases.len()))
+            .sum::<usize>()
+            >= state.config.max_leases;
     if full {
         return Err(ApiError::TooManyLeases(format!(
             "the cluster holds {} leases, its cap; free leases are reclaimed {} s after they end",
@@ -203,13 +213,18 @@ fn check_quota(state: &ApiState, lease: &LeaseName, principal: &Principal) -> Re
         .and_then(|policy| policy.current().max_leases(principal))
         .unwrap_or(state.config.max_leases_per_principal as u64);
     let Principal(name) = principal;
-    let owned = state.group(lease).applied.read(|s| {
-        let adds = s
-            .table
+    let adds = state.group(lease).applied.read(|s| {
+        s.table
             .leases
             .get(lease)
-            .is_none_or(|r| r.owner.as_deref() != Some(name.as_str()));
-        adds.then(|| s.table.owned_by(name))
+            .is_none_or(|r| r.owner.as_deref() != Some(name.as_str()))
+    });
+    let owned = adds.then(|| {
+        state
+            .groups()
+            .iter()
+            .map(|g| g.applied.read(|s| s.table.owned_by(name)))
+            .sum::<u64>()
     });
     match owned {
         Some(owned) if owned >= quota => Err(ApiError::OverQuota(format!(

@@ -185,7 +185,7 @@ pub(in crate::api) struct RenewBatch {
 }
 
 /// One renewal of a batch: a lease and the grant it names.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(in crate::api) struct BatchRenewal {
     #[schema(value_type = LeaseNameParam)]

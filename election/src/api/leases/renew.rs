@@ -4,20 +4,27 @@
 //! (`extend.rs`).
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use palisade_names::LeaseName;
+use http::Method;
+use palisade_names::{GrantSecret, LeaseName};
 
 use palisade_serve::policy::{Policy, Principal, Right};
 
+use super::super::admit::Flow;
 use super::super::extract::{CheckedJson, LeaseCall};
+use super::super::forward::ask_leader;
+use super::super::partitions::{partition_of, Caller};
 use super::super::schema::{BatchErrors, LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
 use super::answer::*;
 use super::bodies::*;
 use super::extend::*;
 use crate::error::ApiError;
+use crate::group_id::GroupId;
 use crate::leader::lessor::RenewRefused;
 use crate::lease_table::command::SecretHash;
+use crate::raft::Acting;
 
 /// Extends a grant by its ttl (on the leader lease).
 #[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
@@ -122,14 +129,150 @@ fn answer_extended(
 pub(in crate::api) async fn renew_batch(
     State(state): State<ApiState>,
     principal: Option<axum::Extension<Principal>>,
+    flow: Option<axum::Extension<Flow>>,
+    uri: http::Uri,
     CheckedJson(body): CheckedJson<RenewBatch>,
-) -> Result<Json<RenewResults>, ApiError> {
+) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    if !all_ended(&state, &body.renewals) {
-        state.group_zero().confirm_lease().await?;
+    let one = match partition_of(&state, &uri)? {
+        Some(id) => Some(state.group_of(id)),
+        None if state.partitions() == 1 => Some(state.group_zero()),
+        None => None,
+    };
+    let Some(group) = one else {
+        let caller = Caller {
+            principal: principal.map(|p| p.0),
+            flow: flow.map(|f| f.0),
+        };
+        let results = across_partitions(&state, &caller, body.renewals, started).await;
+        return Ok(Json(serde_json::json!({ "results": results })).into_response());
+    };
+    // Asked for one partition: renewals of another are refused here, for
+    // this node's confirmation of `group`'s lease says nothing of theirs.
+    let (ours, theirs): (Vec<_>, Vec<_>) = body
+        .renewals
+        .into_iter()
+        .enumerate()
+        .partition(|(_, r)| state.group(&r.lease).id == group.id);
+    let ours_only: Vec<BatchRenewal> = ours.iter().map(|(_, r)| r.clone()).collect();
+    if !all_ended(&state, &ours_only) {
+        group.confirm_lease().await?;
     }
-    let results = renew_each(&state, principal.as_deref(), body.renewals, started);
-    Ok(Json(RenewResults { results }))
+    let mut results: Vec<(usize, RenewResult)> = ours
+        .iter()
+        .map(|(i, _)| *i)
+        .zip(renew_each(&state, principal.as_deref(), ours_only, started))
+        .collect();
+    results.extend(theirs.into_iter().map(|(i, r)| {
+        let home = state.group(&r.lease).id;
+        let err = ApiError::BadRequest(format!(
+            "{} belongs to partition {home}, not {}",
+            r.lease, group.id
+        ));
+        (i, refused(r.lease, &err))
+    }));
+    results.sort_by_key(|(i, _)| *i);
+    let results = results.into_iter().map(|(_, r)| r).collect();
+    Ok(Json(RenewResults { results }).into_response())
+}
+
+/// A renewal's answer when `err` refused it.
+fn refused(lease: LeaseName, err: &ApiError) -> RenewResult {
+    let body = err.body();
+    RenewResult {
+        status: err.status().as_u16(),
+        error: Some(body.error),
+        message: Some(body.message),
+        lease,
+        grant: None,
+    }
+}
+
+/// A batch over several partitions (`--partitions` > 1): each partition's
+/// renewals are renewed here when this node leads it (on its leader
+/// lease), else asked of its leader as a batch of their own; the answers
+/// come back in the batch's order. A partition without a reachable leader
+/// fails only its own renewals (503).
+pub(in crate::api) async fn across_partitions(
+    state: &ApiState,
+    caller: &Caller,
+    renewals: Vec<BatchRenewal>,
+    started: std::time::Instant,
+) -> Vec<serde_json::Value> {
+    let mut by_group: std::collections::BTreeMap<GroupId, Vec<(usize, BatchRenewal)>> =
+        std::collections::BTreeMap::new();
+    for (i, renewal) in renewals.into_iter().enumerate() {
+        let id = state.group(&renewal.lease).id;
+        by_group.entry(id).or_default().push((i, renewal));
+    }
+    let parts = by_group.into_iter().map(|(id, part)| async move {
+        let (places, part): (Vec<usize>, Vec<BatchRenewal>) = part.into_iter().unzip();
+        let leases: Vec<LeaseName> = part.iter().map(|r| r.lease.clone()).collect();
+        let answered = renew_in(state, state.group_of(id), caller, part, started).await;
+        let results = answered.unwrap_or_else(|err| {
+            leases
+                .into_iter()
+                .map(|lease| serde_json::to_value(refused(lease, &err)).unwrap_or_default())
+                .collect()
+        });
+        places.into_iter().zip(results).collect::<Vec<_>>()
+    });
+    let mut results: Vec<(usize, serde_json::Value)> = futures::future::join_all(parts)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// `part` (all of `group`) renewed here, or by `group`'s leader.
+async fn renew_in(
+    state: &ApiState,
+    group: &crate::group::Group,
+    caller: &Caller,
+    part: Vec<BatchRenewal>,
+    started: std::time::Instant,
+) -> Result<Vec<serde_json::Value>, ApiError> {
+    let count = part.len();
+    if group.acting() == Acting::Leads {
+        if !all_ended(state, &part) {
+            group.confirm_lease().await?;
+        }
+        let results = renew_each(state, caller.principal.as_ref(), part, started);
+        return serde_json::to_value(results)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .ok_or_else(|| ApiError::Internal("renewal results".into()));
+    }
+    let renewals: Vec<serde_json::Value> = part
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "lease": r.lease.as_str(),
+                "holder": r.holder.as_str(),
+                "token": r.token.0,
+                "secret": r.secret.as_ref().map(GrantSecret::expose),
+            })
+        })
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "renewals": renewals }))
+        .map_err(|e| ApiError::Internal(format!("a partition's batch: {e}")))?;
+    let answer = ask_leader(
+        state,
+        group,
+        caller,
+        (Method::POST, "/v1/renew"),
+        Some(body),
+    )
+    .await?;
+    match answer["results"].as_array() {
+        Some(results) if results.len() == count => Ok(results.clone()),
+        _ => Err(ApiError::NoQuorum(format!(
+            "partition {}'s leader answered a batch of {count} with another count",
+            group.id
+        ))),
+    }
 }
 
 /// Answers each of `renewals` (leadership confirmed after they arrived, at
@@ -169,16 +312,7 @@ pub(in crate::api) fn renew_each(
                         message: None,
                     }
                 }
-                Err(err) => {
-                    let body = err.body();
-                    RenewResult {
-                        status: err.status().as_u16(),
-                        error: Some(body.error),
-                        message: Some(body.message),
-                        lease: name,
-                        grant: None,
-                    }
-                }
+                Err(err) => refused(name, &err),
             }
         })
         .collect();

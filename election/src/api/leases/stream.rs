@@ -54,10 +54,12 @@ use palisade_serve::policy::Principal;
 
 use super::super::admit::{seat, Flow};
 use super::super::extract::{has_media_type, parse_json, MAX_BODY_BYTES};
+use super::super::partitions::Caller;
 use super::super::revocation::{revoked, Revocation};
 use super::super::state::ApiState;
 use super::bodies::{check_renewals, BatchRenewal, RenewResult};
 use super::outbox::{watchdog, Answer, Outbox};
+use super::renew::across_partitions;
 use super::renew::{all_ended, renew_each};
 use crate::error::ApiError;
 use crate::raft::Acting;
@@ -81,6 +83,16 @@ struct RenewFrame {
     renewals: Vec<BatchRenewal>,
 }
 
+/// A frame's renewals' answers: renewed here (one partition), or put
+/// together from several partitions' leaders (`renew.rs`,
+/// `across_partitions`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum FrameResults {
+    Here(Vec<RenewResult>),
+    Across(Vec<serde_json::Value>),
+}
+
 /// One line of the answer.
 #[derive(Debug, Serialize)]
 struct FrameAnswer {
@@ -88,7 +100,7 @@ struct FrameAnswer {
     id: Option<u64>,
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
-    results: Option<Vec<RenewResult>>,
+    results: Option<FrameResults>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,10 +148,15 @@ pub(in crate::api) async fn renew_stream(
             "the renewal stream is served over HTTP/2 only; renew through POST /v1/renew".into(),
         ));
     }
-    match state.group_zero().acting_now().await {
-        Acting::Leads => {}
-        Acting::Follows => return Err(not_leading()),
-        Acting::Lapsed { since } => return Err(crate::group::lapsed(since)),
+    // One partition: the leader's alone. Several: any node, which
+    // renews each partition's leases itself when it leads the partition,
+    // else asks its leader (`renew.rs`, `across_partitions`).
+    if state.partitions() == 1 {
+        match state.group_zero().acting_now().await {
+            Acting::Leads => {}
+            Acting::Follows => return Err(not_leading()),
+            Acting::Lapsed { since } => return Err(crate::group::lapsed(since)),
+        }
     }
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal(
@@ -246,7 +263,7 @@ impl StreamSession {
             };
             idle_until = (Instant::now() + IDLE).min(self.ends);
             self.outbox.reading_until(Some(idle_until));
-            if !self.state.group_zero().is_leader() {
+            if self.state.partitions() == 1 && !self.state.group_zero().is_leader() {
                 return self.last_line(&lines, &not_leading(), deadline).await;
             }
             let frame: RenewFrame = match parse_json(&bytes) {
@@ -297,12 +314,25 @@ impl StreamSession {
         if let Some(Err(err)) = self.revocation.as_ref().map(Revocation::check_now) {
             return FrameAnswer::failed(id, &err);
         }
-        if !all_ended(state, &frame.renewals) {
-            if let Err(err) = state.group_zero().confirm_lease().await {
-                return FrameAnswer::failed(id, &err);
+        let results = if state.partitions() == 1 {
+            if !all_ended(state, &frame.renewals) {
+                if let Err(err) = state.group_zero().confirm_lease().await {
+                    return FrameAnswer::failed(id, &err);
+                }
             }
-        }
-        let results = renew_each(state, self.principal.as_ref(), frame.renewals, started);
+            FrameResults::Here(renew_each(
+                state,
+                self.principal.as_ref(),
+                frame.renewals,
+                started,
+            ))
+        } else {
+            let caller = Caller {
+                principal: self.principal.clone(),
+                flow: Some(self.flow.clone()),
+            };
+            FrameResults::Across(across_partitions(state, &caller, frame.renewals, started).await)
+        };
         FrameAnswer {
             id,
             status: 200,
