@@ -46,6 +46,8 @@ mod lease_history;
 mod membership;
 #[path = "../observability.rs"]
 mod observability;
+#[path = "../old_data_dir.rs"]
+mod old_data_dir;
 #[path = "../peer_trust.rs"]
 mod peer_trust;
 #[path = "../policy_reload.rs"]
