@@ -48,6 +48,8 @@ mod membership;
 mod observability;
 #[path = "../old_data_dir.rs"]
 mod old_data_dir;
+#[path = "../partitions.rs"]
+mod partitions;
 #[path = "../peer_trust.rs"]
 mod peer_trust;
 #[path = "../policy_reload.rs"]

@@ -249,19 +249,24 @@ pub async fn place_leadership(
             "handing Raft leadership to a caught-up member of higher priority, or the partition's home"
         );
         transfers.inc();
-        // Renewals stop here first: the target's vote is granted inside
-        // the lease they are answered on.
-        handoff.begin(metrics.current_term, to);
-        if let Err(err) = raft.trigger().transfer_leader(to).await {
-            tracing::warn!(%err, to, "leadership transfer failed");
-        }
-        // openraft runs the transfer on whatever leadership the node has
-        // when its core takes the command: leading a newer term by then,
-        // renewals stop for that one too.
-        let now = raft.metrics().borrow_watched().clone();
-        if crate::raft::leads(&now) && now.current_term != metrics.current_term {
-            handoff.begin(now.current_term, to);
-        }
+        hand_over(&raft, &handoff, metrics.current_term, to).await;
+    }
+}
+
+/// Hands leadership of `raft` (leading `term`) to `to`.
+async fn hand_over(raft: &Raft, handoff: &Handoff, term: u64, to: NodeId) {
+    // Renewals stop here first: the target's vote is granted inside the
+    // lease they are answered on.
+    handoff.begin(term, to);
+    if let Err(err) = raft.trigger().transfer_leader(to).await {
+        tracing::warn!(%err, to, "leadership transfer failed");
+    }
+    // openraft runs the transfer on whatever leadership the node has when
+    // its core takes the command: leading a newer term by then, renewals
+    // stop for that one too.
+    let now = raft.metrics().borrow_watched().clone();
+    if crate::raft::leads(&now) && now.current_term != term {
+        handoff.begin(now.current_term, to);
     }
 }
 

@@ -126,3 +126,36 @@ impl Durable {
         Ok(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::raft::durable::Durable;
+
+    /// The count is stored when the dir is made and refused when another is
+    /// asked; a dir with group 0's state and no count is 1.
+    #[test]
+    fn the_partition_count_is_fixed_when_the_data_dir_is_made() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = dir.path().join("fresh");
+        {
+            let durable = Durable::open(&fresh).expect("open");
+            assert_eq!(durable.partitions(6).expect("made"), 6);
+        }
+        let durable = Durable::open(&fresh).expect("reopen");
+        assert_eq!(durable.partitions(6).expect("same"), 6);
+        let refused = durable.partitions(2).expect_err("another count");
+        assert!(
+            refused
+                .to_string()
+                .contains("holds a cluster of 6 partition(s)")
+                && refused.to_string().contains("--partitions 2"),
+            "{refused}"
+        );
+        let old = dir.path().join("old");
+        let durable = Durable::open(&old).expect("open");
+        let log = durable.db().open_tree("raft_log").expect("tree");
+        log.insert(b"1", b"an entry").expect("insert");
+        assert!(durable.partitions(3).is_err(), "an old data dir is 1");
+        assert_eq!(durable.partitions(1).expect("one"), 1);
+    }
+}

@@ -1,0 +1,216 @@
+//! Partitions on real processes (issue 46): three nodes running six Raft
+//! groups (`--partitions 6`, steady timing so a loaded machine does not
+//! move leadership on its own) and a gateway. Six leaders spread over the
+//! nodes, none leading more than two; sixty leases reach every partition;
+//! kill -9 the node leading the most partitions: each of its partitions has
+//! a live leader again within a bound, the partitions it did not lead keep
+//! their leader and term (no election there); every lease's next grant has
+//! a higher token and the gateway refuses the old one; after every node
+//! restarts, tokens still grow; and a data dir made with six partitions
+//! refuses to start with another count.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{node_setup, post_json, spawn_gateway_for, test_secret, Cluster, STEADY_LEADER};
+
+const PARTITIONS: u64 = 6;
+const LEASES: usize = 60;
+
+/// Each partition's (leader, term) as node `id` sees it; `None` when the
+/// node does not answer or a partition has no leader.
+async fn leaders(client: &reqwest::Client, cluster: &Cluster, id: u64) -> Option<Vec<(u64, u64)>> {
+    let url = format!("{}/v1/cluster", cluster.url(id));
+    let view: Value = client.get(&url).send().await.ok()?.json().await.ok()?;
+    view["partitions"]
+        .as_array()?
+        .iter()
+        .map(|p| Some((p["leader"].as_u64()?, p["term"].as_u64()?)))
+        .collect()
+}
+
+/// Polls node `id` (bounded by `within`) until every partition has a leader
+/// that `good` accepts; the leaders and how long it took.
+async fn until_led(
+    client: &reqwest::Client,
+    cluster: &Cluster,
+    id: u64,
+    within: Duration,
+    good: impl Fn(&[(u64, u64)]) -> bool,
+) -> (Vec<(u64, u64)>, Duration) {
+    let started = Instant::now();
+    let mut seen = None;
+    while started.elapsed() < within {
+        seen = leaders(client, cluster, id).await;
+        if seen.as_deref().is_some_and(&good) {
+            return (seen.unwrap_or_default(), started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("partitions not led as wanted within {within:?}: {seen:?}");
+}
+
+/// How many partitions each node leads.
+fn led_by(leaders: &[(u64, u64)]) -> BTreeMap<u64, usize> {
+    let mut count = BTreeMap::new();
+    for (leader, _) in leaders {
+        *count.entry(*leader).or_insert(0) += 1;
+    }
+    count
+}
+
+/// Acquires `lease` for `holder` through node `via` (any node forwards to
+/// the lease's partition leader): the grant.
+async fn grant(
+    client: &reqwest::Client,
+    cluster: &Cluster,
+    via: u64,
+    lease: &str,
+    holder: &str,
+) -> Value {
+    let url = format!("{}/v1/leases/{lease}/acquire", cluster.url(via));
+    let body = json!({"holder": holder, "ttl_ms": 30_000, "secret": test_secret(holder)});
+    let (status, grant) = post_json(client, &url, body).await;
+    assert_eq!(status, 200, "acquire {lease} as {holder}: {grant}");
+    grant
+}
+
+/// Releases a grant through node `via`.
+async fn release(client: &reqwest::Client, cluster: &Cluster, via: u64, grant: &Value) {
+    let lease = grant["lease"].as_str().expect("lease");
+    let holder = grant["holder"].as_str().expect("holder");
+    let url = format!("{}/v1/leases/{lease}/release", cluster.url(via));
+    let body = json!({"holder": holder, "token": grant["token"], "secret": test_secret(holder)});
+    let (status, answer) = post_json(client, &url, body).await;
+    assert_eq!(status, 200, "release {lease}: {answer}");
+}
+
+/// Writes `lease/state` through the gateway with `grant`'s JWT: the status.
+async fn write(client: &reqwest::Client, gateway: &str, grant: &Value) -> u16 {
+    let lease = grant["lease"].as_str().expect("lease");
+    let jwt = grant["jwt"].as_str().expect("jwt");
+    client
+        .put(format!("{gateway}/v1/objects/{lease}/state"))
+        .bearer_auth(jwt)
+        .body(format!("from token {}", grant["token"]))
+        .send()
+        .await
+        .expect("gateway")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
+            setup.args = STEADY_LEADER.iter().map(|a| a.to_string()).collect();
+            setup
+                .args
+                .extend(["--partitions".into(), PARTITIONS.to_string()]);
+            setup
+        })
+        .collect();
+    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let client = reqwest::Client::new();
+    // Placement sends each partition home: no node leads more than two.
+    let spread =
+        |l: &[(u64, u64)]| l.len() == PARTITIONS as usize && led_by(l).values().all(|n| *n <= 2);
+    let (before, _) = until_led(&client, &cluster, 1, Duration::from_secs(30), spread).await;
+    let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
+
+    // Sixty leases over every partition, each writing through the gateway.
+    let mut grants = Vec::new();
+    let mut partitions = BTreeSet::new();
+    for i in 0..LEASES {
+        let lease = format!("job-{i}");
+        let granted = grant(&client, &cluster, 1 + (i as u64 % 3), &lease, "first").await;
+        assert_eq!(write(&client, &gateway.url, &granted).await, 200);
+        let view: Value = client
+            .get(format!("{}/v1/leases/{lease}", cluster.url(1)))
+            .send()
+            .await
+            .expect("read")
+            .json()
+            .await
+            .expect("json");
+        partitions.insert(view["partition"].as_u64().expect("partition"));
+        grants.push(granted);
+    }
+    assert_eq!(
+        partitions.len(),
+        PARTITIONS as usize,
+        "every partition holds leases"
+    );
+
+    // kill -9 the node leading the most partitions.
+    let counts = led_by(&before);
+    let (&victim, _) = counts.iter().max_by_key(|(_, n)| **n).expect("a leader");
+    let watcher = if victim == 1 { 2 } else { 1 };
+    let (before, _) = until_led(&client, &cluster, watcher, Duration::from_secs(5), |_| true).await;
+    cluster.kill(victim);
+    let failed_over = |l: &[(u64, u64)]| l.iter().all(|(leader, _)| *leader != victim);
+    let (after, took) = until_led(
+        &client,
+        &cluster,
+        watcher,
+        Duration::from_secs(10),
+        failed_over,
+    )
+    .await;
+    eprintln!("partitions led by node {victim} failed over in {took:?}: {before:?} -> {after:?}");
+    assert!(took < Duration::from_secs(5), "failover took {took:?}");
+    for (k, (was, now)) in before.iter().zip(&after).enumerate() {
+        if was.0 != victim {
+            assert_eq!(
+                was, now,
+                "partition {k}, not led by node {victim}, kept leader and term"
+            );
+        }
+    }
+
+    // Every lease: released, granted again above its old token; the old
+    // JWT is refused once the new grant wrote.
+    let mut tokens = BTreeMap::new();
+    for old in &grants {
+        release(&client, &cluster, watcher, old).await;
+        let lease = old["lease"].as_str().expect("lease").to_owned();
+        let new = grant(&client, &cluster, watcher, &lease, "second").await;
+        assert!(
+            new["token"].as_u64() > old["token"].as_u64(),
+            "{lease}: {old} then {new}"
+        );
+        assert_eq!(write(&client, &gateway.url, &new).await, 200);
+        assert_eq!(
+            write(&client, &gateway.url, old).await,
+            409,
+            "{lease}'s old token"
+        );
+        tokens.insert(lease, new);
+    }
+
+    // Every node restarts (the victim too): tokens still grow.
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.start_node(id).expect("restart");
+    }
+    until_led(&client, &cluster, 1, Duration::from_secs(30), |l| {
+        l.len() == 6
+    })
+    .await;
+    for (lease, old) in &tokens {
+        release(&client, &cluster, 1, old).await;
+        let new = grant(&client, &cluster, 2, lease, "third").await;
+        assert!(
+            new["token"].as_u64() > old["token"].as_u64(),
+            "{lease} after restart"
+        );
+    }
+}
