@@ -7,7 +7,8 @@
 //! their leader and term (no election there); every lease's next grant has
 //! a higher token and the gateway refuses the old one; after every node
 //! restarts, tokens still grow; and a data dir made with six partitions
-//! refuses to start with another count.
+//! refuses to start with another count. `/metrics` and the status page
+//! show every partition.
 
 use crate::support;
 
@@ -123,6 +124,40 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
         |l: &[(u64, u64)]| l.len() == PARTITIONS as usize && led_by(l).values().all(|n| *n <= 2);
     let (before, _) = until_led(&client, &cluster, 1, Duration::from_secs(30), spread).await;
     let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
+    // Metrics and the status page show every partition.
+    let text = |path: &'static str| {
+        let client = client.clone();
+        let url = format!("{}{path}", cluster.url(1));
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .expect("get")
+                .text()
+                .await
+                .expect("text")
+        }
+    };
+    let metrics = text("/metrics").await;
+    for k in 0..PARTITIONS {
+        assert!(
+            metrics.contains(&format!("palisade_partition_term{{partition=\"{k}\"}}")),
+            "partition {k} in /metrics"
+        );
+    }
+    let leading = metrics
+        .lines()
+        .filter(|l| l.starts_with("palisade_partition_leading{") && l.ends_with(" 1"))
+        .count();
+    let node1 = led_by(&before).get(&1).copied().unwrap_or(0);
+    assert_eq!(leading, node1, "node 1's leading gauges: {metrics}");
+    let page = text("/ui").await;
+    assert!(
+        page.contains("id=\"partitions\""),
+        "the status page's partitions"
+    );
+    assert_eq!(page.matches("data-partition=").count(), PARTITIONS as usize);
 
     // Sixty leases over every partition, each writing through the gateway.
     let mut grants = Vec::new();
@@ -213,4 +248,28 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
             "{lease} after restart"
         );
     }
+
+    // The count is the data dir's: node 3 started with another refuses
+    // with one line, before it binds anything.
+    cluster.kill(3);
+    let data_dir = cluster.setup(3).data_dir.display().to_string();
+    let (code, said) = support::run_palisade(&[
+        "election",
+        "--id",
+        "3",
+        "--listen",
+        "127.0.0.1:0",
+        "--insecure-peers",
+        "--peers",
+        "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3",
+        "--data-dir",
+        &data_dir,
+        "--partitions",
+        "2",
+    ]);
+    assert_ne!(code, Some(0), "{said}");
+    assert!(
+        said.contains("holds a cluster of 6 partition(s)") && said.contains("--partitions 2"),
+        "{said}"
+    );
 }

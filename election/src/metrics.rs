@@ -70,7 +70,49 @@ pub struct ElectionMetrics {
     leases_in_table: Gauge,
     waiters: Gauge,
     policy_generation: Gauge,
+    /// Per partition (label `partition`, at most `MAX_PARTITIONS` values):
+    /// this node acts as its leader (1/0), its term, commit and applied
+    /// index, and its leases held.
+    partition_gauges: [Family<Vec<(String, String)>, Gauge>; 5],
 }
+
+/// One partition as a scrape reads it ([`Snapshot::partitions`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PartitionSnapshot {
+    /// The partition.
+    pub id: u32,
+    /// This node acts as its leader.
+    pub leading: bool,
+    /// Its term.
+    pub term: u64,
+    /// Its committed index as this node knows it.
+    pub commit_index: u64,
+    /// Its last applied index.
+    pub applied_index: u64,
+    /// Its leases with a holder.
+    pub leases_held: u64,
+}
+
+/// The per-partition gauges' names and help, in `partition_gauges` order.
+const PARTITION_GAUGES: [(&str, &str); 5] = [
+    (
+        "palisade_partition_leading",
+        "1 while this node acts as the partition's leader",
+    ),
+    ("palisade_partition_term", "The partition's Raft term"),
+    (
+        "palisade_partition_commit_index",
+        "The partition's committed log index as this node knows it",
+    ),
+    (
+        "palisade_partition_applied_index",
+        "The partition's last applied log index",
+    ),
+    (
+        "palisade_partition_leases_held",
+        "The partition's leases with a holder",
+    ),
+];
 
 /// What a scrape reads from the node at that moment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -125,8 +167,12 @@ impl Default for ElectionMetrics {
             leases_in_table: Gauge::default(),
             waiters: Gauge::default(),
             policy_generation: Gauge::default(),
+            partition_gauges: Default::default(),
             registry: Registry::default(),
         };
+        for ((name, help), family) in PARTITION_GAUGES.iter().zip(&this.partition_gauges) {
+            registry.register(*name, *help, family.clone());
+        }
         this.register_counters(&mut registry);
         registry.register(
             "palisade_election_admission_refusals",
@@ -302,8 +348,9 @@ impl ElectionMetrics {
         };
     }
 
-    /// The text exposition, with the gauges set from `now`.
-    pub fn render(&self, now: Snapshot) -> String {
+    /// The text exposition, with the gauges set from `now` and the
+    /// per-partition ones from `partitions`.
+    pub fn render(&self, now: Snapshot, partitions: &[PartitionSnapshot]) -> String {
         let set = |gauge: &Gauge, value: u64| {
             gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
         };
@@ -316,6 +363,19 @@ impl ElectionMetrics {
         set(&self.leases_in_table, now.leases_in_table);
         set(&self.waiters, now.waiters);
         set(&self.policy_generation, now.policy_generation);
+        for partition in partitions {
+            let label = vec![("partition".to_owned(), partition.id.to_string())];
+            let values = [
+                u64::from(partition.leading),
+                partition.term,
+                partition.commit_index,
+                partition.applied_index,
+                partition.leases_held,
+            ];
+            for (family, value) in self.partition_gauges.iter().zip(values) {
+                set(&family.get_or_create(&label), value);
+            }
+        }
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);

@@ -166,10 +166,50 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         .find_map(|v| v["leader"].as_u64())
         .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
     say!("leader: {leader}; commit index {commit}");
+    print_partitions(&answered);
     if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
         print_members(view);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// With more than one partition: each partition's leader and term, as the
+/// answering node that knows the highest term for it saw them, and how
+/// many partitions each node leads.
+fn print_partitions(answered: &[&serde_json::Value]) {
+    let count = answered
+        .iter()
+        .filter_map(|v| v["partitions"].as_array().map(Vec::len))
+        .max()
+        .unwrap_or(1);
+    if count <= 1 {
+        return;
+    }
+    say!("{count} partitions:");
+    say!(
+        "  {:<9} {:<8} {:>6} {:>10}",
+        "PARTITION",
+        "LEADER",
+        "TERM",
+        "COMMIT"
+    );
+    for k in 0..count {
+        let newest = answered
+            .iter()
+            .map(|v| &v["partitions"][k])
+            .max_by_key(|p| p["term"].as_u64().unwrap_or(0));
+        let Some(partition) = newest else { continue };
+        let leader = partition["leader"]
+            .as_u64()
+            .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
+        say!(
+            "  {:<9} {:<8} {:>6} {:>10}",
+            k,
+            leader,
+            partition["term"].as_u64().unwrap_or(0),
+            partition["commit_index"].as_u64().unwrap_or(0),
+        );
+    }
 }
 
 /// How long `cluster status` waits for one node: nodes are asked all at

@@ -212,6 +212,25 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// Every partition's gauges as this node sees them now.
+fn partition_snapshots(state: &ApiState) -> Vec<crate::metrics::PartitionSnapshot> {
+    state
+        .groups()
+        .iter()
+        .map(|group| {
+            let metrics = group.raft.metrics().borrow_watched().clone();
+            crate::metrics::PartitionSnapshot {
+                id: group.id.0,
+                leading: crate::raft::acting(&metrics, group.leader_lease()) == Acting::Leads,
+                term: metrics.current_term,
+                commit_index: metrics.cluster_committed.as_ref().map_or(0, |id| id.index),
+                applied_index: metrics.last_applied.as_ref().map_or(0, |id| id.index),
+                leases_held: group.applied.read(|s| s.table.held()),
+            }
+        })
+        .collect()
+}
+
 /// What keeps this node from serving `group`, if anything: no leader
 /// known, leading without a quorum's acknowledgement, or applying behind
 /// what it knows committed.
@@ -268,7 +287,7 @@ pub(super) async fn metrics(State(state): State<ApiState>) -> Response {
             http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.render(now),
+        state.metrics.render(now, &partition_snapshots(&state)),
     )
         .into_response()
 }

@@ -130,6 +130,48 @@ fn merge(by_node: &BTreeMap<NodeId, Sample>) -> Sample {
     }
 }
 
+/// With more than one partition: each partition's leader, term, commit
+/// and applied index as this node sees them (`id="partitions"`, a row per
+/// partition, `data-partition`), and how many each node leads.
+pub(super) fn partitions_section(html: &mut String, state: &ApiState) {
+    use std::fmt::Write as _;
+    if state.partitions() <= 1 {
+        return;
+    }
+    let mut led: BTreeMap<NodeId, usize> = BTreeMap::new();
+    let mut rows = String::new();
+    for group in state.groups() {
+        let metrics = group.raft.metrics().borrow_watched().clone();
+        if let Some(leader) = metrics.current_leader {
+            *led.entry(leader).or_default() += 1;
+        }
+        let _ = write!(
+            rows,
+            "<tr data-partition=\"{}\"><td>{}</td><td class=\"leader\">{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            group.id,
+            group.id,
+            metrics
+                .current_leader
+                .map_or_else(|| "none".to_owned(), |id| format!("node {id}")),
+            metrics.current_term,
+            metrics.cluster_committed.as_ref().map_or(0, |id| id.index),
+            metrics.last_applied.as_ref().map_or(0, |id| id.index),
+        );
+    }
+    let spread: Vec<String> = led
+        .iter()
+        .map(|(node, count)| format!("node {node} leads {count}"))
+        .collect();
+    let _ = write!(
+        *html,
+        "<h2>Partitions</h2><p>{} partitions; {}</p><table id=\"partitions\"><tr><th>partition</th>\
+         <th>leader</th><th>term</th><th>commit</th><th>applied</th></tr>{rows}</table>",
+        state.partitions(),
+        spread.join(", "),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::{combined, Member};

@@ -111,6 +111,7 @@ pub(super) async fn page(
         sees_all,
     };
     lease_section(&mut html, &state, &rows);
+    cluster::partitions_section(&mut html, &state);
     if sees_all {
         let answered = members.iter().filter(|m| m.answer.is_ok()).count();
         plots::section(
@@ -241,21 +242,27 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
     let (prefix, after) = (wanted.prefix, wanted.after);
     // One page and one look past it: the work is bounded by the page, never
     // by the number of leases under the prefix.
-    let (mut rows, in_table) = state.group_zero().applied.read(|s| {
-        let start = match after {
-            Some(after) if after >= prefix => std::ops::Bound::Excluded(after),
-            _ => std::ops::Bound::Included(prefix),
-        };
-        let rows: Vec<_> = s
-            .table
-            .leases
-            .range::<str, _>((start, std::ops::Bound::Unbounded))
-            .take_while(|(name, _)| name.as_str().starts_with(prefix))
-            .take(PAGE + 1)
-            .map(|(name, record)| (name.clone(), record.clone()))
-            .collect();
-        (rows, s.table.leases.len())
-    });
+    let mut rows = Vec::new();
+    let mut in_table = 0;
+    for group in state.groups() {
+        group.applied.read(|s| {
+            let start = match after {
+                Some(after) if after >= prefix => std::ops::Bound::Excluded(after),
+                _ => std::ops::Bound::Included(prefix),
+            };
+            rows.extend(
+                s.table
+                    .leases
+                    .range::<str, _>((start, std::ops::Bound::Unbounded))
+                    .take_while(|(name, _)| name.as_str().starts_with(prefix))
+                    .take(PAGE + 1)
+                    .map(|(name, record)| (name.clone(), record.clone())),
+            );
+            in_table += s.table.leases.len();
+        });
+    }
+    // Every partition's first page, in name order: the first of them all.
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
     let more = rows.len() > PAGE;
     rows.truncate(PAGE);
     let in_table = if wanted.sees_all {
@@ -270,10 +277,10 @@ fn lease_section(html: &mut String, state: &ApiState, wanted: &Rows<'_>) {
         rows.len(),
         escape(prefix),
         after.map_or_else(String::new, |a| format!(" after “{}”", escape(a))),
-        if state.group_zero().is_leader() {
+        if state.groups().iter().all(|g| g.is_leader()) {
             ""
         } else {
-            " (time left is known on the leader only)"
+            " (time left is known on a lease's leader only)"
         },
     );
     for (name, record) in &rows {
@@ -300,7 +307,7 @@ fn lease_row(
     let left = record
         .holder
         .as_ref()
-        .and_then(|_| state.group_zero().lessor.remaining_ms(name, record.token))
+        .and_then(|_| state.group(name).lessor.remaining_ms(name, record.token))
         .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
     let holder = record.holder.as_deref().map_or_else(
         || "<i>free</i>".to_owned(),

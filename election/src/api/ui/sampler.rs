@@ -55,7 +55,11 @@ async fn counts(state: &ApiState, status: &StatusPage) -> Counts {
 fn take(state: &ApiState, before: &Counts, now: &Counts) -> Sample {
     let secs = now.at.duration_since(before.at).as_secs_f64().max(0.001);
     let rate = |from: u64, to: u64| to.saturating_sub(from) as f64 / secs;
-    let held = state.group_zero().applied.read(|s| s.table.held());
+    let held = state
+        .groups()
+        .iter()
+        .map(|g| g.applied.read(|s| s.table.held()))
+        .sum();
     let raft = state.group_zero().raft.metrics().borrow_watched().clone();
     Sample {
         at_ms: crate::signing::unix_ms(),
