@@ -9,7 +9,13 @@
 //! restarts, tokens still grow; and a data dir made with six partitions
 //! refuses to start with another count. `/metrics` and the status page
 //! show every partition.
+//!
+//! Pre-vote in every partition: a node of lower priority (so no partition's
+//! home) cut off from the others by iptables in a private network
+//! namespace for many election timeouts, then let back, disturbs no
+//! partition's leader or term.
 
+use crate::netns;
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -272,4 +278,61 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
         said.contains("holds a cluster of 6 partition(s)") && said.contains("--partitions 2"),
         "{said}"
     );
+}
+
+#[test]
+fn a_node_cut_off_and_back_disturbs_no_partition() {
+    netns::block_on_private(cut_off_and_back());
+}
+
+async fn cut_off_and_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setups = (1..=3)
+        .map(|id| {
+            let mut setup = node_setup(dir.path(), id, &netns::node_host(id));
+            setup.args = STEADY_LEADER.iter().map(|a| a.to_string()).collect();
+            setup
+                .args
+                .extend(["--partitions".into(), PARTITIONS.to_string()]);
+            // Node 3 is no partition's home: the others are of a higher
+            // priority, so leadership leaves it and never comes back.
+            let priority = if id == 3 { "0" } else { "5" };
+            setup.args.extend(["--priority".into(), priority.into()]);
+            setup
+        })
+        .collect();
+    let cluster = Cluster::start_with(dir.path(), setups);
+    let client = reqwest::Client::new();
+    // Settled home: the top-priority voters are 1 and 2, so partition k's
+    // home is node 1 for even k, node 2 for odd.
+    let home = |l: &[(u64, u64)]| {
+        l.len() == PARTITIONS as usize
+            && l.iter()
+                .enumerate()
+                .all(|(k, (leader, _))| *leader == 1 + (k as u64 % 2))
+    };
+    let (before, _) = until_led(&client, &cluster, 1, Duration::from_secs(30), home).await;
+    netns::cut(3, 1);
+    netns::cut(3, 2);
+    // Many election timeouts (at most 1.2 s each) alone: without pre-vote
+    // node 3 would raise its term with every one, and on its return its
+    // higher term would depose every partition's leader.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (during, _) = until_led(&client, &cluster, 1, Duration::from_secs(5), |_| true).await;
+    assert_eq!(
+        during, before,
+        "the majority side is undisturbed by the cut"
+    );
+    netns::heal();
+    // Back: node 3 hears the leaders again and catches up.
+    let caught_up = |l: &[(u64, u64)]| l == before.as_slice();
+    until_led(&client, &cluster, 3, Duration::from_secs(10), caught_up).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in 1..=3 {
+        let (after, _) = until_led(&client, &cluster, id, Duration::from_secs(5), |_| true).await;
+        assert_eq!(
+            after, before,
+            "node {id}: every partition's leader and term as before"
+        );
+    }
 }

@@ -22,7 +22,7 @@ use crate::group_id::GroupId;
 use crate::io_error::io_err;
 use crate::leader::duties::LeaderDuties;
 use crate::leader::lessor::Lessor;
-use crate::leader::placement::{place_leadership, Placing};
+use crate::leader::placement::{learn_standings, place_leadership, Placing};
 use crate::leader::retirement::KeyRetirer;
 use crate::metrics::ElectionMetrics;
 use crate::peer::acquaint::{acquaint_peers, forget_removed_nodes};
@@ -409,6 +409,16 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
             state.incarnations.clone(),
         )),
     ];
+    let known = Arc::default();
+    if state.partitions() > 1 {
+        duties.push(tokio::spawn(learn_standings(
+            zero.raft.clone(),
+            state.dialer.clone(),
+            config.id,
+            Arc::clone(&known),
+            config.placement.every,
+        )));
+    }
     for group in state.groups() {
         // Only group 0 keeps the signing keys: its leader installs,
         // rotates and retires them.
@@ -431,6 +441,7 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
                 },
             ),
             placement: config.placement,
+            known: Arc::clone(&known),
         };
         duties.push(tokio::spawn(place_leadership(
             group.raft.clone(),

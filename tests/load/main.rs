@@ -12,6 +12,8 @@ mod fair_share;
 mod gateway_fairness;
 #[path = "../noisy_neighbour.rs"]
 mod noisy_neighbour;
+#[path = "../partition_flood.rs"]
+mod partition_flood;
 #[path = "../power_cut.rs"]
 mod power_cut;
 #[path = "../snapshot_catchup.rs"]

@@ -42,6 +42,8 @@ use std::sync::Arc;
 use openraft::async_runtime::WatchReceiver;
 use prometheus_client::metrics::counter::Counter;
 
+use palisade_plumbing::sync::lock;
+
 use crate::config::Placement;
 use crate::group_id::GroupId;
 use crate::peer::dialer::PeerDialer;
@@ -162,6 +164,41 @@ pub fn home(
     eligible.get(group.0 as usize % eligible.len()).copied()
 }
 
+/// Keeps `known` (every voter's standing, [`Placing::known`]) current
+/// whether or not this node leads anything: every `every`, group 0's
+/// voters are asked. So a node that has just begun to lead a partition
+/// knows a voter that went down before it led, and gives no partition a
+/// home that would not be its home with that voter up (which would move
+/// a healthy partition's leadership). Run with more than one partition.
+pub async fn learn_standings(
+    raft: Arc<Raft>,
+    dialer: PeerDialer,
+    me: NodeId,
+    known: Arc<std::sync::Mutex<BTreeMap<NodeId, Standing>>>,
+    every: std::time::Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let patience = (every / 2).min(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let metrics = raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<(NodeId, String)> = membership
+            .voter_ids()
+            .filter(|id| *id != me)
+            .filter_map(|id| membership.get_node(&id).map(|node| (id, node.addr.clone())))
+            .collect();
+        let answers = dialer.standings(&voters, patience).await;
+        let mut known = lock(&known);
+        for ((id, _), answer) in voters.iter().zip(answers) {
+            if let Ok(standing) = answer {
+                known.insert(*id, standing);
+            }
+        }
+    }
+}
+
 /// What a group's placement duty works with.
 #[derive(Debug, Clone)]
 pub struct Placing {
@@ -171,6 +208,11 @@ pub struct Placing {
     pub me: (NodeId, Standing),
     /// The checks' settings.
     pub placement: Placement,
+    /// Every standing a voter answered any of this node's groups, kept
+    /// while it is down (`home`): shared by the node's groups, so a group
+    /// this node has just begun to lead knows a voter that went down
+    /// before it asked.
+    pub known: Arc<std::sync::Mutex<BTreeMap<NodeId, Standing>>>,
 }
 
 /// The placement duty of one group, run on every node: while it leads the
@@ -187,12 +229,12 @@ pub async fn place_leadership(
         group,
         me: (me, mine),
         placement,
+        known,
     } = placing;
     let mut tick = tokio::time::interval(placement.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tracker = Tracker::default();
-    // Every standing a voter answered, kept while it is down (`home`).
-    let mut known = BTreeMap::from([(me, mine)]);
+    lock(&known).insert(me, mine);
     // An answer later than this misses the check (at most a second, so a
     // slow peer never stalls checks spaced further apart).
     let patience = (placement.every / 2).min(std::time::Duration::from_secs(1));
@@ -230,9 +272,12 @@ pub async fn place_leadership(
                     .and_then(|matched| matched.as_ref().map(|log_id| log_id.index)),
             })
             .collect();
-        known.retain(|id, _| all.contains(id));
-        known.extend(seen.iter().filter_map(|v| v.standing.map(|s| (v.id, s))));
-        let home = home(group, &all, &known).filter(|home| *home != me);
+        let home = {
+            let mut known = lock(&known);
+            known.retain(|id, _| all.contains(id));
+            known.extend(seen.iter().filter_map(|v| v.standing.map(|s| (v.id, s))));
+            home(group, &all, &known).filter(|home| *home != me)
+        };
         let Some(to) = tracker.check(
             placement.priority,
             &seen,
