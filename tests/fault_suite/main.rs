@@ -58,6 +58,11 @@
 //! harness logs each fault's window. The checker (`checker.rs`) verifies S1-S4
 //! (reads included, per-key linearizability in `linearizable.rs`) and L1.
 //!
+//! A third run has three Raft partitions (`--partitions 3`) and the
+//! faults that matter most to them (`GROUP_KINDS`, `GROUP_CUTS`; half as
+//! long): the leader the suite aims at is partition 0's, which may lead
+//! the workers' partitions or not.
+//!
 //! CI mode: `PALISADE_FAULT_SECONDS` (default 60) of faults, every kind at
 //! least once, with a printed seed; `PALISADE_FAULT_SEED=N` replays a
 //! schedule, and with it the election nodes' timeouts (the seed is their
@@ -266,7 +271,17 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The suite with the gateway on sled (the embedded default).
 #[test]
 fn safety_and_liveness_hold_under_faults() {
-    suite(Engine::Sled);
+    suite(Engine::Sled, 1);
+}
+
+/// The suite on a cluster of three Raft partitions (`--partitions 3`,
+/// issue 46), with the faults that matter most to them: the leader (of
+/// partition 0, which leads others too, or not) killed, stopped, isolated
+/// and bridged, a follower killed, the quorum killed, and a follower wiped
+/// and replaced (a membership change in every partition); half as long.
+#[test]
+fn safety_and_liveness_hold_with_raft_partitions() {
+    suite(Engine::Sled, 3);
 }
 
 /// The suite with two gateways on one PostgreSQL, the workers spread over
@@ -275,10 +290,11 @@ fn safety_and_liveness_hold_under_faults() {
 /// what this run adds).
 #[test]
 fn safety_and_liveness_hold_with_gateways_on_postgres() {
-    suite(Engine::Postgres);
+    suite(Engine::Postgres, 1);
 }
 
-fn suite(engine: Engine) {
+/// One run on `engine` with `groups` Raft partitions.
+fn suite(engine: Engine, groups: u32) {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -311,11 +327,28 @@ fn suite(engine: Engine) {
         .enable_all()
         .build()
         .expect("runtime")
-        .block_on(run(engine, partitions, faketime));
+        .block_on(run(engine, groups, partitions, faketime));
 }
 
+/// The kinds of fault a run with Raft partitions injects (`groups` > 1).
+const GROUP_KINDS: [&str; 6] = [
+    KILL_LEADER,
+    KILL_FOLLOWER,
+    KILL_QUORUM,
+    STOP_LEADER,
+    WIPE_FOLLOWER,
+    RIDE_FREEZE,
+];
+
+/// The network partitions a run with Raft partitions adds.
+const GROUP_CUTS: [&str; 2] = [ISOLATE_LEADER, BRIDGE];
+
 /// The kinds of fault a run on `engine` injects, each at least once.
-fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
+fn kinds(engine: Engine, groups: u32, partitions: bool, power: bool) -> Vec<&'static str> {
+    if groups > 1 {
+        let cuts = if partitions { &GROUP_CUTS[..] } else { &[] };
+        return GROUP_KINDS.iter().chain(cuts).copied().collect();
+    }
     let mut kinds = match engine {
         Engine::Sled => vec![
             KILL_LEADER,
@@ -363,12 +396,12 @@ fn kinds(engine: Engine, partitions: bool, power: bool) -> Vec<&'static str> {
     kinds
 }
 
-async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
+async fn run(engine: Engine, groups: u32, partitions: bool, faketime: Option<PathBuf>) {
     let mut seconds: u64 = std::env::var("PALISADE_FAULT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    if engine == Engine::Postgres {
+    if engine == Engine::Postgres || groups > 1 {
         seconds /= 2;
     }
     let seed: u64 = std::env::var("PALISADE_FAULT_SEED")
@@ -380,16 +413,18 @@ async fn run(engine: Engine, partitions: bool, faketime: Option<PathBuf>) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(DRIFT);
     eprintln!(
-        "fault suite ({engine:?}): seed {seed}, {seconds} s (replay with PALISADE_FAULT_SEED={seed})"
+        "fault suite ({engine:?}, {groups} Raft partition(s)): seed {seed}, {seconds} s (replay with PALISADE_FAULT_SEED={seed})"
     );
     // Node 2 and the sled gateway keep their data on lazyfs mounts, so a
     // power cut can lose what they did not fsync (root and /dev/fuse).
-    let power = engine == Engine::Sled && lazyfs::can_mount("the fault suite's power cuts");
-    let kinds = kinds(engine, partitions, power);
+    let power =
+        engine == Engine::Sled && groups == 1 && lazyfs::can_mount("the fault suite's power cuts");
+    let kinds = kinds(engine, groups, partitions, power);
     let dir = tempfile::tempdir().expect("tempdir");
     let setting = Setting {
         engine,
         seed,
+        groups,
         partitions,
         power,
         faketime: faketime.as_deref(),
@@ -565,6 +600,9 @@ struct Harness {
 struct Setting<'a> {
     engine: Engine,
     seed: u64,
+    /// Raft partitions (`--partitions`).
+    groups: u32,
+    /// Network partitions (a private namespace, iptables).
     partitions: bool,
     /// Node 2 and the gateway on lazyfs (power cuts).
     power: bool,
@@ -594,6 +632,7 @@ impl Harness {
         let Setting {
             engine,
             seed,
+            groups,
             partitions,
             power,
             faketime,
@@ -619,6 +658,8 @@ impl Harness {
                     SNAPSHOT_EVERY.into(),
                     "--timing-seed".into(),
                     seed.to_string(),
+                    "--partitions".into(),
+                    groups.to_string(),
                 ];
                 if id == 3 {
                     setup.env = drift_env(faketime, 1.0 + drift);

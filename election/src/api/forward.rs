@@ -15,7 +15,7 @@ use palisade_serve::policy::Principal;
 use super::admit::{seat, Admitted, Flow, CLIENT_ADDR_HEADER, OVER_SHARE_HEADER};
 use super::extract::read_body;
 use super::leases::acquire::{self, Forwarding};
-use super::partitions::{partition_of, Caller, PARTITION_PARAM};
+use super::partitions::{partition_of, Caller, PartDeadline, PARTITION_PARAM};
 use super::revocation::{unless_revoked, Revocation};
 use super::state::ApiState;
 use crate::error::ApiError;
@@ -39,6 +39,12 @@ pub(super) enum Route {
     Call,
     /// `POST /v1/leases/{name}/acquire`.
     Acquire,
+    /// A call that spans partitions (the lease list, a batch renewal):
+    /// with more than one partition, and none named, the node it reached
+    /// serves it, asking each partition's leader for its part
+    /// (`partitions.rs`); never through partition 0's leader, whose
+    /// trouble must not stall the other partitions' parts.
+    Spanning,
 }
 
 /// Runs the request here if this node leads the group it belongs to (its
@@ -58,6 +64,10 @@ pub(super) async fn leader_only(
         Err(err) => return err.into_response(),
     };
     let request = Request::from_parts(parts, body);
+    if route == Route::Spanning && lease.is_none() && partition.is_none() && state.partitions() > 1
+    {
+        return next.run(request).await;
+    }
     let group = match (&lease, partition) {
         (Some(lease), _) => state.group(lease),
         (None, Some(id)) => state.group_of(id),
@@ -159,6 +169,10 @@ pub(super) async fn forward(
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let (_seat, over_share) = forwarding_seat(state, &parts, ask)?;
+    let timeout = match parts.extensions.get::<PartDeadline>() {
+        Some(PartDeadline(limit)) => (*limit).min(state.config.quorum_timeout + ask.wait),
+        None => state.config.quorum_timeout + ask.wait,
+    };
     let mut outgoing = state
         .dialer
         .forward(
@@ -169,7 +183,7 @@ pub(super) async fn forward(
         )
         .header(HOPS_HEADER, hops.to_string())
         .header(CLIENT_ADDR_HEADER, client_addr(&parts))
-        .timeout(state.config.quorum_timeout + ask.wait)
+        .timeout(timeout)
         .body(body);
     if over_share {
         outgoing = outgoing.header(OVER_SHARE_HEADER, "1");
@@ -218,7 +232,7 @@ pub(super) async fn ask_leader(
     group: &Group,
     caller: &Caller,
     (method, path_and_query): (Method, &str),
-    body: Option<Vec<u8>>,
+    (body, deadline): (Option<Vec<u8>>, Option<PartDeadline>),
 ) -> Result<Value, ApiError> {
     let id = group.id;
     let Some((leader, addr)) = group.leader().filter(|(l, _)| *l != state.config.id) else {
@@ -243,6 +257,9 @@ pub(super) async fn ask_leader(
     }
     if let Some(flow) = &caller.flow {
         request.extensions_mut().insert(flow.clone());
+    }
+    if let Some(deadline) = deadline {
+        request.extensions_mut().insert(deadline);
     }
     let answer = forward(state, request, None, (leader, &addr), 1).await?;
     let status = answer.status();

@@ -165,7 +165,7 @@ async fn in_other_partitions(
             let done = if group.acting() == Acting::Leads {
                 change.make(state, group).await
             } else {
-                ask_leader(state, group, caller, (method, path), body)
+                ask_leader(state, group, caller, (method, path), (body, None))
                     .await
                     .map(|_| ())
             };

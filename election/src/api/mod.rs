@@ -147,7 +147,14 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
         .route(
             "/v1/renew",
             // Each renewal's right is checked in the handler.
-            leader_needs(post(leases::renew::renew_batch), Need::Known, Pool::Renew),
+            guarded(
+                state,
+                post(leases::renew::renew_batch),
+                Need::Known,
+                Pool::Renew,
+                Some(Route::Spanning),
+                Lasting::Brief,
+            ),
         )
         .route(
             "/v1/leases/{name}/release",
@@ -183,10 +190,13 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/leases",
-            leader_needs(
+            guarded(
+                state,
                 get(reads::list_leases),
                 Need::Prefix(Right::Read),
                 Pool::Short,
+                Some(Route::Spanning),
+                Lasting::Brief,
             ),
         )
 }

@@ -46,6 +46,14 @@ pub(super) struct Caller {
     pub(super) flow: Option<Flow>,
 }
 
+/// How long one partition's part of a spanning call may take at its
+/// leader, when shorter than the quorum timeout (a request extension
+/// `forward.rs` reads): renewals are answered within a fraction of their
+/// ttl, so a leader that froze costs its partition's renewals a quick 503,
+/// which the client retries elsewhere, not the whole ttl.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PartDeadline(pub(super) std::time::Duration);
+
 /// The leases of several partitions' pages as one page: the first `limit`
 /// names of all of them in order, and a `next` when any page had more or
 /// more than `limit` came together. Each page holds its partition's first

@@ -292,7 +292,7 @@ impl Page {
         let query = serde_urlencoded::to_string(&query)
             .map_err(|e| ApiError::Internal(format!("a lease page's query: {e}")))?;
         let path = format!("/v1/leases?{query}");
-        ask_leader(state, group, caller, (Method::GET, &path), None).await
+        ask_leader(state, group, caller, (Method::GET, &path), (None, None)).await
     }
 }
 

@@ -14,7 +14,7 @@ use palisade_serve::policy::{Policy, Principal, Right};
 use super::super::admit::Flow;
 use super::super::extract::{CheckedJson, LeaseCall};
 use super::super::forward::ask_leader;
-use super::super::partitions::{partition_of, Caller};
+use super::super::partitions::{partition_of, Caller, PartDeadline};
 use super::super::schema::{BatchErrors, LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
 use super::answer::*;
@@ -258,12 +258,22 @@ async fn renew_in(
         .collect();
     let body = serde_json::to_vec(&serde_json::json!({ "renewals": renewals }))
         .map_err(|e| ApiError::Internal(format!("a partition's batch: {e}")))?;
+    // A quarter of the shortest ttl among them (as this node has applied
+    // the partition), at least 100 ms: a frozen leader costs them a quick
+    // 503, retried elsewhere, not their grants.
+    let shortest = group.applied.read(|s| {
+        part.iter()
+            .filter_map(|r| s.table.leases.get(&r.lease).map(|l| l.ttl_ms))
+            .min()
+    });
+    let deadline =
+        shortest.map(|ttl| PartDeadline(std::time::Duration::from_millis((ttl / 4).max(100))));
     let answer = ask_leader(
         state,
         group,
         caller,
         (Method::POST, "/v1/renew"),
-        Some(body),
+        (Some(body), deadline),
     )
     .await?;
     match answer["results"].as_array() {
