@@ -66,6 +66,8 @@ mod retired_key_lag;
 mod revocation_reaches_open_calls;
 #[path = "../sdk.rs"]
 mod sdk;
+#[path = "../sdk_partitions.rs"]
+mod sdk_partitions;
 #[path = "../seed_semantics.rs"]
 mod seed_semantics;
 #[path = "../status_page.rs"]

@@ -1,0 +1,505 @@
+//! The Rust SDK on a cluster of three partitions (`palisade dev
+//! --partitions 3`), on real processes: each lease's calls and renewals go
+//! straight to its partition's leader (P1), and killing the node that
+//! leads one partition touches only that partition's leases, which the
+//! SDK keeps and renews at the new leader (L2).
+
+use crate::support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use palisade_client::{Client, ClientConfig, Lease};
+use serde_json::Value;
+
+/// How long any one awaited event may take (a bound against a hang, not a
+/// timing assertion).
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The leases' ttl: renewed every third of it (the SDK's default).
+const TTL: Duration = Duration::from_millis(3000);
+/// The longest two renewals of a lease on a healthy partition may be
+/// apart: the renewal period (a third of the ttl) plus slack for a loaded
+/// two-core machine.
+const HEALTHY_GAP: Duration = Duration::from_millis(1700);
+const PARTITIONS: usize = 3;
+
+/// A `palisade dev --partitions 3` on free ports; stopped (SIGTERM, then
+/// SIGKILL) when dropped.
+struct Dev {
+    child: Child,
+    _dir: tempfile::TempDir,
+    urls: Vec<String>,
+    key: String,
+}
+
+impl Dev {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ports = support::free_ports(3);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["dev", "--partitions", "3", "--data-dir"])
+            .arg(dir.path())
+            .args(["--election-port", &ports[0].to_string()])
+            .args(["--peer-port", &ports[1].to_string()])
+            .args(["--gateway-port", &ports[2].to_string()])
+            .env_remove("PALISADE_API_KEY")
+            .env_remove("PALISADE_ELECTION")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn dev");
+        let (send, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = send.send(line);
+            }
+        });
+        let started = Instant::now();
+        let mut urls = None;
+        while started.elapsed() < PATIENCE {
+            let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) else {
+                continue;
+            };
+            if let Some(list) = line.split_whitespace().find_map(|w| {
+                w.strip_prefix("PALISADE_ELECTION=")
+                    .map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+            }) {
+                urls = Some(list);
+            }
+            if line.contains("Ctrl-C stops everything") {
+                break;
+            }
+        }
+        let urls = urls.expect("dev printed no PALISADE_ELECTION");
+        let key = std::fs::read_to_string(dir.path().join("admin.key"))
+            .expect("admin.key")
+            .trim()
+            .to_owned();
+        Self {
+            child,
+            _dir: dir,
+            urls,
+            key,
+        }
+    }
+
+    /// A plain HTTP client sending the admin key.
+    fn http(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            palisade_client::API_KEY_HEADER,
+            self.key.parse().expect("key header"),
+        );
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("http client")
+    }
+
+    /// An SDK client of every node, renewing over streams or requests.
+    fn sdk(&self, renew_stream: bool) -> Client {
+        let mut config = ClientConfig::new(self.urls.clone())
+            .with_api_key(&self.key)
+            .expect("key");
+        config.renew_stream = renew_stream;
+        Client::new(config)
+    }
+
+    /// The URL of node `id` (dev numbers its nodes from 1, in port order).
+    fn url(&self, id: u64) -> &str {
+        &self.urls[usize::try_from(id - 1).expect("id")]
+    }
+
+    /// The pid of dev's election node `id`.
+    fn node_pid(&self, id: u64) -> u32 {
+        let started = Instant::now();
+        while started.elapsed() < PATIENCE {
+            for pid in children(self.child.id()) {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                if args
+                    .windows(2)
+                    .any(|w| w[0] == b"--id" && w[1] == id.to_string().as_bytes())
+                {
+                    return pid;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("dev runs no election node {id}");
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pids of `parent`'s children.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .map_while(Result::ok)
+        .flat_map(|task| {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The partition of `lease` as the cluster computes it (64-bit FNV-1a of
+/// the name, modulo the count): written here again, not taken from the SDK.
+fn partition(lease: &str) -> usize {
+    let hash = lease.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % PARTITIONS as u64) as usize
+}
+
+/// Which node leads each partition, each node asked whether it does
+/// (`leading` in its own `/v1/cluster`); `None` for a partition no live
+/// node leads.
+async fn leaders_now(dev: &Dev, http: &reqwest::Client) -> Vec<Option<u64>> {
+    let mut leaders = vec![None; PARTITIONS];
+    for url in &dev.urls {
+        let Ok(answer) = http.get(format!("{url}/v1/cluster")).send().await else {
+            continue;
+        };
+        let Ok(view) = answer.json::<Value>().await else {
+            continue;
+        };
+        for (k, part) in view["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if part["leading"] == true {
+                leaders[k] = view["node_id"].as_u64();
+            }
+        }
+    }
+    leaders
+}
+
+/// Waits until every partition has a leader, each a different node (the
+/// cluster spreads them), and the placement has held for two seconds
+/// (leadership moving home is not what this test is about); the leaders.
+async fn spread_leaders(dev: &Dev, http: &reqwest::Client) -> Vec<u64> {
+    let started = Instant::now();
+    let mut held: Option<(Vec<u64>, Instant)> = None;
+    loop {
+        let now = leaders_now(dev, http).await;
+        let known: Vec<u64> = now.iter().flatten().copied().collect();
+        let mut distinct = known.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if known.len() == PARTITIONS && distinct.len() == PARTITIONS {
+            match &held {
+                Some((same, since)) if *same == known => {
+                    if since.elapsed() >= Duration::from_secs(2) {
+                        return known;
+                    }
+                }
+                _ => held = Some((known, Instant::now())),
+            }
+        } else {
+            held = None;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "leaders never spread: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `GET url` until it answers 200 (a leader confirming its lease may
+/// answer 503 for a moment); its body.
+async fn get_ok(http: &reqwest::Client, url: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        if let Ok(answer) = http.get(url).send().await {
+            if answer.status() == 200 {
+                return answer.json().await.expect("json");
+            }
+        }
+        assert!(started.elapsed() < PATIENCE, "{url} never answered 200");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two lease names in each partition, `{prefix}-{i}`, by partition.
+fn names(prefix: &str, per_partition: usize) -> Vec<Vec<String>> {
+    let mut by_partition = vec![Vec::new(); PARTITIONS];
+    for i in 0.. {
+        let name = format!("{prefix}-{i}");
+        let k = partition(&name);
+        if by_partition[k].len() < per_partition {
+            by_partition[k].push(name);
+        }
+        if by_partition
+            .iter()
+            .all(|names| names.len() == per_partition)
+        {
+            return by_partition;
+        }
+    }
+    unreachable!()
+}
+
+/// Acquires every name for `holder`; the leases, by partition.
+async fn acquire_all(client: &Client, names: &[Vec<String>], holder: &str) -> Vec<Vec<Lease>> {
+    let mut leases = Vec::new();
+    for part in names {
+        let mut held = Vec::new();
+        for name in part {
+            let lease = client
+                .acquire(name, holder, TTL, Some(Duration::from_secs(10)))
+                .await
+                .unwrap_or_else(|e| panic!("acquire {name}: {e}"));
+            held.push(lease);
+        }
+        leases.push(held);
+    }
+    leases
+}
+
+/// Every lease of `sets` (each by partition) with its partition.
+fn flat<'a>(sets: &[&'a [Vec<Lease>]]) -> Vec<(usize, &'a Lease)> {
+    sets.iter()
+        .flat_map(|set| {
+            set.iter()
+                .enumerate()
+                .flat_map(|(k, part)| part.iter().map(move |lease| (k, lease)))
+        })
+        .collect()
+}
+
+/// Watches `flat` leases for `window`, sampling their deadlines: every
+/// lease stays held, and the longest time between two renewals (a
+/// deadline that moved) of each partition's leases is answered, by
+/// partition.
+async fn watch_renewals(flat: &[(usize, &Lease)], window: Duration) -> Vec<Duration> {
+    let started = tokio::time::Instant::now();
+    let mut last: Vec<(tokio::time::Instant, tokio::time::Instant)> =
+        flat.iter().map(|(_, l)| (l.deadline(), started)).collect();
+    let mut gaps = vec![Duration::ZERO; PARTITIONS];
+    while started.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = tokio::time::Instant::now();
+        for ((k, lease), (deadline, moved)) in flat.iter().zip(&mut last) {
+            assert!(
+                lease.is_held(),
+                "{} (partition {k}) was lost {:?} into the window; its deadline is {:?} away, \
+                 the last renewal {:?} ago",
+                lease.name(),
+                started.elapsed(),
+                lease.deadline().checked_duration_since(now),
+                now - *moved,
+            );
+            if lease.deadline() > *deadline {
+                gaps[*k] = gaps[*k].max(now - *moved);
+                *deadline = lease.deadline();
+                *moved = now;
+            }
+        }
+    }
+    let end = tokio::time::Instant::now();
+    for ((k, _), (_, moved)) in flat.iter().zip(&last) {
+        gaps[*k] = gaps[*k].max(end - *moved);
+    }
+    gaps
+}
+
+/// Each node's value of the counter `name`, in node order.
+async fn counters(dev: &Dev, http: &reqwest::Client, name: &str) -> Vec<f64> {
+    let mut values = Vec::new();
+    for url in &dev.urls {
+        values.push(support::counter(http, url, name).await);
+    }
+    values
+}
+
+/// Waits until `client`'s partition map names a leader for every
+/// partition (learned in the background from `/v1/cluster`).
+async fn map_learned(client: &Client) {
+    let started = Instant::now();
+    loop {
+        let map = client.partitions();
+        if map.count == PARTITIONS && map.leaders.iter().all(Option::is_some) {
+            return;
+        }
+        assert!(started.elapsed() < PATIENCE, "never learned: {map:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Leases in all three partitions are acquired and renewed by the SDK;
+/// each lease's calls go to its partition's leader: renewal requests
+/// come back with no `x-palisade-leader` (nothing forwarded) once the
+/// client knows the map, and the renewal streams open one on each
+/// partition leader. Then the node leading one partition is killed
+/// (SIGKILL): every lease stays held, the other partitions' leases renew
+/// with no gap longer than usual, and the failed-over partition's leases
+/// renew at its new leader.
+#[tokio::test]
+async fn each_lease_renews_at_its_partitions_leader_and_a_failover_touches_only_its_own() {
+    let dev = Dev::start();
+    let http = dev.http();
+    let leaders = spread_leaders(&dev, &http).await;
+    let streams_before = counters(&dev, &http, "palisade_lease_renew_streams_total").await;
+
+    // One client renewing over streams, one over requests; and, to show
+    // that a forwarded call is seen, one that knows only partition 0's
+    // leader's endpoint (the other partitions' calls are forwarded).
+    let streaming = dev.sdk(true);
+    let requesting = dev.sdk(false);
+    let mut config = ClientConfig::new([dev.url(leaders[0])])
+        .with_api_key(&dev.key)
+        .expect("key");
+    config.renew_stream = false;
+    let one_node = Client::new(config);
+    let by_stream = acquire_all(&streaming, &names("streamed", 2), "s").await;
+    let by_request = acquire_all(&requesting, &names("requested", 1), "r").await;
+    let by_one_node = acquire_all(&one_node, &names("one-node", 1), "o").await;
+    map_learned(&streaming).await;
+    map_learned(&requesting).await;
+    for (k, part) in by_stream.iter().enumerate() {
+        for lease in part {
+            assert_eq!(streaming.partition_of(lease.name()), k, "the SDK's hash");
+            let url = format!("{}/v1/leases/{}", dev.url(leaders[k]), lease.name());
+            let info = get_ok(&http, &url).await;
+            assert_eq!(info["partition"], k, "the cluster's hash: {info}");
+        }
+    }
+    let map = streaming.partitions();
+    let known: Vec<u64> = map.leaders.iter().flatten().copied().collect();
+    assert_eq!(known, leaders, "the SDK's map: {map:?}");
+
+    // A steady while: nothing forwarded, every lease renewed on time.
+    let forwarded_before = requesting.partitions().forwarded;
+    let one_node_before = one_node.partitions().forwarded;
+    let renewals_before = counters(&dev, &http, "palisade_lease_renewals_total").await;
+    let all = flat(&[&by_stream, &by_request]);
+    let gaps = watch_renewals(&all, Duration::from_secs(4)).await;
+    let forwarded_after = requesting.partitions().forwarded;
+    let one_node_after = one_node.partitions().forwarded;
+    let renewals_after = counters(&dev, &http, "palisade_lease_renewals_total").await;
+    let streams_after = counters(&dev, &http, "palisade_lease_renew_streams_total").await;
+    eprintln!(
+        "steady: forwarded {forwarded_before} -> {forwarded_after} (one-node client: \
+         {one_node_before} -> {one_node_after}); renewals per node \
+         {renewals_before:?} -> {renewals_after:?}; streams per node {streams_before:?} -> \
+         {streams_after:?}; longest gaps {gaps:?}"
+    );
+    assert_eq!(
+        forwarded_after, forwarded_before,
+        "renewal requests were forwarded once the map was known"
+    );
+    assert!(
+        one_node_after >= one_node_before + 2,
+        "the one-node client's renewals of partitions 1 and 2 were not seen forwarded"
+    );
+    for (node, (after, before)) in streams_after.iter().zip(&streams_before).enumerate() {
+        assert!(after > before, "no renewal stream on node {}", node + 1);
+    }
+    for (node, (after, before)) in renewals_after.iter().zip(&renewals_before).enumerate() {
+        assert!(after > before, "node {} renewed nothing", node + 1);
+    }
+    for gap in &gaps {
+        assert!(*gap < HEALTHY_GAP, "a renewal gap of {gap:?}: {gaps:?}");
+    }
+
+    drop(by_one_node);
+
+    // Kill the node leading partition 0.
+    let victim = leaders[0];
+    let pid = dev.node_pid(victim);
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let killed = Instant::now();
+    let (gaps, (new_leader, learned)) = tokio::join!(
+        watch_renewals(&all, Duration::from_secs(5)),
+        failed_over(&dev, &http, &streaming, &by_stream[0], victim),
+    );
+    eprintln!(
+        "after killing node {victim} (partition 0's leader): longest gaps {gaps:?}; the SDK \
+         renewed partition 0 at node {new_leader}, learned {learned:?} after the kill"
+    );
+    for (k, gap) in gaps.iter().enumerate().skip(1) {
+        assert!(
+            *gap < HEALTHY_GAP,
+            "partition {k} was disturbed by partition 0's failover: {gaps:?}"
+        );
+    }
+    for lease in by_stream.iter().chain(&by_request).flatten() {
+        assert!(lease.is_held(), "{} lost after the failover", lease.name());
+    }
+    assert!(killed.elapsed() < PATIENCE);
+}
+
+/// Waits until the node that leads partition 0 now is not `victim` and
+/// `client`'s map names it, then until each of `leases` (partition 0's)
+/// renewed after that: the new leader and how long after the call the
+/// client knew it. (Watched while it happens: the killed node, restarted
+/// by dev, takes partition 0 back a few seconds later.)
+async fn failed_over(
+    dev: &Dev,
+    http: &reqwest::Client,
+    client: &Client,
+    leases: &[Lease],
+    victim: u64,
+) -> (u64, Duration) {
+    let started = Instant::now();
+    let (leader, learned) = loop {
+        let now = leaders_now(dev, http).await;
+        let known = client.partitions().leaders[0];
+        match (now[0], known) {
+            (Some(leader), Some(seen)) if leader == seen && leader != victim => {
+                break (leader, started.elapsed());
+            }
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "partition 0: {now:?} vs the SDK's {known:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let deadlines: Vec<_> = leases.iter().map(Lease::deadline).collect();
+    while leases
+        .iter()
+        .zip(&deadlines)
+        .any(|(lease, before)| lease.deadline() <= *before)
+    {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "partition 0's leases never renewed again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (leader, learned)
+}
