@@ -153,17 +153,17 @@ impl Drop for Dev {
 
 /// The pids of `parent`'s children.
 fn children(parent: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
-        return Vec::new();
-    };
-    tasks
+    let tasks = std::fs::read_dir(format!("/proc/{parent}/task"))
+        .into_iter()
+        .flatten();
+    let lists = tasks
         .map_while(Result::ok)
-        .flat_map(|task| {
-            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            list.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-                .collect::<Vec<_>>()
-        })
+        .map(|task| std::fs::read_to_string(task.path().join("children")).unwrap_or_default());
+    let lists: Vec<String> = lists.collect();
+    lists
+        .iter()
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|p| p.parse().ok())
         .collect()
 }
 
@@ -252,20 +252,18 @@ async fn get_ok(http: &reqwest::Client, url: &str) -> Value {
 /// Two lease names in each partition, `{prefix}-{i}`, by partition.
 fn names(prefix: &str, per_partition: usize) -> Vec<Vec<String>> {
     let mut by_partition = vec![Vec::new(); PARTITIONS];
-    for i in 0.. {
-        let name = format!("{prefix}-{i}");
-        let k = partition(&name);
-        if by_partition[k].len() < per_partition {
-            by_partition[k].push(name);
-        }
-        if by_partition
-            .iter()
-            .all(|names| names.len() == per_partition)
-        {
-            return by_partition;
+    let mut names = (0..).map(|i| format!("{prefix}-{i}"));
+    while by_partition
+        .iter()
+        .any(|n: &Vec<String>| n.len() < per_partition)
+    {
+        let name = names.next().expect("endless");
+        let part = &mut by_partition[partition(&name)];
+        if part.len() < per_partition {
+            part.push(name);
         }
     }
-    unreachable!()
+    by_partition
 }
 
 /// Acquires every name for `holder`; the leases, by partition.
@@ -334,11 +332,8 @@ async fn watch_renewals(flat: &[(usize, &Lease)], window: Duration) -> Vec<Durat
 
 /// Each node's value of the counter `name`, in node order.
 async fn counters(dev: &Dev, http: &reqwest::Client, name: &str) -> Vec<f64> {
-    let mut values = Vec::new();
-    for url in &dev.urls {
-        values.push(support::counter(http, url, name).await);
-    }
-    values
+    let each = dev.urls.iter().map(|url| support::counter(http, url, name));
+    futures::future::join_all(each).await
 }
 
 /// Waits until `client`'s partition map names a leader for every

@@ -226,13 +226,7 @@ impl Transport {
                     }
                 }
                 Ok(response) => {
-                    let status = response.status().as_u16();
-                    let body: Value = response.json().await.unwrap_or(Value::Null);
-                    let answer = format!(
-                        "{url}: {status} {}: {}",
-                        body["error"].as_str().unwrap_or("error"),
-                        body["message"].as_str().unwrap_or("")
-                    );
+                    let answer = refusal(&url, response).await;
                     answered = Some(answer.clone());
                     answer
                 }
@@ -378,6 +372,17 @@ impl Transport {
             message: "a handover answered no token".into(),
         })
     }
+}
+
+/// What a refusing node (503, 429) at `url` answered, in one line.
+async fn refusal(url: &str, response: reqwest::Response) -> String {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    format!(
+        "{url}: {status} {}: {}",
+        body["error"].as_str().unwrap_or("error"),
+        body["message"].as_str().unwrap_or("")
+    )
 }
 
 /// The body of a renew (`with_index` false) or release naming `id`.
