@@ -107,6 +107,11 @@ pub(crate) struct BatchResult {
 }
 
 impl BatchResult {
+    /// Whether the renewal failed for want of its partition's leader (503).
+    pub(crate) fn is_unavailable(&self) -> bool {
+        self.status == 503
+    }
+
     pub(crate) fn answer(self) -> Result<Grant, Error> {
         match (self.status, self.grant) {
             (200, Some(grant)) => Ok(grant),

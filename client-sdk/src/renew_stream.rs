@@ -365,6 +365,15 @@ impl RenewStream {
         match (answer.status, answer.results) {
             (200, Some(results)) if results.len() == batch.len() => {
                 for (pending, result) in batch.into_iter().zip(results) {
+                    if result.is_unavailable() && self.routed {
+                        // The node could not reach the lease's partition
+                        // leader: it is not that leader (any more), so the
+                        // partition forgets it and the retry goes as a
+                        // request, hedged across the nodes.
+                        if let Some(transport) = self.transport.upgrade() {
+                            transport.partition_unavailable(&pending.id.lease);
+                        }
+                    }
                     let _ = pending.reply.send(result.answer());
                 }
                 true

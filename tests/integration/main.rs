@@ -11,6 +11,8 @@ mod support;
 mod gateway_pg;
 #[path = "../fault_suite/netns.rs"]
 mod netns;
+#[path = "../support/partitioned_dev.rs"]
+mod partitioned_dev;
 
 #[path = "../cert_principals.rs"]
 mod cert_principals;

@@ -144,11 +144,14 @@ impl PartitionMap {
         }
     }
 
-    /// Forgets `partition`'s leader (it failed, or stopped leading).
+    /// Forgets `partition`'s leader (it failed, or stopped leading) and
+    /// marks the map stale.
     pub(crate) fn forget(&self, partition: usize) {
-        if let Some(known) = lock(&self.state).leaders.get_mut(partition) {
+        let mut state = lock(&self.state);
+        if let Some(known) = state.leaders.get_mut(partition) {
             known.0 = None;
         }
+        state.learned = None;
     }
 
     /// Forgets every partition node `node` leads (it failed) and marks

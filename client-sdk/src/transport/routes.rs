@@ -77,6 +77,16 @@ impl Transport {
         }
     }
 
+    /// Notes that a renewal of `lease` found no leader of its partition
+    /// where it was sent: the partition forgets its leader, and the map is
+    /// asked for again.
+    pub(crate) fn partition_unavailable(&self, lease: &str) {
+        if let Some(partition) = self.nodes.map.partition(lease) {
+            self.nodes.map.forget(partition);
+            self.learn_nodes();
+        }
+    }
+
     /// Notes that the node at endpoint `index` failed (its renewal stream
     /// broke): every partition it led forgets it, and the map is asked for
     /// again.
