@@ -255,7 +255,14 @@ async fn each_lease_renews_at_its_partitions_leader_and_a_failover_touches_only_
     // leader's endpoint (the other partitions' calls are forwarded).
     let streaming = dev.sdk(true);
     let requesting = dev.sdk(false);
-    let home = leaders_now(&dev, &http).await[0].expect("partition 0 leads");
+    let started = Instant::now();
+    let home = loop {
+        if let Some(leader) = leaders_now(&dev, &http).await[0] {
+            break leader;
+        }
+        assert!(started.elapsed() < PATIENCE, "partition 0 has no leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let mut config = ClientConfig::new([dev.url(home)])
         .with_api_key(&dev.key)
         .expect("key");
