@@ -62,7 +62,14 @@ pub(crate) async fn acquire(
         // back extended from this slice's arrival, as a repeat.)
         let sent = Instant::now();
         let answer = transport
-            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .election_on(
+                lease,
+                true,
+                reqwest::Method::POST,
+                &path,
+                Some(&body),
+                Duration::ZERO,
+            )
             .await?;
         match answer.parse::<Grant>() {
             Ok(mut grant) => {

@@ -14,6 +14,7 @@ use crate::objects::{ObjectInfo, ObjectPage};
 use crate::renew_queue::RenewQueue;
 use crate::transport::answer::Answer;
 use crate::transport::config::ClientConfig;
+use crate::transport::partitions::Partitions;
 use crate::transport::Transport;
 use crate::watch::PrefixWatch;
 
@@ -176,7 +177,14 @@ impl Client {
         let body = json!({ "token": token });
         let answer = self
             .transport
-            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .election_on(
+                lease,
+                true,
+                reqwest::Method::POST,
+                &path,
+                Some(&body),
+                Duration::ZERO,
+            )
             .await?;
         match answer.status {
             200 => Ok(()),
@@ -190,7 +198,9 @@ impl Client {
     /// [`Error::NotFound`] if never granted.
     pub async fn get(&self, lease: &str) -> Result<LeaseInfo, Error> {
         let path = format!("/v1/leases/{}", checked(lease)?);
-        self.get_json(&path, Duration::ZERO).await?.parse()
+        self.get_lease_json(lease, true, &path, Duration::ZERO)
+            .await?
+            .parse()
     }
 
     /// The lease's last transitions, oldest first (the cluster keeps a
@@ -204,7 +214,10 @@ impl Client {
             history: Vec<Transition>,
         }
         let path = format!("/v1/leases/{}/history", checked(lease)?);
-        let history: History = self.get_json(&path, Duration::ZERO).await?.parse()?;
+        let history: History = self
+            .get_lease_json(lease, true, &path, Duration::ZERO)
+            .await?
+            .parse()?;
         Ok(history.history)
     }
 
@@ -254,8 +267,11 @@ impl Client {
             checked(lease)?,
             wait.as_millis()
         );
-        // The request itself lasts up to `wait`.
-        self.get_json(&path, wait).await?.parse()
+        // The request itself lasts up to `wait`; any node answers it, the
+        // partition's leader first.
+        self.get_lease_json(lease, false, &path, wait)
+            .await?
+            .parse()
     }
 
     /// Opens one stream of the changes to every lease whose name starts
@@ -268,8 +284,51 @@ impl Client {
     /// [`Error::Forbidden`] for a prefix outside the caller's `read` right;
     /// [`Error::Unavailable`] when no node opens it (429 over the caller's
     /// share of waiting calls included).
+    ///
+    /// With several partitions each has its own log, so one index cannot
+    /// say where to resume: this answers [`Error::BadRequest`] naming the
+    /// count; watch each partition with [`Client::watch_prefix_in`].
     pub async fn watch_prefix(&self, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
-        PrefixWatch::open(&self.transport, prefix, index).await
+        let count = self.transport.map().count();
+        if count > 1 {
+            return Err(Error::BadRequest(format!(
+                "this cluster has {count} partitions, each with its own index: watch each \
+                 with Client::watch_prefix_in(prefix, 0..{count}, index)"
+            )));
+        }
+        PrefixWatch::open(&self.transport, prefix, None, index).await
+    }
+
+    /// As [`Client::watch_prefix`], of one partition's leases (`0..count`,
+    /// [`Client::partitions`]), after `index` of that partition's log; a
+    /// cluster with one partition takes `partition` 0.
+    ///
+    /// # Errors
+    /// As [`Client::watch_prefix`]; [`Error::BadRequest`] for a partition
+    /// out of range.
+    pub async fn watch_prefix_in(
+        &self,
+        prefix: &str,
+        partition: usize,
+        index: u64,
+    ) -> Result<PrefixWatch, Error> {
+        PrefixWatch::open(&self.transport, prefix, Some(partition), index).await
+    }
+
+    /// What this client knows of the cluster's partitions now: their
+    /// count, each one's leader, and how many answers a node forwarded to
+    /// a leader (see [`Partitions`]). Asks the nodes again in the
+    /// background when it is stale.
+    pub fn partitions(&self) -> Partitions {
+        self.transport.refresh_map();
+        self.transport.partitions()
+    }
+
+    /// The partition `lease` belongs to (0 with one partition, or before
+    /// the count is known): FNV-1a 64 of its name modulo the count, as the
+    /// cluster computes it.
+    pub fn partition_of(&self, lease: &str) -> usize {
+        self.transport.map().partition(lease).unwrap_or(0)
     }
 
     /// Rotates the cluster's signing key; returns the new key's id.
@@ -402,6 +461,19 @@ impl Client {
         limit: usize,
     ) -> Result<ObjectPage, Error> {
         self.transport.list_objects(prefix, after, limit).await
+    }
+
+    /// `GET path`, a call on `lease` (to its partition's leader first).
+    async fn get_lease_json(
+        &self,
+        lease: &str,
+        leader_only: bool,
+        path: &str,
+        extra: Duration,
+    ) -> Result<Answer, Error> {
+        self.transport
+            .election_on(lease, leader_only, reqwest::Method::GET, path, None, extra)
+            .await
     }
 
     async fn get_json(&self, path: &str, extra: Duration) -> Result<Answer, Error> {

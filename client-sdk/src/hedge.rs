@@ -8,7 +8,9 @@
 //! grant (holder, token, secret), so asking two nodes is harmless, and a
 //! 409 is final wherever it comes from. A follower forwards to the leader,
 //! so any live node can answer; its answer names the leader
-//! ([`Transport::note_leader_answer`]), which is asked first next time.
+//! ([`Transport::note_answer`]), which is asked first next time. A renewal
+//! of one partition's leases (a [`Target`]) asks that partition's leader
+//! first, and its answer or failure moves that partition's leader alone.
 
 use std::time::Duration;
 
@@ -18,7 +20,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::transport::Transport;
+use crate::transport::{Target, Transport};
 
 /// The shortest slice: below it, renewals that are merely slow (a loaded
 /// host) would be asked twice.
@@ -39,11 +41,12 @@ pub(crate) fn slice(request_timeout: Duration, left: Duration) -> Duration {
     (left / SHARE).max(MIN_SLICE).min(request_timeout)
 }
 
-/// Sends a renewal (`POST path` with `body`) to the nodes, hedged as the
-/// module says, until an answer other than a refusal (its status and
-/// body), or [`Error::Unavailable`] at `deadline`.
+/// Sends a renewal (`POST path` with `body`) to the nodes, `target`'s
+/// leader first, hedged as the module says, until an answer other than a
+/// refusal (its status and body), or [`Error::Unavailable`] at `deadline`.
 pub(crate) async fn renewal<B: serde::Serialize + ?Sized>(
     transport: &Transport,
+    target: Option<Target>,
     path: &str,
     body: &B,
     deadline: Instant,
@@ -64,9 +67,10 @@ pub(crate) async fn renewal<B: serde::Serialize + ?Sized>(
         }
         if now >= next {
             let left = deadline - now;
-            next = match hedge.pick(transport.preferred()) {
+            next = match hedge.pick(transport.first_for(target)) {
                 Some(index) => {
-                    out.push(attempt(transport, index, path, body, left.min(timeout)));
+                    let to = (index, target);
+                    out.push(attempt(transport, to, path, body, left.min(timeout)));
                     now + slice(timeout, left)
                 }
                 // As many out as allowed: the next goes when one ends.
@@ -77,16 +81,16 @@ pub(crate) async fn renewal<B: serde::Serialize + ?Sized>(
             Some((index, outcome)) = out.next(), if !out.is_empty() => match outcome {
                 Ok(answer) => return Ok(answer),
                 Err(failure) => {
-                    transport.pass_over(index);
+                    transport.failed(target, index);
                     next = next.min(Instant::now() + hedge.failed(index, failure));
                 }
             },
             () = tokio::time::sleep_until(next.min(deadline)) => {
                 // A slice passed unanswered: the node asked first is silent
                 // (or slow), so this client's next calls go elsewhere.
-                let preferred = transport.preferred();
-                if hedge.is_out(preferred) {
-                    transport.pass_over(preferred);
+                let first = transport.first_for(target);
+                if hedge.is_out(first) {
+                    transport.failed(target, first);
                 }
             }
         }
@@ -97,10 +101,10 @@ pub(crate) async fn renewal<B: serde::Serialize + ?Sized>(
 /// status and body, or why it was none.
 type Outcome = (usize, Result<(u16, Bytes), String>);
 
-/// One attempt on endpoint `index`, given `timeout` in all.
+/// One attempt on endpoint `index`, for `target`, given `timeout` in all.
 async fn attempt<B: serde::Serialize + ?Sized>(
     transport: &Transport,
-    index: usize,
+    (index, target): (usize, Option<Target>),
     path: &str,
     body: &B,
     timeout: Duration,
@@ -126,7 +130,9 @@ async fn attempt<B: serde::Serialize + ?Sized>(
     let headers = response.headers().clone();
     match response.bytes().await {
         Ok(bytes) => {
-            transport.note_leader_answer(index, &headers);
+            if target.is_none() || matches!(status, 200 | 409) {
+                transport.note_answer(target, index, &headers);
+            }
             (index, Ok((status, bytes)))
         }
         // Cut mid-body: a transport failure, not a bad answer.

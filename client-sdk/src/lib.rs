@@ -16,15 +16,19 @@
 //! path): `elector` → `client` → `acquire`, `watch`, `lease` → `postgres`, `lease` → `renew_queue` →
 //! `renew_stream` → `renew_batch` → `hedge` → `transport` (with
 //! `transport/config`, `transport/answer`, `transport/release_gates`,
-//! `transport/nodes` beneath it) → `model`; `error` is used by all.
+//! `transport/nodes`, `transport/partitions`, `transport/routes` beneath
+//! it) → `model`; `error` is used by all.
 //! - `transport.rs`: the HTTP client, the one retry loop, the calls on one
 //!   grant, gateway calls, the endpoint tried first (the leader a
 //!   follower's answer names, `transport/nodes.rs`); built from a
-//!   [`ClientConfig`] (`transport/config.rs`).
+//!   [`ClientConfig`] (`transport/config.rs`). With several partitions a
+//!   call on one lease goes to its partition's leader first
+//!   (`transport/partitions.rs`, `transport/routes.rs`).
 //! - `hedge.rs`: every renewal attempt bounded by a slice of the time its
 //!   lease has left, then another node asked too; the first answer wins.
 //! - `renew_queue.rs`: the queue that gathers a client's renewals into batch
-//!   requests; a [`Lease`] renews through it.
+//!   requests or stream frames (`renew_stream.rs`), split per partition
+//!   leader with several partitions; a [`Lease`] renews through it.
 //! - `lease.rs`: [`Lease`], background renewal and the safe deadline.
 //! - `acquire.rs`: [`AcquireOptions`] and the acquire loop.
 //! - `client.rs`: [`Client`], the public calls; `elector.rs`: [`Elector`];
@@ -60,4 +64,5 @@ pub use objects::{Deleted, ObjectInfo, ObjectPage, Precondition, Written};
 pub use palisade_names::GrantSecret;
 pub use tokio_util::sync::CancellationToken;
 pub use transport::config::{ApiKey, ClientConfig, ClientIdentity, API_KEY_HEADER};
+pub use transport::partitions::Partitions;
 pub use watch::{PrefixWatch, WatchEvent};

@@ -3,7 +3,10 @@
 //! (`renew_queue.rs`), and where the renewal stream (`renew_stream.rs`)
 //! sends a frame's renewals again when the stream fails them. Every
 //! renewal request is hedged (`hedge.rs`), bounded by the earliest safe
-//! deadline among its renewals.
+//! deadline among its renewals. With several partitions a batch is split
+//! by partition, each part sent as `POST /v1/renew?partition=k` to that
+//! partition's leader first, so one partition's failover delays only its
+//! own part.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -14,7 +17,8 @@ use crate::error::Error;
 use crate::hedge;
 use crate::model::{Grant, GrantId};
 use crate::transport::answer::Answer;
-use crate::transport::{grant_body, Transport};
+use crate::transport::partitions::partition_of;
+use crate::transport::{grant_body, Target, Transport};
 
 /// The most renewals in one request (the server's cap).
 pub(crate) const MAX_BATCH: usize = 256;
@@ -52,7 +56,8 @@ pub(crate) async fn renew_one(
 ) -> Result<Grant, Error> {
     let body = grant_body(id, false);
     let path = format!("/v1/leases/{}/renew", id.lease);
-    let (status, bytes) = hedge::renewal(transport, &path, &body, deadline).await?;
+    let target = transport.target(&id.lease, true);
+    let (status, bytes) = hedge::renewal(transport, target, &path, &body, deadline).await?;
     Answer {
         status,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -102,6 +107,11 @@ pub(crate) struct BatchResult {
 }
 
 impl BatchResult {
+    /// Whether the renewal failed for want of its partition's leader (503).
+    pub(crate) fn is_unavailable(&self) -> bool {
+        self.status == 503
+    }
+
     pub(crate) fn answer(self) -> Result<Grant, Error> {
         match (self.status, self.grant) {
             (200, Some(grant)) => Ok(grant),
@@ -114,8 +124,33 @@ impl BatchResult {
     }
 }
 
-/// Sends one batch and answers each of its renewals.
+/// Sends one batch and answers each of its renewals: split by partition
+/// when the cluster has several (each part on its own, at once), whole
+/// otherwise.
 pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
+    transport.refresh_map();
+    let count = transport.map().count();
+    if count < 2 {
+        return send_part(transport, None, batch).await;
+    }
+    let mut parts: std::collections::BTreeMap<usize, Vec<Pending>> = Default::default();
+    for pending in batch {
+        let partition = partition_of(&pending.id.lease, count);
+        parts.entry(partition).or_default().push(pending);
+    }
+    let sends = parts.into_iter().map(|(partition, part)| {
+        let target = Target {
+            partition,
+            leader_only: true,
+        };
+        send_part(transport, Some(target), part)
+    });
+    futures::future::join_all(sends).await;
+}
+
+/// Sends `batch` (all of `target`'s partition, if it has one) as one
+/// request and answers each of its renewals.
+async fn send_part(transport: &Transport, target: Option<Target>, batch: Vec<Pending>) {
     if let [one] = batch.as_slice() {
         let answer = renew_one(transport, &one.id, one.deadline).await;
         if let Some(one) = batch.into_iter().next() {
@@ -125,7 +160,11 @@ pub(crate) async fn send_batch(transport: &Transport, batch: Vec<Pending>) {
     }
     let renewals: Vec<BatchEntry<'_>> = batch.iter().map(|p| (&p.id).into()).collect();
     let body = BatchBody { renewals };
-    let answer = hedge::renewal(transport, "/v1/renew", &body, earliest(&batch)).await;
+    let path = match target {
+        Some(target) => format!("/v1/renew?partition={}", target.partition),
+        None => "/v1/renew".to_owned(),
+    };
+    let answer = hedge::renewal(transport, target, &path, &body, earliest(&batch)).await;
     let results = match answer {
         Ok((200, bytes)) => match serde_json::from_slice::<BatchAnswer>(&bytes) {
             Ok(answer) if answer.results.len() == batch.len() => answer.results,

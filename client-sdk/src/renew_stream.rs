@@ -15,6 +15,14 @@
 //! (a frozen or cut-off leader): its renewals go again as requests, to
 //! another node, and the next batch opens a stream on whichever node is
 //! preferred then (the leader, once an answer named it).
+//!
+//! With several partitions a client keeps one stream per node that leads
+//! partitions it renews ([`Streams::usable`] with that node's endpoint),
+//! each carrying only those partitions' leases (`renew_queue.rs` splits
+//! the batches): a frame is renewed by the node it reaches, with no hop.
+//! A stream that breaks or falls silent forgets that node as every
+//! partition's leader and asks for the partition map again; its frames go
+//! again as requests, each part to its partition's leader first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -48,10 +56,12 @@ const NDJSON: &str = "application/x-ndjson";
 /// no frame is out.
 const WATCH_IDLE: Duration = Duration::from_secs(1);
 
-/// One client's renewal stream, if open, and when to try opening one.
+/// One client's renewal streams, if open, and when to try opening each:
+/// the one on the preferred node (key `None`: one partition, or the map
+/// unknown), or one per partition leader's endpoint (key `Some(index)`).
 #[derive(Debug)]
 pub(crate) struct Streams {
-    slot: Mutex<Slot>,
+    slots: Mutex<HashMap<Option<usize>, Slot>>,
 }
 
 #[derive(Debug)]
@@ -64,21 +74,24 @@ struct Slot {
 impl Streams {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
-            slot: Mutex::new(Slot {
-                current: None,
-                opening: false,
-                next_try: Instant::now(),
-            }),
+            slots: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The open stream; without one, starts opening it in the background
-    /// (when it is time to try) and answers `None`.
+    /// The open stream on endpoint `at` (`None`: the preferred one);
+    /// without one, starts opening it in the background (when it is time
+    /// to try) and answers `None`.
     pub(crate) fn usable(
         self: &Arc<Self>,
         transport: &Weak<Transport>,
+        at: Option<usize>,
     ) -> Option<Arc<RenewStream>> {
-        let mut slot = lock(&self.slot);
+        let mut slots = lock(&self.slots);
+        let slot = slots.entry(at).or_insert_with(|| Slot {
+            current: None,
+            opening: false,
+            next_try: Instant::now(),
+        });
         if let Some(stream) = &slot.current {
             if stream.is_open() {
                 return Some(stream.clone());
@@ -90,10 +103,13 @@ impl Streams {
             let (this, transport) = (self.clone(), transport.clone());
             tokio::spawn(async move {
                 let opened = match transport.upgrade() {
-                    Some(strong) => RenewStream::open(&strong).await,
+                    Some(strong) => RenewStream::open(&strong, at).await,
                     None => Err(REOPEN_AFTER),
                 };
-                let mut slot = lock(&this.slot);
+                let mut slots = lock(&this.slots);
+                let Some(slot) = slots.get_mut(&at) else {
+                    return;
+                };
                 slot.opening = false;
                 match opened {
                     Ok(stream) => slot.current = Some(stream),
@@ -103,12 +119,28 @@ impl Streams {
         }
         None
     }
+
+    /// Ends the stream keyed `at`, if open (its frames out go again as
+    /// requests).
+    pub(crate) fn end(&self, at: Option<usize>) {
+        let stream = lock(&self.slots)
+            .get_mut(&at)
+            .and_then(|slot| slot.current.take());
+        if let Some(stream) = stream {
+            stream.end();
+        }
+    }
 }
 
 impl Drop for Streams {
     fn drop(&mut self) {
-        // The client is gone: end the request, so the server ends the stream.
-        if let Some(stream) = lock(&self.slot).current.take() {
+        // The client is gone: end the requests, so the server ends the
+        // streams.
+        let streams: Vec<_> = lock(&self.slots)
+            .values_mut()
+            .filter_map(|slot| slot.current.take())
+            .collect();
+        for stream in streams {
             stream.end();
         }
     }
@@ -135,9 +167,12 @@ pub(crate) struct RenewStream {
     /// Frames that may be out at once; closed when the stream ends.
     permits: Arc<Semaphore>,
     transport: Weak<Transport>,
-    /// Which endpoint was preferred when it opened (passed over when the
-    /// stream fails: the requests that take over its renewals go elsewhere).
-    preferred: usize,
+    /// Which endpoint it is open on (passed over when the stream fails:
+    /// the requests that take over its renewals go elsewhere).
+    at: usize,
+    /// Whether it was opened on a partition leader's endpoint (then a
+    /// failure also forgets that node as every partition's leader).
+    routed: bool,
     /// The client's request timeout, the longest slice a frame gets.
     request_timeout: Duration,
     /// Cancelled when the stream ends: the reader drops the answer (the
@@ -170,12 +205,16 @@ struct FrameAnswer {
 }
 
 impl RenewStream {
-    /// Opens a stream on the preferred node; on a refusal or failure, how
-    /// long to wait before trying again (a refusing node is passed over).
-    async fn open(transport: &Arc<Transport>) -> Result<Arc<Self>, Duration> {
-        let (preferred, url) = transport
-            .preferred_url("/v1/renew/stream")
-            .ok_or(REOPEN_REFUSED_AFTER)?;
+    /// Opens a stream on endpoint `at` (`None`: the preferred node); on
+    /// a refusal or failure, how long to wait before trying again (a
+    /// refusing node is passed over).
+    async fn open(transport: &Arc<Transport>, at: Option<usize>) -> Result<Arc<Self>, Duration> {
+        let (preferred, url) = match at {
+            Some(index) => (index, transport.url(index, "/v1/renew/stream")),
+            None => transport
+                .preferred_url("/v1/renew/stream")
+                .ok_or(REOPEN_REFUSED_AFTER)?,
+        };
         let (body, frames) = mpsc::channel::<Bytes>(MAX_FRAMES);
         let frames = futures::stream::unfold(frames, |mut frames| async move {
             let frame = frames.recv().await?;
@@ -202,7 +241,10 @@ impl RenewStream {
             },
             // Unreachable, or no answer in time.
             _ => {
-                transport.pass_over(preferred);
+                match at {
+                    Some(index) => transport.node_failed(index),
+                    None => transport.pass_over(preferred),
+                }
                 return Err(REOPEN_AFTER);
             }
         };
@@ -214,7 +256,8 @@ impl RenewStream {
             }),
             permits: Arc::new(Semaphore::new(MAX_FRAMES)),
             transport: Arc::downgrade(transport),
-            preferred,
+            at: preferred,
+            routed: at.is_some(),
             request_timeout: transport.config.request_timeout,
             ended: CancellationToken::new(),
             frame_sent: Arc::new(Notify::new()),
@@ -322,6 +365,15 @@ impl RenewStream {
         match (answer.status, answer.results) {
             (200, Some(results)) if results.len() == batch.len() => {
                 for (pending, result) in batch.into_iter().zip(results) {
+                    if result.is_unavailable() && self.routed {
+                        // The node could not reach the lease's partition
+                        // leader: it is not that leader (any more), so the
+                        // partition forgets it and the retry goes as a
+                        // request, hedged across the nodes.
+                        if let Some(transport) = self.transport.upgrade() {
+                            transport.partition_unavailable(&pending.id.lease);
+                        }
+                    }
                     let _ = pending.reply.send(result.answer());
                 }
                 true
@@ -348,10 +400,15 @@ impl RenewStream {
         }
     }
 
-    /// Prefers the next node for the client's requests.
+    /// Prefers the next node for the client's requests (and, on a
+    /// partition leader's stream, forgets that node as a leader).
     fn pass_over(&self) {
         if let Some(transport) = self.transport.upgrade() {
-            transport.pass_over(self.preferred);
+            if self.routed {
+                transport.node_failed(self.at);
+            } else {
+                transport.pass_over(self.at);
+            }
         }
     }
 

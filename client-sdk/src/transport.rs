@@ -5,14 +5,22 @@
 //! its configuration (`transport/config.rs`), the answers it maps to
 //! errors (`transport/answer.rs`) and the release gates
 //! (`transport/release_gates.rs`) live beneath it.
+//!
+//! A call on one lease is a [`Target`]: with several partitions it goes
+//! first to its partition's leader (`transport/partitions.rs`), and its
+//! answer moves that partition's leader alone; every other call, and every
+//! call while the map is unknown or the cluster has one partition, goes to
+//! the preferred endpoint, which follows the leader a follower names.
 
 pub(crate) mod answer;
 pub(crate) mod config;
 mod gateway;
 mod nodes;
+pub(crate) mod partitions;
 pub(crate) mod release_gates;
+mod routes;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,9 +36,9 @@ use release_gates::{ReleaseGate, ReleaseGates};
 
 /// The header a follower adds to the answer it forwarded from the leader:
 /// the leader's node id.
-const FORWARDED_BY_FOLLOWER: &str = "x-palisade-leader";
+pub(crate) const FORWARDED_BY_FOLLOWER: &str = "x-palisade-leader";
 /// The longest a node is given to tell its id ([`NodeIds`]).
-const ASK_ID_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const ASK_ID_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The HTTP side of one client, shared by the client and its leases.
 #[derive(Debug)]
@@ -44,11 +52,26 @@ pub(crate) struct Transport {
     /// tried first next time (an index into the endpoints, modulo their
     /// number).
     preferred: AtomicUsize,
-    /// Which node each endpoint is, to follow a follower's leader hint.
+    /// Which node each endpoint is, to follow a follower's leader hint,
+    /// and the partition map.
     nodes: Arc<NodeIds>,
+    /// Answers that a follower forwarded (named the leader in
+    /// [`FORWARDED_BY_FOLLOWER`]): see [`partitions::Partitions`].
+    forwarded: AtomicU64,
     /// Background releases in progress, which acquires of the same lease
     /// and holder wait for.
     release_gates: ReleaseGates,
+}
+
+/// A call that belongs to one partition (of a cluster with several): it
+/// goes first to that partition's leader, when known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The partition.
+    pub(crate) partition: usize,
+    /// Whether only the partition's leader answers it (a follower
+    /// forwards, naming the leader): then an answer tells who leads.
+    pub(crate) leader_only: bool,
 }
 
 /// A transport failure of one gateway request (not retried).
@@ -98,6 +121,7 @@ impl Transport {
             config,
             http,
             preferred: AtomicUsize::new(0),
+            forwarded: AtomicU64::new(0),
             release_gates: ReleaseGates::default(),
         }
     }
@@ -114,7 +138,36 @@ impl Transport {
         body: Option<&Value>,
         extra: Duration,
     ) -> Result<Answer, Error> {
-        let (status, bytes) = self.election_bytes(method, path, body, extra).await?;
+        self.election_to(None, method, path, body, extra).await
+    }
+
+    /// As [`Transport::election`], for a call on one lease: to its
+    /// partition's leader first ([`Transport::target`]).
+    pub(crate) async fn election_on(
+        &self,
+        lease: &str,
+        leader_only: bool,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        extra: Duration,
+    ) -> Result<Answer, Error> {
+        let target = self.target(lease, leader_only);
+        self.election_to(target, method, path, body, extra).await
+    }
+
+    /// As [`Transport::election`], to `target`'s leader first.
+    async fn election_to(
+        &self,
+        target: Option<Target>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        extra: Duration,
+    ) -> Result<Answer, Error> {
+        let (status, bytes) = self
+            .election_bytes(target, method, path, body, extra)
+            .await?;
         Ok(Answer {
             status,
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -126,6 +179,7 @@ impl Transport {
     /// their own types: the batch renewal, the hottest path).
     pub(crate) async fn election_bytes<B: serde::Serialize + ?Sized>(
         &self,
+        target: Option<Target>,
         method: reqwest::Method,
         path: &str,
         body: Option<&B>,
@@ -142,8 +196,9 @@ impl Transport {
         // when a later attempt fails without an answer (no_quorum would
         // hide behind "connection refused" of a node that is down).
         let mut answered: Option<String> = None;
+        let mut first = Some(self.first_for(target));
         loop {
-            let index = self.preferred();
+            let index = first.take().unwrap_or_else(|| self.preferred());
             let url = self.url(index, path);
             attempts += 1;
             let mut request = self
@@ -155,13 +210,14 @@ impl Transport {
             }
             let failure = match request.send().await {
                 Ok(response) if !matches!(response.status().as_u16(), 503 | 429) => {
-                    if response.headers().contains_key(FORWARDED_BY_FOLLOWER) {
+                    let status = response.status().as_u16();
+                    let own = target.is_some_and(|t| t.leader_only) && matches!(status, 200 | 409);
+                    if own || response.headers().contains_key(FORWARDED_BY_FOLLOWER) {
                         // A follower forwarded it: ask the leader it named
                         // next time (no hop, and no follower CPU spent
                         // relaying every call).
-                        self.note_leader_answer(index, response.headers());
+                        self.note_answer(target, index, response.headers());
                     }
-                    let status = response.status().as_u16();
                     // An answer cut mid-body is a transport failure (asked
                     // again, like a lost connection), not a bad answer.
                     match response.bytes().await {
@@ -170,19 +226,13 @@ impl Transport {
                     }
                 }
                 Ok(response) => {
-                    let status = response.status().as_u16();
-                    let body: Value = response.json().await.unwrap_or(Value::Null);
-                    let answer = format!(
-                        "{url}: {status} {}: {}",
-                        body["error"].as_str().unwrap_or("error"),
-                        body["message"].as_str().unwrap_or("")
-                    );
+                    let answer = refusal(&url, response).await;
                     answered = Some(answer.clone());
                     answer
                 }
                 Err(err) => format!("{url}: {}", error_chain(&err)),
             };
-            self.pass_over(index);
+            self.failed(target, index);
             let elapsed = started.elapsed();
             if elapsed + backoff > self.config.retry_budget + extra {
                 let last = match answered {
@@ -269,9 +319,7 @@ impl Transport {
                     self.nodes.forget(index);
                 }
                 self.pass_over(index);
-                let timeout = self.config.request_timeout.min(ASK_ID_TIMEOUT);
-                self.nodes
-                    .learn(&self.http, &self.config.endpoints, timeout);
+                self.learn_nodes();
             }
         }
     }
@@ -281,7 +329,14 @@ impl Transport {
         let body = grant_body(id, true);
         let path = format!("/v1/leases/{}/release", id.lease);
         let answer = self
-            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .election_on(
+                &id.lease,
+                true,
+                reqwest::Method::POST,
+                &path,
+                Some(&body),
+                Duration::ZERO,
+            )
             .await?;
         match answer.status {
             200 => Ok(()),
@@ -302,7 +357,14 @@ impl Transport {
         body["to"] = json!(successor);
         let path = format!("/v1/leases/{}/handover", id.lease);
         let answer = self
-            .election(reqwest::Method::POST, &path, Some(&body), Duration::ZERO)
+            .election_on(
+                &id.lease,
+                true,
+                reqwest::Method::POST,
+                &path,
+                Some(&body),
+                Duration::ZERO,
+            )
             .await?;
         let handed: Value = answer.parse()?;
         handed["token"].as_u64().ok_or_else(|| Error::Protocol {
@@ -310,6 +372,17 @@ impl Transport {
             message: "a handover answered no token".into(),
         })
     }
+}
+
+/// What a refusing node (503, 429) at `url` answered, in one line.
+async fn refusal(url: &str, response: reqwest::Response) -> String {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    format!(
+        "{url}: {status} {}: {}",
+        body["error"].as_str().unwrap_or("error"),
+        body["message"].as_str().unwrap_or("")
+    )
 }
 
 /// The body of a renew (`with_index` false) or release naming `id`.

@@ -70,19 +70,27 @@ pub struct PrefixWatch {
 }
 
 impl PrefixWatch {
-    /// Opens a watch of `prefix` after `index` on the first node that
-    /// answers, trying each configured node once in turn.
+    /// Opens a watch of `prefix` after `index` (of `partition`'s log, if
+    /// it names one) on the first node that answers, trying each
+    /// configured node once in turn (the partition's leader first, when
+    /// known).
     pub(crate) async fn open(
         transport: &Arc<Transport>,
         prefix: &str,
+        partition: Option<usize>,
         index: u64,
     ) -> Result<Self, Error> {
-        let path = format!(
+        let mut path = format!(
             "/v1/watch?prefix={}&index={index}",
             crate::model::encode_key(prefix)
         );
+        if let Some(partition) = partition {
+            path.push_str(&format!("&partition={partition}"));
+        }
         let started = Instant::now();
-        let first = transport.preferred();
+        let first = partition
+            .and_then(|k| transport.leader_endpoint(k))
+            .unwrap_or_else(|| transport.preferred());
         let mut last = String::from("no node answered");
         for attempt in 0..transport.endpoint_count().max(1) {
             let at = first + attempt;
@@ -271,7 +279,7 @@ mod tests {
     async fn watch_prefix(url: &str, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
         let mut config = ClientConfig::new([url]);
         config.http2 = false;
-        PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, index).await
+        PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, None, index).await
     }
 
     #[tokio::test]

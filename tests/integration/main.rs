@@ -11,6 +11,8 @@ mod support;
 mod gateway_pg;
 #[path = "../fault_suite/netns.rs"]
 mod netns;
+#[path = "../support/partitioned_dev.rs"]
+mod partitioned_dev;
 
 #[path = "../cert_principals.rs"]
 mod cert_principals;
@@ -68,6 +70,8 @@ mod retired_key_lag;
 mod revocation_reaches_open_calls;
 #[path = "../sdk.rs"]
 mod sdk;
+#[path = "../sdk_partitions.rs"]
+mod sdk_partitions;
 #[path = "../seed_semantics.rs"]
 mod seed_semantics;
 #[path = "../status_page.rs"]

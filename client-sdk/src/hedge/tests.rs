@@ -90,9 +90,15 @@ async fn a_silent_node_costs_one_slice() {
     let transport = transport(vec![frozen, live]);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(3);
-    let (status, body) = renewal(&transport, "/v1/renew", &serde_json::json!({}), deadline)
-        .await
-        .expect("answered by the live node");
+    let (status, body) = renewal(
+        &transport,
+        None,
+        "/v1/renew",
+        &serde_json::json!({}),
+        deadline,
+    )
+    .await
+    .expect("answered by the live node");
     let took = started.elapsed();
     assert_eq!((status, &body[..]), (200, &br#"{"ok":true}"#[..]));
     assert!(took >= Duration::from_secs(1), "{took:?}");
@@ -116,9 +122,15 @@ async fn a_refusal_is_passed_over_and_a_409_is_final() {
     let transport = transport(vec![refusing, lost, third]);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(3);
-    let (status, _) = renewal(&transport, "/v1/renew", &serde_json::json!({}), deadline)
-        .await
-        .expect("an answer");
+    let (status, _) = renewal(
+        &transport,
+        None,
+        "/v1/renew",
+        &serde_json::json!({}),
+        deadline,
+    )
+    .await
+    .expect("an answer");
     assert_eq!(status, 409);
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 0);
@@ -155,7 +167,7 @@ async fn the_leader_a_follower_names_is_asked_next() {
     let mut preferred = Vec::new();
     for _ in 0..20 {
         let deadline = Instant::now() + Duration::from_secs(3);
-        renewal(&transport, "/v1/renew", &body, deadline)
+        renewal(&transport, None, "/v1/renew", &body, deadline)
             .await
             .expect("answered");
         preferred.push(transport.preferred());
@@ -178,7 +190,14 @@ async fn every_node_silent_ends_at_the_deadline() {
     let transport = transport(urls);
     let started = Instant::now();
     let deadline = started + Duration::from_millis(800);
-    let answer = renewal(&transport, "/v1/renew", &serde_json::json!({}), deadline).await;
+    let answer = renewal(
+        &transport,
+        None,
+        "/v1/renew",
+        &serde_json::json!({}),
+        deadline,
+    )
+    .await;
     assert!(
         matches!(answer, Err(Error::Unavailable { .. })),
         "{answer:?}"

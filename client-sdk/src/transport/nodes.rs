@@ -3,12 +3,16 @@
 //! while a client knows its endpoints by URL; `GET /v1/cluster` on an
 //! endpoint answers its `node_id`. With both, a client that asked any live
 //! node learns where the leader is, and asks it directly next time.
+//! The same answers list every partition's leader: [`NodeIds`] keeps them
+//! in its [`PartitionMap`], asked again while it is stale.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use palisade_plumbing::sync::lock;
 use serde_json::Value;
+
+use super::partitions::PartitionMap;
 
 /// At most one round of questions this often (a node that did not answer
 /// is asked again in the next round).
@@ -21,6 +25,8 @@ pub(crate) struct NodeIds {
     ids: Mutex<Vec<Option<u64>>>,
     /// When the last round of questions started.
     asked: Mutex<Option<Instant>>,
+    /// The partitions and their leaders, from the same answers.
+    pub(crate) map: PartitionMap,
 }
 
 impl NodeIds {
@@ -29,12 +35,18 @@ impl NodeIds {
         Arc::new(Self {
             ids: Mutex::new(vec![None; count]),
             asked: Mutex::new(None),
+            map: PartitionMap::default(),
         })
     }
 
     /// The endpoint that is node `id`, if known.
     pub(crate) fn endpoint_of(&self, id: u64) -> Option<usize> {
         lock(&self.ids).iter().position(|known| *known == Some(id))
+    }
+
+    /// Which node endpoint `index` is, if known.
+    pub(crate) fn id_of(&self, index: usize) -> Option<u64> {
+        lock(&self.ids).get(index).copied().flatten()
     }
 
     /// Forgets what endpoint `index` is (it answered as another node).
@@ -44,9 +56,10 @@ impl NodeIds {
         }
     }
 
-    /// Asks every endpoint whose id is unknown for it, in the background
-    /// (each for at most `timeout`), unless a round started less than
-    /// [`ASK_EVERY`] ago or there is no runtime to run it on.
+    /// Asks every endpoint whose id is unknown for it (every endpoint,
+    /// while the partition map is stale), in the background (each for at
+    /// most `timeout`), unless a round started less than [`ASK_EVERY`] ago
+    /// or there is no runtime to run it on.
     pub(crate) fn learn(
         self: &Arc<Self>,
         http: &reqwest::Client,
@@ -63,20 +76,24 @@ impl NodeIds {
             }
             *asked = Some(Instant::now());
         }
+        let every = self.map.is_stale();
         let unknown: Vec<(usize, String)> = lock(&self.ids)
             .iter()
             .zip(endpoints)
             .enumerate()
-            .filter(|(_, (known, _))| known.is_none())
+            .filter(|(_, (known, _))| every || known.is_none())
             .map(|(index, (_, url))| (index, url.trim_end_matches('/').to_owned()))
             .collect();
         let (this, http) = (self.clone(), http.clone());
         runtime.spawn(async move {
             let asks = unknown.into_iter().map(|(index, url)| {
                 let http = &http;
-                async move { (index, node_id(http, &url, timeout).await) }
+                async move { (index, cluster(http, &url, timeout).await) }
             });
-            for (index, id) in futures::future::join_all(asks).await {
+            for (index, answer) in futures::future::join_all(asks).await {
+                let Some(answer) = answer else { continue };
+                this.map.learn(&answer);
+                let id = answer["node_id"].as_u64();
                 if let (Some(id), Some(known)) = (id, lock(&this.ids).get_mut(index)) {
                     *known = Some(id);
                 }
@@ -85,8 +102,9 @@ impl NodeIds {
     }
 }
 
-/// The `node_id` the node at `url` answers, if it answers in time.
-async fn node_id(http: &reqwest::Client, url: &str, timeout: Duration) -> Option<u64> {
+/// What the node at `url` answers to `GET /v1/cluster` (its `node_id`,
+/// its view of every partition), if it answers in time.
+async fn cluster(http: &reqwest::Client, url: &str, timeout: Duration) -> Option<Value> {
     let answer = http
         .get(format!("{url}/v1/cluster"))
         .timeout(timeout)
@@ -96,5 +114,5 @@ async fn node_id(http: &reqwest::Client, url: &str, timeout: Duration) -> Option
     if !answer.status().is_success() {
         return None;
     }
-    answer.json::<Value>().await.ok()?["node_id"].as_u64()
+    answer.json::<Value>().await.ok()
 }
