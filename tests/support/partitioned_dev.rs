@@ -1,21 +1,19 @@
-//! [`Dev`]: a `palisade dev --partitions 3` on free ports, for the tests
-//! of a partitioned cluster (`sdk_partitions.rs`).
+//! [`Dev`]: three election nodes with `--partitions 3` on free ports and
+//! steady timing (`STEADY_LEADER`: a loaded machine does not move
+//! leadership on its own, which at dev's 60..120 ms election timeout it
+//! did every few seconds), for the tests of a partitioned cluster
+//! (`sdk_partitions.rs`). No policy: the key it hands out is sent and
+//! ignored.
 
 use crate::support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use palisade_client::{Client, ClientConfig};
 
-/// How long dev may take to start, or a node to show up.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A `palisade dev --partitions 3` on free ports; stopped (SIGTERM, then
-/// SIGKILL) when dropped.
+/// Three partitioned nodes; killed when dropped.
 pub struct Dev {
-    child: Child,
+    cluster: support::Cluster,
     _dir: tempfile::TempDir,
     pub urls: Vec<String>,
     pub key: String,
@@ -24,53 +22,24 @@ pub struct Dev {
 impl Dev {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ports = support::free_ports(3);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["dev", "--partitions", "3", "--data-dir"])
-            .arg(dir.path())
-            .args(["--election-port", &ports[0].to_string()])
-            .args(["--peer-port", &ports[1].to_string()])
-            .args(["--gateway-port", &ports[2].to_string()])
-            .env_remove("PALISADE_API_KEY")
-            .env_remove("PALISADE_ELECTION")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn dev");
-        let (send, lines) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        let started = Instant::now();
-        let mut urls = None;
-        while started.elapsed() < PATIENCE {
-            let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) else {
-                continue;
-            };
-            if let Some(list) = line.split_whitespace().find_map(|w| {
-                w.strip_prefix("PALISADE_ELECTION=")
-                    .map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
-            }) {
-                urls = Some(list);
-            }
-            if line.contains("Ctrl-C stops everything") {
-                break;
-            }
-        }
-        let urls = urls.expect("dev printed no PALISADE_ELECTION");
-        let key = std::fs::read_to_string(dir.path().join("admin.key"))
-            .expect("admin.key")
-            .trim()
-            .to_owned();
+        let setups = (1..=3)
+            .map(|id| {
+                let mut setup = support::node_setup(dir.path(), id, "127.0.0.1");
+                setup.args = support::STEADY_LEADER
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect();
+                setup.args.extend(["--partitions".into(), "3".into()]);
+                setup
+            })
+            .collect();
+        let cluster = support::Cluster::start_with(dir.path(), setups);
+        let urls = cluster.urls();
         Self {
-            child,
+            cluster,
             _dir: dir,
             urls,
-            key,
+            key: "no-policy-on-these-nodes".into(),
         }
     }
 
@@ -102,55 +71,8 @@ impl Dev {
         &self.urls[usize::try_from(id - 1).expect("id")]
     }
 
-    /// The pid of dev's election node `id`.
+    /// The pid of election node `id`.
     pub fn node_pid(&self, id: u64) -> u32 {
-        let started = Instant::now();
-        while started.elapsed() < PATIENCE {
-            for pid in children(self.child.id()) {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-                if args
-                    .windows(2)
-                    .any(|w| w[0] == b"--id" && w[1] == id.to_string().as_bytes())
-                {
-                    return pid;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("dev runs no election node {id}");
+        self.cluster.node(id).expect("a running node").pid()
     }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The pids of `parent`'s children.
-fn children(parent: u32) -> Vec<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{parent}/task"))
-        .into_iter()
-        .flatten();
-    let lists = tasks
-        .map_while(Result::ok)
-        .map(|task| std::fs::read_to_string(task.path().join("children")).unwrap_or_default());
-    let lists: Vec<String> = lists.collect();
-    lists
-        .iter()
-        .flat_map(|l| l.split_whitespace())
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
