@@ -203,10 +203,13 @@ func (h *hedgeCall) failed(o attemptOutcome, deadline time.Time, backoff time.Du
 // answer a follower forwarded names it; identify, for a hedged call, finds
 // which endpoint that node is), which node answered /v1/cluster.
 func (t *transport) learnFrom(index int, path string, ans *answer, identify bool) {
+	header := ans.header.Get(forwardedByFollower)
 	if k := t.parts.ofPath(path); k >= 0 {
-		t.learnPartitionLeader(k, index, ans.header.Get(forwardedByFollower))
-	} else if t.answered(index, ans.header.Get(forwardedByFollower)) && identify {
+		t.learnPartitionLeader(k, index, header)
+	} else if t.answered(index, header) && identify {
 		t.identify(t.nodeView)
+	} else if header != "" && t.parts.size() == 0 && leaseInPath(path) != "" {
+		t.identify(t.nodeView) // a forwarded lease call: learn the partition map
 	}
 	if path == "/v1/cluster" && ans.status == 200 {
 		if v := viewOf(ans.body); v.ok {

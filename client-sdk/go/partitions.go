@@ -155,12 +155,8 @@ func (m *partitionMap) learn(body []byte) {
 
 // first is the endpoint to try first for a call: its partition leader's,
 // when the cluster has several partitions and the client knows it; else
-// -1 (the usual order). A lease call before the map is known asks the
-// nodes for it, in the background.
+// -1 (the usual order).
 func (t *transport) first(path string) int {
-	if t.parts.size() == 0 && leaseInPath(path) != "" {
-		t.identify(t.nodeView)
-	}
 	k := t.parts.ofPath(path)
 	if k < 0 {
 		return -1

@@ -281,6 +281,12 @@ class Transport:
                 self._endpoints.identify(self._node_id_of)
         elif self._endpoints.answered(outcome.index, outcome.leader) and identify:
             self._endpoints.identify(self._node_id_of)
+        elif (
+            outcome.leader is not None
+            and self.partitions.count is None
+            and lease_in_path(path) is not None
+        ):
+            self._endpoints.identify(self._node_id_of)  # learn the partition map
         if path == "/v1/cluster" and isinstance(outcome.body, dict):
             node_id = _int_field(outcome.body, "node_id")
             if node_id is not None:
@@ -290,10 +296,7 @@ class Transport:
     def _first(self, path: str) -> Optional[int]:
         """The endpoint to try first for a call: its partition leader's,
         when the cluster has several partitions and the client knows it;
-        else ``None`` (the usual order). A lease call before the map is
-        known asks the nodes for it, in the background."""
-        if self.partitions.count is None and lease_in_path(path) is not None:
-            self._endpoints.identify(self._node_id_of)
+        else ``None`` (the usual order)."""
         partition = self.partitions.of_path(path)
         if partition is None:
             return None
