@@ -106,6 +106,13 @@ def partition_leaders(
 
 def partition_leaders_now(cluster: DevCluster, live: List[int]) -> Optional[List[int]]:
     """Each partition's leader if every live node names the same live one."""
+    terms = partition_terms_now(cluster, live)
+    return None if terms is None else [leader for leader, _ in terms]
+
+
+def partition_terms_now(cluster: DevCluster, live: List[int]) -> Optional[List[Tuple[int, int]]]:
+    """Each partition's (leader, term) if every live node names the same
+    live leader in the same term."""
     views: List[Optional[List[Any]]] = []
     for node in live:
         try:
@@ -114,13 +121,35 @@ def partition_leaders_now(cluster: DevCluster, live: List[int]) -> Optional[List
                 headers={"x-palisade-key": cluster.api_key},
                 timeout=1.0,
             )
-            views.append([p.get("leader") for p in answer.json()["partitions"]])
+            views.append([(p.get("leader"), p.get("term")) for p in answer.json()["partitions"]])
         except (httpx.HTTPError, ValueError, KeyError):
             views.append(None)
     first = views[0]
-    if first is not None and all(v == first for v in views) and all(l in live for l in first):
-        return [int(l) for l in first]
+    if first is not None and all(v == first for v in views) and all(l in live for l, _ in first):
+        return [(int(l), int(t)) for l, t in first]
     return None
+
+
+def leaders_of(terms: List[Tuple[int, int]]) -> List[int]:
+    return [leader for leader, _ in terms]
+
+
+def still_window(cluster: DevCluster, seen: List[Seen], seconds: float) -> Found:
+    """The renewals of a window of ``seconds`` at whose start and end every
+    node named the same leader of each partition (leadership also moves
+    between healthy nodes, to each partition's home, and by elections on a
+    starved machine; there a leader re-elected in a newer term counts as
+    the same); up to three tries."""
+    views: List[Optional[List[Tuple[int, int]]]] = []
+    for _ in range(3):
+        before = partition_terms_now(cluster, [1, 2, 3])
+        since = time.monotonic()
+        time.sleep(seconds)
+        after = partition_terms_now(cluster, [1, 2, 3])
+        if before is not None and after is not None and leaders_of(before) == leaders_of(after):
+            return renewals_by_partition(seen, since)
+        views += [before, after]
+    raise AssertionError(f"leadership did not hold still for {seconds} s, three times: {views}")
 
 
 def spread_names(prefix: str, per_partition: int) -> List[str]:
@@ -138,9 +167,10 @@ def spread_names(prefix: str, per_partition: int) -> List[str]:
     return names
 
 
-def assert_direct(found: Found, at_least: int) -> None:
-    """Each partition had ``at_least`` renewals, and most of them were
-    served by the node they were sent to: the partition's leader then (a
+def assert_direct(found: Found, at_least: int, most: float = 0.5) -> None:
+    """Each partition had ``at_least`` renewals, and at most a ``most``
+    share of them were forwarded; the others were served by the node they
+    were sent to: the partition's leader then (a
     node that does not lead it forwards, and says so). Leadership moves
     between healthy nodes too (to each partition's home node, and by
     elections on a starved machine): a renewal sent just before a move is
@@ -148,7 +178,7 @@ def assert_direct(found: Found, at_least: int) -> None:
     for k, sent in found.items():
         assert len(sent) >= at_least, f"partition {k}: only {len(sent)} renewals: {found}"
         forwarded = [url for url, fwd in sent if fwd]
-        assert len(forwarded) * 2 <= len(sent), f"partition {k}: forwarded {forwarded} of {sent}"
+        assert len(forwarded) <= most * len(sent), f"partition {k}: forwarded {forwarded} of {sent}"
 
 
 def test_leases_over_three_partitions_renew_at_their_leaders_through_a_leader_kill(
@@ -180,10 +210,11 @@ def test_leases_over_three_partitions_renew_at_their_leaders_through_a_leader_ki
             info = client.get(lease.name)
             assert (info.holder, info.partition) == ("keeper", partition_of(lease.name, PARTITIONS))
 
-        # Steady state: each partition's renewals go to its leader.
-        since = time.monotonic()
-        time.sleep(2 * TTL)
-        assert_direct(renewals_by_partition(seen, since), at_least=6)
+        # Steady state: each partition's renewals go to its leader (in a
+        # window where leadership held still: a third forwarded at most,
+        # renewals sent as a starved node lost and won its leadership
+        # again, or just before the window began).
+        assert_direct(still_window(cluster, seen, 2 * TTL), at_least=6, most=1 / 3)
 
         # kill -9 a node leading a partition (the fewest, when they are not
         # spread): every lease is kept, and the partitions it did not lead
@@ -193,19 +224,25 @@ def test_leases_over_three_partitions_renew_at_their_leaders_through_a_leader_ki
         # spread over their homes first, if they get there within 20 s: a
         # partition away from its home may move while the node is away.
         leaders = partition_leaders(cluster, [1, 2, 3], spread_within=20.0)
+        before = partition_terms_now(cluster, [1, 2, 3])
         victim = min(set(leaders), key=leaders.count)
         os.kill(cluster.node_pid(victim), signal.SIGKILL)
         killed = time.monotonic()
         time.sleep(3 * TTL)  # three ttls: held now means renewed past the kill
         assert all(lease.is_held() for lease in leases) and not lost, lost
         found = renewals_by_partition(seen, killed)
-        untouched = {k: found[k] for k in range(PARTITIONS) if leaders[k] != victim}
-        assert_direct(untouched, at_least=12)
+        after = partition_terms_now(cluster, [n for n in (1, 2, 3) if n != victim])
+        for k in range(PARTITIONS):
+            if leaders[k] == victim:
+                continue
+            # Renewals went on at the normal pace (one per lease every
+            # ttl/3: 18 expected); and straight to the leader, when its
+            # leadership held still meanwhile.
+            still = before is not None and after is not None and before[k][0] == after[k][0]
+            assert_direct({k: found[k]}, at_least=12, most=1 / 3 if still else 0.5)
 
         # The failed-over partitions' renewals have found their new leader.
-        since = time.monotonic()
-        time.sleep(TTL)
-        assert_direct(renewals_by_partition(seen, since), at_least=2)
+        assert_direct(still_window(cluster, seen, TTL), at_least=2, most=1 / 3)
         assert all(lease.is_held() for lease in leases) and not lost, lost
         for lease in leases:
             info = client.get(lease.name)
