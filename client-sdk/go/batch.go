@@ -3,6 +3,7 @@ package palisade
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -176,9 +177,41 @@ func (t *transport) renew(ctx context.Context, id GrantID, until time.Time) (*Gr
 	}
 }
 
-// sendBatch sends one batch and answers each of its renewals. Its attempts
-// end at the earliest deadline among its leases.
+// sendBatch sends one batch and answers each of its renewals. On a cluster
+// of several partitions (once the client knows) the batch is split by
+// partition, each part sent at once as POST /v1/renew?partition=k to that
+// partition's leader first: a partition failing over holds up only its
+// own part. Else it goes whole to /v1/renew (any node splits it).
 func (t *transport) sendBatch(batch []*pendingRenewal) {
+	count := t.parts.size()
+	if count <= 1 {
+		t.sendRenewals(batch, -1)
+		return
+	}
+	groups := map[int][]*pendingRenewal{}
+	for _, p := range batch {
+		k := PartitionOf(p.id.Lease, count)
+		groups[k] = append(groups[k], p)
+	}
+	var wg sync.WaitGroup
+	for k, group := range groups {
+		wg.Add(1)
+		go func(k int, group []*pendingRenewal) {
+			defer wg.Done()
+			t.sendRenewals(group, k)
+		}(k, group)
+	}
+	wg.Wait()
+}
+
+// sendRenewals sends renewals of partition k (-1: of any) as one request
+// and answers each of them. Its attempts end at the earliest deadline
+// among its leases.
+func (t *transport) sendRenewals(batch []*pendingRenewal, k int) {
+	path := "/v1/renew"
+	if k >= 0 {
+		path = fmt.Sprintf("/v1/renew?partition=%d", k)
+	}
 	until := batch[0].until
 	for _, p := range batch[1:] {
 		if p.until.Before(until) {
@@ -192,7 +225,7 @@ func (t *transport) sendBatch(batch []*pendingRenewal) {
 			p.reply <- renewResult{err: err}
 		}
 	}
-	if len(batch) == 1 {
+	if len(batch) == 1 && k < 0 {
 		g, err := t.renewGrant(ctx, batch[0].id)
 		batch[0].reply <- renewResult{grant: g, err: err}
 		return
@@ -206,7 +239,7 @@ func (t *transport) sendBatch(batch []*pendingRenewal) {
 		answerAll(badRequest("the request body does not encode: %v", err))
 		return
 	}
-	ans, err := t.hedged(ctx, "POST", "/v1/renew", payload)
+	ans, err := t.hedged(ctx, "POST", path, payload)
 	if err != nil {
 		answerAll(err)
 		return
@@ -230,12 +263,20 @@ func (t *transport) sendBatch(batch []*pendingRenewal) {
 		answerAll(&ProtocolError{Status: 200, Message: "a batch renewal answered the wrong number of results"})
 		return
 	}
+	t.answerRenewals(ctx, batch, doc.Results, k)
+}
+
+// answerRenewals answers each renewal of a batch with its result. A 503
+// among a partition's results (its leader stopped leading) forgets that
+// leader: the retries go the usual way until it is learned again.
+func (t *transport) answerRenewals(ctx context.Context, batch []*pendingRenewal, results []json.RawMessage, k int) {
+	forgot := false
 	for i, p := range batch {
 		var result struct {
 			Status int             `json:"status"`
 			Grant  json.RawMessage `json:"grant"`
 		}
-		if err := json.Unmarshal(doc.Results[i], &result); err != nil {
+		if err := json.Unmarshal(results[i], &result); err != nil {
 			p.reply <- renewResult{err: &ProtocolError{Status: 200, Message: "a batch result does not parse: " + err.Error()}}
 			continue
 		}
@@ -246,7 +287,12 @@ func (t *transport) sendBatch(batch []*pendingRenewal) {
 			}
 			p.reply <- renewResult{grant: g, err: err}
 		} else {
-			p.reply <- renewResult{err: errorFor(result.Status, doc.Results[i])}
+			if result.Status == 503 && k >= 0 && !forgot {
+				forgot = true
+				t.parts.setLeader(k, 0)
+				t.identify(t.nodeView)
+			}
+			p.reply <- renewResult{err: errorFor(result.Status, results[i])}
 		}
 	}
 }

@@ -109,6 +109,8 @@ func startDev(t testing.TB) *devCluster {
 type devOptions struct {
 	tls     bool
 	prepare func(t testing.TB, data string)
+	// partitions > 1 runs palisade dev --partitions N.
+	partitions int
 }
 
 func startDevWith(t testing.TB, opts devOptions) *devCluster {
@@ -136,6 +138,9 @@ func startDevWith(t testing.TB, opts devOptions) *devCluster {
 		args := []string{"dev", "--data-dir", d.data,
 			"--election-port", strconv.Itoa(d.base), "--gateway-port", strconv.Itoa(d.gwPort)}
 		scheme := "http"
+		if opts.partitions > 1 {
+			args = append(args, "--partitions", strconv.Itoa(opts.partitions))
+		}
 		if opts.tls {
 			args, scheme = append(args, "--tls"), "https"
 		}

@@ -83,9 +83,16 @@ func (e *endpoints) init(urls []string) {
 // order is every endpoint index in the order to try them: from the
 // preferred one round the ring, the avoided ones last (the one avoided
 // longest last of all).
-func (e *endpoints) order() []int {
+func (e *endpoints) order() []int { return e.orderFrom(-1) }
+
+// orderFrom is order starting from first (a partition leader's endpoint)
+// instead of the preferred one; -1: the preferred one.
+func (e *endpoints) orderFrom(first int) []int {
 	n := len(e.urls)
 	start := int(e.preferred.Load() % uint64(n))
+	if first >= 0 {
+		start = first % n
+	}
 	now := time.Now()
 	e.epMu.Lock()
 	defer e.epMu.Unlock()
@@ -100,6 +107,26 @@ func (e *endpoints) order() []int {
 	}
 	sort.SliceStable(bad, func(a, b int) bool { return e.avoidUntil[bad[a]].Before(e.avoidUntil[bad[b]]) })
 	return append(good, bad...)
+}
+
+// indexOf is the endpoint of node id, if the client knows it.
+func (e *endpoints) indexOf(id uint64) (int, bool) {
+	e.epMu.Lock()
+	defer e.epMu.Unlock()
+	index, ok := e.ids[id]
+	return index, ok
+}
+
+// nodeAt is the node id of endpoint index, if the client knows it.
+func (e *endpoints) nodeAt(index int) (uint64, bool) {
+	e.epMu.Lock()
+	defer e.epMu.Unlock()
+	for id, at := range e.ids {
+		if at == index {
+			return id, true
+		}
+	}
+	return 0, false
 }
 
 // avoided reports whether index is tried last for now.

@@ -31,6 +31,8 @@ func (o attemptOutcome) transient() bool {
 type hedgeCall struct {
 	t         *transport
 	method    string
+	path      string
+	first     int // the endpoint tried first (a partition leader's), or -1
 	url       func(index int) string
 	payload   []byte
 	results   chan attemptOutcome
@@ -60,7 +62,7 @@ func (t *transport) hedged(ctx context.Context, method, path string, payload []b
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	h := &hedgeCall{t: t, method: method, payload: payload,
+	h := &hedgeCall{t: t, method: method, payload: payload, path: path, first: t.first(path),
 		url:     func(index int) string { return t.urls[index] + path },
 		results: make(chan attemptOutcome, len(t.urls)),
 		out:     map[int]bool{}, tries: map[int]int{}, notBefore: map[int]time.Time{},
@@ -128,7 +130,7 @@ func (t *transport) hedged(ctx context.Context, method, path string, payload []b
 // hour if all have attempts out).
 func (h *hedgeCall) next(now time.Time) (int, time.Duration) {
 	best, wait := -1, time.Hour
-	for _, index := range h.t.order() {
+	for _, index := range h.t.orderFrom(h.first) {
 		if h.out[index] {
 			continue
 		}
@@ -174,6 +176,7 @@ func (h *hedgeCall) failed(o attemptOutcome, deadline time.Time, backoff time.Du
 		h.last = fmt.Sprintf("%s: %d %s", h.url(o.index), o.ans.status, o.ans.message())
 	}
 	h.t.moveOff(o.index)
+	h.t.missed(h.path, o.index)
 	now := time.Now()
 	slice := attemptSlice(deadline.Sub(now), h.t.cfg.RequestTimeout)
 	if o.ans != nil {
@@ -200,13 +203,19 @@ func (h *hedgeCall) failed(o attemptOutcome, deadline time.Time, backoff time.Du
 // answer a follower forwarded names it; identify, for a hedged call, finds
 // which endpoint that node is), which node answered /v1/cluster.
 func (t *transport) learnFrom(index int, path string, ans *answer, identify bool) {
-	if t.answered(index, ans.header.Get(forwardedByFollower)) && identify {
+	header := ans.header.Get(forwardedByFollower)
+	if k := t.parts.ofPath(path); k >= 0 {
+		t.learnPartitionLeader(k, index, header)
+	} else if t.answered(index, header) && identify {
 		t.identify(t.nodeView)
+	} else if header != "" && t.parts.size() == 0 && leaseInPath(path) != "" {
+		t.identify(t.nodeView) // a forwarded lease call: learn the partition map
 	}
 	if path == "/v1/cluster" && ans.status == 200 {
 		if v := viewOf(ans.body); v.ok {
 			t.learn(index, v.id)
 		}
+		t.parts.learn(ans.body)
 	}
 }
 
@@ -220,6 +229,7 @@ func (t *transport) nodeView(index int) nodeView {
 	if err != nil || ans.status != 200 {
 		return nodeView{}
 	}
+	t.parts.learn(ans.body)
 	return viewOf(ans.body)
 }
 

@@ -110,6 +110,9 @@ type LeaseInfo struct {
 	// shows them; "" from clusters that do not send them yet.
 	AcquireTime string `json:"acquire_time,omitempty"`
 	RenewTime   string `json:"renew_time,omitempty"`
+	// Partition is the partition the lease belongs to on a cluster of
+	// several (palisade dev --partitions N); nil with one partition.
+	Partition *int `json:"partition,omitempty"`
 }
 
 // Object is a stored object read through the gateway.

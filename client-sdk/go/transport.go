@@ -52,6 +52,9 @@ type transport struct {
 
 	// Which node to ask first (the leader, when known), which to avoid.
 	endpoints
+	// Which node leads each partition (partitions.go): a lease call goes
+	// to its partition's leader first, when known.
+	parts partitionMap
 
 	mu        sync.Mutex
 	notBefore map[int]time.Time // per endpoint, from Retry-After
@@ -286,7 +289,7 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 	unavailable := func(err error) error {
 		return &UnavailableError{Attempts: attempts, Elapsed: time.Since(started), Last: last, Err: err}
 	}
-	order := t.order()
+	order := t.orderFrom(t.first(path))
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, unavailable(err)
@@ -327,6 +330,7 @@ func (t *transport) electionWithin(ctx context.Context, method, path string, bod
 			}
 		}
 		t.moveOff(index)
+		t.missed(path, index)
 		wait := t.retryWait(order[attempts%len(order)], backoff)
 		if time.Since(started)+wait > budget+extra || (hasDeadline && time.Now().Add(wait).After(deadline)) {
 			return nil, unavailable(nil)

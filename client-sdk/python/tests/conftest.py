@@ -72,11 +72,15 @@ class DevCluster:
     """One ``palisade dev``: 3 election nodes and a gateway, with a policy."""
 
     def __init__(
-        self, tls: bool = False, prepare: Optional[Callable[[Path], None]] = None
+        self,
+        tls: bool = False,
+        prepare: Optional[Callable[[Path], None]] = None,
+        partitions: int = 1,
     ) -> None:
         """``tls``: ``palisade dev --tls`` (https, client TLS, the CA in
         ``certs/ca.pem``); ``prepare`` runs on the data dir before the
-        first start (a policy of the test's own, say)."""
+        first start (a policy of the test's own, say); ``partitions`` > 1:
+        ``palisade dev --partitions N``."""
         if not os.access(BIN, os.X_OK):
             pytest.fail(f"no palisade binary at {BIN} (set PALISADE_BIN)")
         self.dir = Path(tempfile.mkdtemp(prefix="palisade-pytest-"))
@@ -96,7 +100,9 @@ class DevCluster:
                         BIN, "dev", "--data-dir", str(data),
                         "--election-port", str(self.base),
                         "--gateway-port", str(self.gateway_port),
-                    ] + (["--tls"] if tls else []),
+                    ]
+                    + (["--tls"] if tls else [])
+                    + (["--partitions", str(partitions)] if partitions > 1 else []),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,

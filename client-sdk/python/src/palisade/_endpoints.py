@@ -70,19 +70,33 @@ class Endpoints:
         with self._lock:
             return self._preferred
 
-    def order(self) -> List[int]:
+    def order(self, first: Optional[int] = None) -> List[int]:
         """Every endpoint index, in the order to try them: from the
-        preferred one round the ring, the avoided ones last (the one
-        avoided longest last of all)."""
+        preferred one (or ``first``: a partition leader's endpoint) round
+        the ring, the avoided ones last (the one avoided longest last of
+        all)."""
         n = len(self.urls)
         now = time.monotonic()
         with self._lock:
-            start = self._preferred % n if n else 0
+            start = (self._preferred if first is None else first) % n if n else 0
             avoid = dict(self._avoid)
         ring = [(start + i) % n for i in range(n)]
         good = [i for i in ring if avoid.get(i, 0.0) <= now]
         bad = sorted((i for i in ring if avoid.get(i, 0.0) > now), key=lambda i: avoid[i])
         return good + bad
+
+    def index_of(self, node_id: int) -> Optional[int]:
+        """The endpoint of node ``node_id``, if the client knows it."""
+        with self._lock:
+            return self._ids.get(node_id)
+
+    def node_at(self, index: int) -> Optional[int]:
+        """The node id of endpoint ``index``, if the client knows it."""
+        with self._lock:
+            for node_id, at in self._ids.items():
+                if at == index:
+                    return node_id
+            return None
 
     def avoided(self, index: int) -> bool:
         """Whether ``index`` is tried last for now."""

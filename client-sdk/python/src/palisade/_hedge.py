@@ -125,6 +125,7 @@ def hedged(
     send: Send,
     until: float,
     request_timeout: float,
+    first: Optional[int] = None,
 ) -> Outcome:
     """The first definitive answer (anything but a transport failure, 503
     or 429) of attempts sent by ``until``: one at once, to the first
@@ -134,7 +135,8 @@ def hedged(
     one failed (backoff 20 ms doubling, never longer than a slice). A
     ``Retry-After`` keeps this call off that endpoint for as long, but
     never longer than a slice. Each attempt's timeout ends at ``until``
-    (and within a request timeout). Raises :class:`GaveUp`."""
+    (and within a request timeout). ``first`` (a partition leader's
+    endpoint) goes first in that order. Raises :class:`GaveUp`."""
     results: "queue.SimpleQueue[Outcome]" = queue.SimpleQueue()
     tries: Dict[int, int] = {}
     out: Set[int] = set()
@@ -150,7 +152,7 @@ def hedged(
             endpoints.avoid(latest[0], request_timeout)  # it stalled
             latest = None
         if now >= launch_at:
-            index, wait = _next_endpoint(endpoints.order(), out, tries, not_before, now)
+            index, wait = _next_endpoint(endpoints.order(first), out, tries, not_before, now)
             if index is None:
                 launch_at = now + min(wait, attempt_slice(until - now, request_timeout))
             else:

@@ -135,6 +135,9 @@ class LeaseInfo:
     #: When the current grant was last renewed (RFC 3339), when the cluster
     #: says.
     renew_time: Optional[str] = None
+    #: The partition the lease belongs to, on a cluster of several
+    #: (``palisade dev --partitions N``); ``None`` with one partition.
+    partition: Optional[int] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "LeaseInfo":
@@ -150,6 +153,7 @@ class LeaseInfo:
             revoked=bool(body.get("revoked", False)),
             acquire_time=_opt_str(body, "acquire_time"),
             renew_time=_opt_str(body, "renew_time"),
+            partition=_opt_int(body, "partition"),
         )
 
 

@@ -33,6 +33,7 @@ from ._gateway import Gateway
 from ._hedge import GaveUp, Outcome, Workers, hedged, retry_after
 from ._jwks import JwtVerifier
 from ._model import Grant, GrantId, JsonObject
+from ._partitions import PartitionMap, lease_in_path
 from ._stream import StreamRenewer
 
 log = logging.getLogger("palisade")
@@ -104,6 +105,9 @@ class Transport:
         )
         # Which node to ask first (the leader, when known), which to avoid.
         self._endpoints = Endpoints(config.election)
+        #: The partition map (``_partitions.py``): a lease call goes to its
+        #: partition's leader first, when known.
+        self.partitions = PartitionMap()
         self._workers = Workers()
         self._verifier = JwtVerifier(self.published_keys, len(config.election))
         #: The gateway's object and fence calls (sent once each).
@@ -176,11 +180,12 @@ class Transport:
             raise BadRequest("no election endpoints configured")
         if hedge:
             return self._hedged(method, path, body, until)
+        first = self._first(path)
         started = time.monotonic()
         attempts = 0
         backoff = 0.02
         last = "no attempt made: the deadline had passed"
-        order = self._endpoints.order()
+        order = self._endpoints.order(first)
         while True:
             now = time.monotonic()
             timeout = self.config.request_timeout + extra
@@ -196,6 +201,7 @@ class Transport:
                 return Answer(outcome.status, outcome.body)
             last = outcome.describe(endpoints[index] + path)
             self._endpoints.failed(index)
+            self._missed(path, index)
             elapsed = time.monotonic() - started
             if elapsed + backoff > self.config.retry_budget + extra or (
                 until is not None and time.monotonic() + backoff / 2 >= until
@@ -216,13 +222,18 @@ class Transport:
 
         def send(index: int, timeout: float) -> Outcome:
             try:
-                return self._send(method, path, body, index, timeout)
+                outcome = self._send(method, path, body, index, timeout)
             except BadRequest as err:  # not an http(s) URL
                 return Outcome(index, failure=str(err))
+            outcome = _entry_transient(path, outcome)
+            if outcome.transient:
+                self._missed(path, index)
+            return outcome
 
+        first = self._first(path)
         try:
             outcome = hedged(
-                self._endpoints, self._workers, send, until, self.config.request_timeout
+                self._endpoints, self._workers, send, until, self.config.request_timeout, first
             )
         except GaveUp as err:
             raise Unavailable(err.attempts, time.monotonic() - started, err.last) from None
@@ -255,13 +266,57 @@ class Transport:
         """Learns from a definitive answer: which node leads (an answer a
         follower forwarded names it; ``identify``, for a hedged call, asks
         the nodes their ids when that node cannot be placed yet), which
-        node answered ``/v1/cluster``."""
-        if self._endpoints.answered(outcome.index, outcome.leader) and identify:
+        node answered ``/v1/cluster`` and the partition map it gave. With
+        several partitions, a call for one partition teaches that
+        partition's leader only."""
+        partition = self.partitions.of_path(path)
+        if partition is not None:
+            self._endpoints.heard(outcome.index)
+            leader = outcome.leader
+            if leader is None:  # it served the call itself: it leads
+                leader = self._endpoints.node_at(outcome.index)
+            if leader is not None:
+                self.partitions.set_leader(partition, leader)
+            if leader is None or self._endpoints.index_of(leader) is None:
+                self._endpoints.identify(self._node_id_of)
+        elif self._endpoints.answered(outcome.index, outcome.leader) and identify:
             self._endpoints.identify(self._node_id_of)
+        elif (
+            outcome.leader is not None
+            and self.partitions.count is None
+            and lease_in_path(path) is not None
+        ):
+            self._endpoints.identify(self._node_id_of)  # learn the partition map
         if path == "/v1/cluster" and isinstance(outcome.body, dict):
             node_id = _int_field(outcome.body, "node_id")
             if node_id is not None:
                 self._endpoints.learn(outcome.index, node_id)
+            self.partitions.learn(outcome.body)
+
+    def _first(self, path: str) -> Optional[int]:
+        """The endpoint to try first for a call: its partition leader's,
+        when the cluster has several partitions and the client knows it;
+        else ``None`` (the usual order)."""
+        partition = self.partitions.of_path(path)
+        if partition is None:
+            return None
+        leader = self.partitions.leader(partition)
+        index = None if leader is None else self._endpoints.index_of(leader)
+        if leader is not None and index is None:
+            self._endpoints.identify(self._node_id_of)
+        return index
+
+    def _missed(self, path: str, index: int) -> None:
+        """A call for a partition got no definitive answer from ``index``:
+        if that is the partition's leader, it is forgotten (the next call
+        tries the usual order) and the map is asked for again."""
+        partition = self.partitions.of_path(path)
+        if partition is None:
+            return
+        leader = self.partitions.leader(partition)
+        if leader is not None and self._endpoints.index_of(leader) == index:
+            self.partitions.set_leader(partition, None)
+            self._endpoints.identify(self._node_id_of)
 
     def _node_id_of(self, index: int) -> Tuple[Optional[int], Optional[int]]:
         """The node id endpoint ``index`` gives in ``/v1/cluster`` (one
@@ -271,10 +326,12 @@ class Transport:
         timeout = self._timeout(min(self.config.request_timeout, 1.0))
         try:
             response = self._http.get(url, timeout=timeout)
-        except httpx.HTTPError:
+        except (httpx.HTTPError, RuntimeError):  # RuntimeError: the client was closed
             return None, None
         body = json_of(response)
         doc: Mapping[str, Any] = body if isinstance(body, dict) else {}
+        if response.status_code == 200:
+            self.partitions.learn(doc)
         return _int_field(doc, "node_id"), _int_field(doc, "leader")
 
     def published_keys(self) -> List[JsonObject]:
@@ -308,6 +365,11 @@ class Transport:
         its slice of the time left, else by renew calls (hedged across the
         nodes, up to ``until``)."""
         body = grant_body(grant_id, with_index=False)
+        partition = self.partitions.of_path(f"/v1/leases/{grant_id.lease}")
+        if partition is not None:
+            grant = Grant.from_json(self._renew_in(partition, {"lease": grant_id.lease, **body}, until))
+            self.verify_grant(grant)
+            return grant
         answer = self._renew_on_stream(grant_id, body, until)
         if answer is None:
             path = f"/v1/leases/{grant_id.lease}/renew"
@@ -319,6 +381,27 @@ class Transport:
                 raise ProtocolError(200, "a renewal result without its grant")
             grant = Grant.from_json(doc)
         self.verify_grant(grant)
+        return grant
+
+    def _renew_in(
+        self, partition: int, entry: Mapping[str, Any], until: Optional[float]
+    ) -> Mapping[str, Any]:
+        """One renewal as ``POST /v1/renew?partition=k`` (hedged; its
+        partition's leader first): the renewed grant's document. The
+        renewal stream is not used with several partitions: its node would
+        forward each partition's part to that partition's leader."""
+        path = f"/v1/renew?partition={partition}"
+        answer = self.election("POST", path, {"renewals": [entry]}, until=until, hedge=True)
+        results = answer.ok_object().get("results")
+        if not isinstance(results, list) or len(results) != 1 or not isinstance(results[0], dict):
+            raise ProtocolError(200, "a batch renewal answered the wrong number of results")
+        result = results[0]
+        status = result.get("status")
+        if status != 200:
+            raise Answer(status if isinstance(status, int) else 500, result).error()
+        grant = result.get("grant")
+        if not isinstance(grant, dict):
+            raise ProtocolError(200, "a renewal result without its grant")
         return grant
 
     def _renew_on_stream(
@@ -353,6 +436,21 @@ class Transport:
         if not isinstance(token, int) or isinstance(token, bool):
             raise ProtocolError(200, "a handover answered no token")
         return token
+
+def _entry_transient(path: str, outcome: Outcome) -> Outcome:
+    """A one-partition batch of one (``POST /v1/renew?partition=k``)
+    whose renewal the node could not carry (503: it stopped leading, 429)
+    is a transient outcome of that node, as a whole 503 would be: the
+    renewal goes to the next node."""
+    if outcome.status != 200 or not path.startswith("/v1/renew?") or not isinstance(outcome.body, dict):
+        return outcome
+    results = outcome.body.get("results")
+    if isinstance(results, list) and len(results) == 1 and isinstance(results[0], dict):
+        status = results[0].get("status")
+        if status in (503, 429):
+            return Outcome(outcome.index, status=status, body=results[0], leader=outcome.leader)
+    return outcome
+
 
 def _int_field(doc: Mapping[str, Any], name: str) -> Optional[int]:
     value = doc.get(name)
