@@ -139,7 +139,9 @@ func startDevWith(t testing.TB, opts devOptions) *devCluster {
 			"--election-port", strconv.Itoa(d.base), "--gateway-port", strconv.Itoa(d.gwPort)}
 		scheme := "http"
 		if opts.partitions > 1 {
-			args = append(args, "--partitions", strconv.Itoa(opts.partitions))
+			// Steady elections: at dev's 60..120 ms timeout a loaded
+			// machine moved partition leaders every few seconds.
+			args = append(args, "--partitions", strconv.Itoa(opts.partitions), "--slow-elections")
 		}
 		if opts.tls {
 			args, scheme = append(args, "--tls"), "https"

@@ -49,6 +49,12 @@ pub struct DevArgs {
     /// --partitions; fixed when the data dir is made).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     partitions: u32,
+    /// Slower, steadier elections on the nodes: heartbeat 100 ms, election
+    /// timeout 600..1200 ms (and leases of at least 2 s). Leadership then
+    /// stays put on a loaded machine (tests beside builds, a busy laptop);
+    /// a failover takes 1-2 s instead of a few hundred ms.
+    #[arg(long)]
+    slow_elections: bool,
     /// A process that died is restarted at most 3 times within this many
     /// seconds; once more and dev leaves it down (and says so).
     #[arg(long, default_value_t = 60, hide = true)]
@@ -191,6 +197,19 @@ fn cluster_config(
             .extend(["--max-wait-ms".to_owned(), args.max_wait_ms.to_string()]);
         node.args
             .extend(["--partitions".to_owned(), args.partitions.to_string()]);
+        if args.slow_elections {
+            node.args.extend(
+                [
+                    "--heartbeat-ms",
+                    "100",
+                    "--election-timeout-ms",
+                    "600..1200",
+                    "--min-ttl-ms",
+                    "2000",
+                ]
+                .map(str::to_owned),
+            );
+        }
         // The status page shows the gateway's refused writes.
         node.args.extend([
             "--ui-gateway".to_owned(),

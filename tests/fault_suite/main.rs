@@ -1153,6 +1153,16 @@ fn keep(seed: u64, histories: &[PathBuf], faults: &[Fault]) -> PathBuf {
     let _ = std::fs::create_dir_all(&kept);
     for path in histories {
         let _ = std::fs::copy(path, kept.join(path.file_name().expect("name")));
+        // What the worker printed (each campaign, write and loss, why).
+        let out = path.with_extension("out");
+        let _ = std::fs::copy(&out, kept.join(out.file_name().expect("name")));
+    }
+    // The election nodes' logs, beside the histories.
+    if let Some(dir) = histories.first().and_then(|p| p.parent()) {
+        for id in 1..=3 {
+            let name = format!("election-{id}.log");
+            let _ = std::fs::copy(dir.join(&name), kept.join(name));
+        }
     }
     let log: String = faults
         .iter()

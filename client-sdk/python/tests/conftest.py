@@ -102,7 +102,11 @@ class DevCluster:
                         "--gateway-port", str(self.gateway_port),
                     ]
                     + (["--tls"] if tls else [])
-                    + (["--partitions", str(partitions)] if partitions > 1 else []),
+                    + (
+                        ["--partitions", str(partitions), "--slow-elections"]
+                        if partitions > 1
+                        else []
+                    ),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
