@@ -58,7 +58,7 @@
 //! harness logs each fault's window. The checker (`checker.rs`) verifies S1-S4
 //! (reads included, per-key linearizability in `linearizable.rs`) and L1.
 //!
-//! A third run has three Raft partitions (`--partitions 3`) and the
+//! A third run has four Raft partitions (`--partitions 4`) and the
 //! faults that matter most to them (`GROUP_KINDS`, `GROUP_CUTS`; half as
 //! long): the leader the suite aims at is partition 0's, which may lead
 //! the workers' partitions or not.
@@ -274,21 +274,21 @@ fn safety_and_liveness_hold_under_faults() {
     suite(Engine::Sled, 1);
 }
 
-/// The suite on a cluster of three Raft partitions (`--partitions 3`,
+/// The suite on a cluster of four Raft partitions (`--partitions 4`,
 /// issue 46), with the faults that matter most to them: the leader (of
-/// partition 0, which leads others too, or not) killed, stopped, isolated
-/// and bridged, a follower killed, the quorum killed, and a follower wiped
-/// and replaced (a membership change in every partition); half as long.
+/// partition 0, which holds `orders.beta`; `orders.alpha` is in partition
+/// 2, led elsewhere once the leaders spread) killed, stopped, isolated and
+/// bridged, a follower killed, the quorum killed, and a follower wiped and
+/// replaced (a membership change in every partition); half as long.
 ///
-/// Ignored in CI for now: it holds S1-S4 and L1, but not yet L2 — a
-/// freeze of partition 0's leader shorter than a ttl still costs holders
-/// of other partitions their leases (seed 9368499500230807939: lost 1.7 s
-/// into a 550 ms freeze). Run by hand: `cargo test --test fault_suite --
-/// --ignored`.
+/// It found that a freeze of partition 0's leader cost other partitions'
+/// holders their leases (seed 9368499500230807939), while a batch renewal
+/// on a follower went through partition 0's leader and waited for it; the
+/// calls that span partitions are now served where they land, and each
+/// partition's part waits at most a quarter of its ttl.
 #[test]
-#[ignore = "L2 does not hold yet with Raft partitions (see the comment)"]
 fn safety_and_liveness_hold_with_raft_partitions() {
-    suite(Engine::Sled, 3);
+    suite(Engine::Sled, 4);
 }
 
 /// The suite with two gateways on one PostgreSQL, the workers spread over
@@ -509,8 +509,12 @@ async fn run(engine: Engine, groups: u32, partitions: bool, faketime: Option<Pat
         "a hostile client used public lease data: {:?}",
         harness.thefts
     );
+    // With Raft partitions the faults aimed at partition 0's leader often
+    // leave the other partition's holder riding through every one (L2 at
+    // work): there, both leases held is what a run must show.
+    let least = if groups > 1 { 2 } else { 3 };
     assert!(
-        history.held.len() >= 3,
+        history.held.len() >= least,
         "no lease changed hands: {} grants",
         history.held.len()
     );
