@@ -326,7 +326,14 @@ async fn wait_ready(
         if let Some(status) = running.cluster.exited().or(gateway_exited) {
             bail!("a cluster process exited early ({status}); see the logs in the data dir (ports in use?)");
         }
-        if ready::signing_key_installed(&client, &first).await
+        // Every node answers, not only a quorum: on a loaded machine a
+        // node could still be starting when dev said the cluster was up.
+        let mut all_answer = true;
+        for url in running.cluster.urls() {
+            all_answer &= ready::healthy(&client, &url).await;
+        }
+        if all_answer
+            && ready::signing_key_installed(&client, &first).await
             && ready::healthy(&client, gateway).await
         {
             return Ok(());
