@@ -381,7 +381,17 @@ mod tests {
         // Restart: the installed state comes back.
         drop((machine, builder));
         drop(db);
-        let db = Durable::open(dir.path()).expect("reopen");
+        // sled lets go of its lock once its last handle is gone, and a
+        // flush task may still hold one for a moment: bounded retries.
+        let mut reopened = Durable::open(dir.path());
+        for _ in 0..250 {
+            if reopened.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            reopened = Durable::open(dir.path());
+        }
+        let db = reopened.expect("reopen");
         let machine = StateMachine::open(
             &db,
             crate::group_id::GroupId::ZERO.names(),
