@@ -21,7 +21,7 @@ use crate::group_id::GroupId;
 pub(super) const PARTITION_PARAM: &str = "partition";
 
 /// The partition a call's `?partition=k` names, if it names one: 400 for
-/// one that is not a number below the cluster's partition count.
+/// one that is not a number, 404 for one beyond the cluster's count.
 pub(super) fn partition_of(state: &ApiState, uri: &http::Uri) -> Result<Option<GroupId>, ApiError> {
     let Ok(Query(query)) = Query::<HashMap<String, String>>::try_from_uri(uri) else {
         return Ok(None);
@@ -31,7 +31,12 @@ pub(super) fn partition_of(state: &ApiState, uri: &http::Uri) -> Result<Option<G
     };
     match value.parse::<u32>() {
         Ok(k) if k < state.partitions() => Ok(Some(GroupId(k))),
-        _ => Err(ApiError::BadRequest(format!(
+        Ok(k) => Err(ApiError::NotFound(format!(
+            "no partition {k}: this cluster has {} (0..{})",
+            state.partitions(),
+            state.partitions()
+        ))),
+        Err(_) => Err(ApiError::BadRequest(format!(
             "partition must be a number in 0..{}",
             state.partitions()
         ))),

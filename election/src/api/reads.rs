@@ -157,7 +157,9 @@ pub(super) struct ListQuery {
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
     /// Only this partition's leases (with `--partitions` > 1; a node
-    /// answering a list asks each partition's leader so).
+    /// answering a list asks each partition's leader so); 404 beyond the
+    /// cluster's count.
+    #[param(maximum = 63)]
     partition: Option<u32>,
 }
 
@@ -205,8 +207,9 @@ pub(super) async fn list_leases(
     };
     let one = match query.partition {
         Some(k) if k >= state.partitions() => {
-            return Err(ApiError::BadRequest(format!(
-                "partition must be a number in 0..{}",
+            return Err(ApiError::NotFound(format!(
+                "no partition {k}: this cluster has {} (0..{})",
+                state.partitions(),
                 state.partitions()
             )))
         }
