@@ -122,104 +122,18 @@ pub(super) fn has_media_type(headers: &HeaderMap, media: &str) -> bool {
 /// Parses one JSON document into `T` (the rules of every body: unknown
 /// fields and duplicate keys refused, integral floats read as integers).
 pub(super) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    // The common case, straight into the type; the detour through a
-    // `Value` only when that fails (an integral float, or a real error).
+    // The common case, straight into the type (serde's derive refuses
+    // unknown fields and repeated keys); the detour only when that fails.
     if let Ok(typed) = serde_json::from_slice(bytes) {
         return Ok(typed);
     }
-    // A `Value` keeps the last of duplicate keys; the typed parse refuses
-    // them, so this path must too.
-    serde_json::from_slice::<NoDuplicateKeys>(bytes)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
-    let mut value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
-    integral_floats_to_integers(&mut value);
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
-}
-
-/// Any JSON document in which no object repeats a key (deserializing one
-/// that does is an error naming the key).
-struct NoDuplicateKeys;
-
-impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NoDuplicateKeysVisitor)
-    }
-}
-
-struct NoDuplicateKeysVisitor;
-
-impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
-    type Value = NoDuplicateKeys;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
-                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
-            }
-            map.next_value::<NoDuplicateKeys>()?;
-        }
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-}
-
-/// `7.0` is the integer 7 to JSON Schema (and to every JavaScript
-/// client): numbers with no fraction become integers before typed
-/// decoding, so a schema-valid body is never refused for writing one.
-fn integral_floats_to_integers(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Number(n) if !n.is_u64() && !n.is_i64() => {
-            if let Some(f) = n.as_f64() {
-                // Exactly representable integers only (below 2^53).
-                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
-                    *value = if f >= 0.0 {
-                        serde_json::Value::from(f as u64)
-                    } else {
-                        serde_json::Value::from(f as i64)
-                    };
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
-        serde_json::Value::Object(fields) => {
-            fields.values_mut().for_each(integral_floats_to_integers)
-        }
-        _ => {}
+    // The text the typed parse refused, with whole numbers written as
+    // integers (`5000.0`, exactly; `whole_numbers.rs`); parsed again only
+    // if that changed anything, so a real error keeps its own message.
+    let refused = |e: serde_json::Error| ApiError::BadRequest(format!("invalid JSON body: {e}"));
+    match super::whole_numbers::rewrite(bytes) {
+        Some(rewritten) => serde_json::from_slice(&rewritten).map_err(refused),
+        None => serde_json::from_slice(bytes).map_err(refused),
     }
 }
 
@@ -252,16 +166,24 @@ pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<Durati
 
 #[cfg(test)]
 mod tests {
-    use crate::api::extract::NoDuplicateKeys;
+    use crate::api::extract::parse_json;
+    use crate::api::leases::bodies::RenewBatch;
 
     #[test]
-    fn a_repeated_key_is_refused_at_any_depth() {
-        let parse = |text: &str| serde_json::from_str::<NoDuplicateKeys>(text).is_ok();
-        assert!(parse(
-            r#"{"a":1,"b":[{"a":2},{"a":3}],"c":{"d":null,"e":7.0}}"#
-        ));
-        assert!(!parse(r#"{"holder":"a","holder":"b"}"#));
-        assert!(!parse(r#"{"x":[{"k":1,"k":2}]}"#));
-        assert!(!parse(r#"{"x":{"y":{"k":1,"k":2}}}"#));
+    fn a_repeated_key_is_refused_at_any_depth_on_both_paths() {
+        let parse = |text: &str| parse_json::<RenewBatch>(text.as_bytes()).is_ok();
+        for token in ["7", "7.0"] {
+            let one = format!(r#"{{"lease":"a","holder":"h","token":{token}}}"#);
+            assert!(parse(&format!(r#"{{"renewals":[{one}]}}"#)), "{token}");
+            let repeated = format!(r#"{{"lease":"a","holder":"h","token":{token},"lease":"b"}}"#);
+            assert!(
+                !parse(&format!(r#"{{"renewals":[{one},{repeated}]}}"#)),
+                "{token}"
+            );
+            assert!(
+                !parse(&format!(r#"{{"renewals":[{one}],"renewals":[{one}]}}"#)),
+                "{token}"
+            );
+        }
     }
 }

@@ -152,6 +152,10 @@ fn forwarding_seat(
     }
 }
 
+/// How much longer than the leader's own deadline a forwarding node waits
+/// for its answer (network and queueing on the way back).
+const FORWARD_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Sends `request` to the leader's peer listener (`/forward/...`).
 /// `acquire`: the lease, when the call is an acquire.
 pub(super) async fn forward(
@@ -169,9 +173,12 @@ pub(super) async fn forward(
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let (_seat, over_share) = forwarding_seat(state, &parts, ask)?;
+    // The leader gives up on a quorum after `quorum_timeout` and says so
+    // itself; waiting a little longer lets its own answer arrive.
+    let leaders_own = state.config.quorum_timeout + ask.wait + FORWARD_GRACE;
     let timeout = match parts.extensions.get::<PartDeadline>() {
-        Some(PartDeadline(limit)) => (*limit).min(state.config.quorum_timeout + ask.wait),
-        None => state.config.quorum_timeout + ask.wait,
+        Some(PartDeadline(limit)) => (*limit).min(leaders_own),
+        None => leaders_own,
     };
     let mut outgoing = state
         .dialer
@@ -206,8 +213,11 @@ pub(super) async fn forward(
             }
         }
     }
-    let unreachable =
-        |e: reqwest::Error| ApiError::NoQuorum(format!("the leader at {addr} did not answer: {e}"));
+    let unreachable = |e: reqwest::Error| {
+        let why = crate::peer::dialer::explain(&e);
+        tracing::warn!(leader, %addr, %path, %why, "a forwarded call failed");
+        ApiError::NoQuorum(format!("the leader at {addr} did not answer: {why}"))
+    };
     let answer = outgoing.send().await.map_err(unreachable)?;
     let status = answer.status();
     let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();

@@ -33,6 +33,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 mod ui;
+mod whole_numbers;
 
 use std::sync::Arc;
 

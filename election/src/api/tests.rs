@@ -1344,6 +1344,31 @@ async fn a_repeated_key_is_refused_on_the_integral_float_path_too() {
     assert_eq!(status, StatusCode::NOT_FOUND, "nothing was granted");
 }
 
+/// A whole number written with a fraction is that integer, exactly, even
+/// past 2^53 where an `f64` cannot hold every integer (schemathesis sent a
+/// batch renewal's token as 9007199254740992.0 and was refused 400).
+#[tokio::test]
+async fn whole_numbers_written_as_decimals_are_read_exactly() {
+    let node = node().await;
+    for token in ["9007199254740992.0", "9007199254740993.0", "1e3"] {
+        let body = format!(r#"{{"renewals":[{{"lease":"w","holder":"h","token":{token}}}]}}"#);
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/renew")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("request");
+        let (status, answer) = node.send(request).await;
+        assert_eq!(status, StatusCode::OK, "{token}: {answer}");
+        assert_eq!(
+            answer["results"][0]["status"], 409,
+            "{token}: no such grant: {answer}"
+        );
+    }
+    let (status, answer) = acquire(&node, "w", json!({"holder": "h", "ttl_ms": 1500.5})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a real fraction: {answer}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_shows_one_page_of_leases_and_links_the_next() {
     let node = node().await;

@@ -254,3 +254,24 @@ impl PeerDialer {
         })
     }
 }
+
+/// Why a call to a peer failed, in one line: whether it timed out, could
+/// not connect, or what the transport below said (reqwest's own message
+/// names only the URL; its sources say what went wrong).
+pub fn explain(err: &reqwest::Error) -> String {
+    let what = if err.is_timeout() {
+        "no answer in time"
+    } else if err.is_connect() {
+        "could not connect"
+    } else {
+        "the exchange broke"
+    };
+    let mut line = what.to_owned();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}
