@@ -167,7 +167,23 @@ pub(super) fn check_wait(wait_ms: u64, config: &ElectionConfig) -> Result<Durati
 #[cfg(test)]
 mod tests {
     use crate::api::extract::parse_json;
-    use crate::api::leases::bodies::RenewBatch;
+
+    /// The shape of a batch renewal: a list of objects in an object.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // read only by the parse
+    struct RenewBatch {
+        renewals: Vec<Renewal>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Renewal {
+        lease: String,
+        holder: String,
+        token: u64,
+    }
 
     #[test]
     fn a_repeated_key_is_refused_at_any_depth_on_both_paths() {
