@@ -131,7 +131,7 @@ pub(super) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
     // integers (`5000.0`, exactly; `whole_numbers.rs`); parsed again only
     // if that changed anything, so a real error keeps its own message.
     let refused = |e: serde_json::Error| ApiError::BadRequest(format!("invalid JSON body: {e}"));
-    match super::whole_numbers::rewrite(bytes) {
+    match crate::api::whole_numbers::rewrite(bytes) {
         Some(rewritten) => serde_json::from_slice(&rewritten).map_err(refused),
         None => serde_json::from_slice(bytes).map_err(refused),
     }

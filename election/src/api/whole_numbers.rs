@@ -114,7 +114,7 @@ fn integer_text(number: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::rewrite;
+    use crate::api::whole_numbers::rewrite;
 
     fn read(body: &str) -> String {
         rewrite(body.as_bytes()).map_or_else(
