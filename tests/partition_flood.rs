@@ -15,35 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{node_setup, test_secret, Cluster, STEADY_LEADER};
+use support::partitions::{leaders, partition_of, steady_nodes};
+use support::{test_secret, Cluster};
 
 const PARTITIONS: u32 = 6;
 const FLOOD: Duration = Duration::from_secs(8);
-
-/// Each partition's (leader, term) as `url` sees it.
-async fn view(client: &reqwest::Client, url: &str) -> Option<Vec<(u64, u64)>> {
-    let answer: Value = client
-        .get(format!("{url}/v1/cluster"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    answer["partitions"]
-        .as_array()?
-        .iter()
-        .map(|p| Some((p["leader"].as_u64()?, p["term"].as_u64()?)))
-        .collect()
-}
-
-/// The partition of `name` among `partitions` (README, "Partitions").
-fn partition_of(name: &str, partitions: u32) -> u32 {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % u64::from(partitions)) as u32
-}
 
 /// Acquires and releases leases of `names` at `url` until `until`; counts
 /// grants.
@@ -78,23 +54,13 @@ async fn flood(url: String, names: Vec<String>, until: Instant, grants: Arc<Atom
 async fn a_flood_on_one_partition_costs_no_other_partition_its_leader() {
     let _alone = support::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let setups = (1..=3)
-        .map(|id| {
-            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
-            setup.args = STEADY_LEADER.iter().map(|a| a.to_string()).collect();
-            setup
-                .args
-                .extend(["--partitions".into(), PARTITIONS.to_string()]);
-            setup
-        })
-        .collect();
-    let cluster = Cluster::start_with(dir.path(), setups);
+    let cluster = Cluster::start_with(dir.path(), steady_nodes(dir.path(), PARTITIONS));
     let client = reqwest::Client::new();
     // Spread and settled: two leaders a node, the same view twice 2 s apart.
     let mut before = None;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(40) {
-        let now = view(&client, &cluster.url(1)).await;
+        let now = leaders(&client, &cluster.url(1)).await;
         let spread = now.as_ref().is_some_and(|v| {
             v.len() == PARTITIONS as usize
                 && (1..=3).all(|n| v.iter().filter(|(l, _)| *l == n).count() == 2)
@@ -127,7 +93,7 @@ async fn a_flood_on_one_partition_costs_no_other_partition_its_leader() {
         .collect();
     let mut views = Vec::new();
     while Instant::now() < until {
-        if let Some(now) = view(&client, &cluster.url(1)).await {
+        if let Some(now) = leaders(&client, &cluster.url(1)).await {
             views.push(now);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

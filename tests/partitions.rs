@@ -22,43 +22,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{node_setup, post_json, spawn_gateway_for, test_secret, Cluster, STEADY_LEADER};
+use support::partitions::{partition_of, steady_node, steady_nodes, until_led};
+use support::{post_json, spawn_gateway_for, test_secret, Cluster};
 
-const PARTITIONS: u64 = 6;
+const PARTITIONS: u32 = 6;
 const LEASES: usize = 60;
-
-/// Each partition's (leader, term) as node `id` sees it; `None` when the
-/// node does not answer or a partition has no leader.
-async fn leaders(client: &reqwest::Client, cluster: &Cluster, id: u64) -> Option<Vec<(u64, u64)>> {
-    let url = format!("{}/v1/cluster", cluster.url(id));
-    let view: Value = client.get(&url).send().await.ok()?.json().await.ok()?;
-    view["partitions"]
-        .as_array()?
-        .iter()
-        .map(|p| Some((p["leader"].as_u64()?, p["term"].as_u64()?)))
-        .collect()
-}
-
-/// Polls node `id` (bounded by `within`) until every partition has a leader
-/// that `good` accepts; the leaders and how long it took.
-async fn until_led(
-    client: &reqwest::Client,
-    cluster: &Cluster,
-    id: u64,
-    within: Duration,
-    good: impl Fn(&[(u64, u64)]) -> bool,
-) -> (Vec<(u64, u64)>, Duration) {
-    let started = Instant::now();
-    let mut seen = None;
-    while started.elapsed() < within {
-        seen = leaders(client, cluster, id).await;
-        if seen.as_deref().is_some_and(&good) {
-            return (seen.unwrap_or_default(), started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("partitions not led as wanted within {within:?}: {seen:?}");
-}
 
 /// How many partitions each node leads.
 fn led_by(leaders: &[(u64, u64)]) -> BTreeMap<u64, usize> {
@@ -113,22 +81,12 @@ async fn write(client: &reqwest::Client, gateway: &str, grant: &Value) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let setups = (1..=3)
-        .map(|id| {
-            let mut setup = node_setup(dir.path(), id, "127.0.0.1");
-            setup.args = STEADY_LEADER.iter().map(|a| a.to_string()).collect();
-            setup
-                .args
-                .extend(["--partitions".into(), PARTITIONS.to_string()]);
-            setup
-        })
-        .collect();
-    let mut cluster = Cluster::start_with(dir.path(), setups);
+    let mut cluster = Cluster::start_with(dir.path(), steady_nodes(dir.path(), PARTITIONS));
     let client = reqwest::Client::new();
     // Placement sends each partition home: no node leads more than two.
     let spread =
         |l: &[(u64, u64)]| l.len() == PARTITIONS as usize && led_by(l).values().all(|n| *n <= 2);
-    let (before, _) = until_led(&client, &cluster, 1, Duration::from_secs(30), spread).await;
+    let (before, _) = until_led(&client, &cluster.url(1), Duration::from_secs(30), spread).await;
     let gateway = spawn_gateway_for(&cluster, &dir.path().join("gateway"));
     // Metrics and the status page show every partition.
     let text = |path: &'static str| {
@@ -158,6 +116,16 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
         .count();
     let node1 = led_by(&before).get(&1).copied().unwrap_or(0);
     assert_eq!(leading, node1, "node 1's leading gauges: {metrics}");
+    // Its partitions' heartbeats go to each peer in batches (`beats.rs`).
+    let carried = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("palisade_peer_heartbeats_carried_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        carried > 0,
+        "node 1 carried no heartbeats in batches: {metrics}"
+    );
     let page = text("/ui").await;
     assert!(
         page.contains("id=\"partitions\""),
@@ -193,13 +161,18 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
     let counts = led_by(&before);
     let (&victim, _) = counts.iter().max_by_key(|(_, n)| **n).expect("a leader");
     let watcher = if victim == 1 { 2 } else { 1 };
-    let (before, _) = until_led(&client, &cluster, watcher, Duration::from_secs(5), |_| true).await;
+    let (before, _) = until_led(
+        &client,
+        &cluster.url(watcher),
+        Duration::from_secs(5),
+        |_| true,
+    )
+    .await;
     cluster.kill(victim);
     let failed_over = |l: &[(u64, u64)]| l.iter().all(|(leader, _)| *leader != victim);
     let (after, took) = until_led(
         &client,
-        &cluster,
-        watcher,
+        &cluster.url(watcher),
         Duration::from_secs(10),
         failed_over,
     )
@@ -242,7 +215,7 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
     for id in 1..=3 {
         cluster.start_node(id).expect("restart");
     }
-    until_led(&client, &cluster, 1, Duration::from_secs(30), |l| {
+    until_led(&client, &cluster.url(1), Duration::from_secs(30), |l| {
         l.len() == 6
     })
     .await;
@@ -289,11 +262,7 @@ async fn cut_off_and_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let setups = (1..=3)
         .map(|id| {
-            let mut setup = node_setup(dir.path(), id, &netns::node_host(id));
-            setup.args = STEADY_LEADER.iter().map(|a| a.to_string()).collect();
-            setup
-                .args
-                .extend(["--partitions".into(), PARTITIONS.to_string()]);
+            let mut setup = steady_node(dir.path(), id, &netns::node_host(id), PARTITIONS);
             // Node 3 is no partition's home: the others are of a higher
             // priority, so leadership leaves it and never comes back.
             let priority = if id == 3 { "0" } else { "5" };
@@ -311,14 +280,14 @@ async fn cut_off_and_back() {
                 .enumerate()
                 .all(|(k, (leader, _))| *leader == 1 + (k as u64 % 2))
     };
-    let (before, _) = until_led(&client, &cluster, 1, Duration::from_secs(30), home).await;
+    let (before, _) = until_led(&client, &cluster.url(1), Duration::from_secs(30), home).await;
     netns::cut(3, 1);
     netns::cut(3, 2);
     // Many election timeouts (at most 1.2 s each) alone: without pre-vote
     // node 3 would raise its term with every one, and on its return its
     // higher term would depose every partition's leader.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (during, _) = until_led(&client, &cluster, 1, Duration::from_secs(5), |_| true).await;
+    let (during, _) = until_led(&client, &cluster.url(1), Duration::from_secs(5), |_| true).await;
     assert_eq!(
         during, before,
         "the majority side is undisturbed by the cut"
@@ -326,13 +295,85 @@ async fn cut_off_and_back() {
     netns::heal();
     // Back: node 3 hears the leaders again and catches up.
     let caught_up = |l: &[(u64, u64)]| l == before.as_slice();
-    until_led(&client, &cluster, 3, Duration::from_secs(10), caught_up).await;
+    until_led(&client, &cluster.url(3), Duration::from_secs(10), caught_up).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     for id in 1..=3 {
-        let (after, _) = until_led(&client, &cluster, id, Duration::from_secs(5), |_| true).await;
+        let (after, _) =
+            until_led(&client, &cluster.url(id), Duration::from_secs(5), |_| true).await;
         assert_eq!(
             after, before,
             "node {id}: every partition's leader and term as before"
         );
+    }
+}
+
+/// `cluster add` of a node that runs another partition count is refused
+/// before anything changes: with another count it would hash leases to
+/// other partitions than its peers do, and two partitions could grant one
+/// lease. Started again with the cluster's count, the same node is added
+/// as a voter of every partition: with another node down, it and the last
+/// one grant in both partitions.
+#[tokio::test]
+async fn a_node_with_another_partition_count_is_refused_and_nothing_changes() {
+    const COUNT: u32 = 2;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = Cluster::start_with(dir.path(), steady_nodes(dir.path(), COUNT));
+    let client = support::http_client();
+    let long = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let (url1, url2) = (cluster.url(1), cluster.url(2));
+    until_led(&client, &url1, Duration::from_secs(30), |l| l.len() == 2).await;
+    // Node 3 leaves; the partitions it led elect again among 1 and 2.
+    let removed =
+        support::send_retrying(|| client.delete(format!("{url1}/v1/cluster/members/3"))).await;
+    assert_eq!(removed.status(), 200, "{:?}", removed.text().await);
+    let without_3 = |l: &[(u64, u64)]| l.len() == 2 && l.iter().all(|(leader, _)| *leader != 3);
+    until_led(&client, &url1, Duration::from_secs(20), without_3).await;
+    let members = |view: &Value| -> Vec<u64> {
+        let members = view["members"].as_array().expect("members");
+        members.iter().filter_map(|m| m["id"].as_u64()).collect()
+    };
+    let restart_empty = |cluster: &mut Cluster, count: u32| {
+        cluster.kill(3);
+        std::fs::remove_dir_all(&cluster.setup(3).data_dir).expect("wipe");
+        let args = &mut cluster.setup_mut(3).args;
+        let at = args.iter().position(|a| a == "--partitions").expect("flag");
+        args[at + 1] = count.to_string();
+        cluster.start_node(3).expect("restart node 3");
+    };
+
+    restart_empty(&mut cluster, 3);
+    let add = json!({"id": 3, "addr": cluster.peer_addr(3), "wait_ms": 10_000});
+    let (status, answer) =
+        post_json(&long, &format!("{url1}/v1/cluster/members"), add.clone()).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("conflict")),
+        "{answer}"
+    );
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("runs 3 partition(s) and this cluster 2"),
+        "{message}"
+    );
+    let view: Value = support::get_json(&client, &format!("{url1}/v1/cluster"), "cluster").await;
+    assert_eq!(members(&view), vec![1, 2], "nothing changed: {view}");
+
+    restart_empty(&mut cluster, COUNT);
+    let (status, answer) = post_json(&long, &format!("{url1}/v1/cluster/members"), add).await;
+    assert_eq!(status, 200, "{answer}");
+    let view: Value = support::get_json(&client, &format!("{url1}/v1/cluster"), "cluster").await;
+    assert_eq!(members(&view), vec![1, 2, 3], "{view}");
+    // A voter of every partition: with node 1 down, 2 and 3 grant in both.
+    cluster.kill(1);
+    for k in 0..COUNT {
+        let lease = (0..)
+            .map(|i| format!("after-add-{i}"))
+            .find(|name| partition_of(name, COUNT) == k)
+            .expect("a name in each partition");
+        let (status, grant) = support::acquire(&client, &url2, &lease, "h", 5_000).await;
+        assert_eq!(status, 200, "partition {k}: {grant}");
     }
 }

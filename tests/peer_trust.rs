@@ -15,8 +15,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{acquire, get_json, http_client, make_certs, Cluster};
 
-const RAFT_PATHS: [&str; 6] = [
+const RAFT_PATHS: [&str; 7] = [
     "/raft/append",
+    "/raft/beats",
     "/raft/vote",
     "/raft/pre-vote",
     "/raft/snapshot",
@@ -45,6 +46,11 @@ fn forged_append(node: u64) -> Value {
         }],
         "leader_commit": null,
     })
+}
+
+/// `append` as the heartbeat batch of partition 0 alone (`/raft/beats`).
+fn beats(append: Value) -> Value {
+    json!([{"group": 0, "rpc": append}])
 }
 
 /// A peer client for `cluster`'s node `target`, presenting `identity`
@@ -218,6 +224,8 @@ async fn forged_raft_traffic_is_refused_and_changes_nothing() {
             (&as_node3, "3", forged_vote(1), "/raft/vote"),
             (&as_node3, "3", forged_vote(1), "/raft/pre-vote"),
             (&as_node3, "3", forged_append(1), "/raft/append"),
+            (&as_node4, "4", beats(forged_append(4)), "/raft/beats"),
+            (&as_node3, "3", beats(forged_append(1)), "/raft/beats"),
             (
                 &as_node3,
                 "3",

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use palisade_client::{Client, ClientConfig, Lease};
 use serde_json::Value;
+use support::partitions::partition_of;
 
 /// How long any one awaited event may take (a bound against a hang, not a
 /// timing assertion).
@@ -24,13 +25,10 @@ const TTL: Duration = Duration::from_millis(6000);
 const HEALTHY_GAP: Duration = Duration::from_millis(3200);
 const PARTITIONS: usize = 3;
 
-/// The partition of `lease` as the cluster computes it (64-bit FNV-1a of
-/// the name, modulo the count): written here again, not taken from the SDK.
+/// The partition of `lease` as the cluster computes it (written in the
+/// tests again, not taken from the SDK).
 fn partition(lease: &str) -> usize {
-    let hash = lease.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % PARTITIONS as u64) as usize
+    partition_of(lease, PARTITIONS as u32) as usize
 }
 
 /// Which node leads each partition, each node asked whether it does

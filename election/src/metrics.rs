@@ -55,6 +55,10 @@ pub struct ElectionMetrics {
     pub leader_transfers: Counter,
     /// Proposals that did not apply (no quorum, refused, fatal).
     pub proposal_failures: Counter,
+    /// Requests this node sent its peers (each heartbeat batch is one).
+    pub peer_requests: Counter,
+    /// Heartbeats carried in batches (with partitions).
+    pub heartbeats_carried: Counter,
     /// Renewal latency on the leader, in seconds.
     pub renew_seconds: Histogram,
     /// The same latencies since the status page's last sample.
@@ -155,6 +159,8 @@ impl Default for ElectionMetrics {
             leader_changes: Counter::default(),
             leader_transfers: Counter::default(),
             proposal_failures: Counter::default(),
+            peer_requests: Counter::default(),
+            heartbeats_carried: Counter::default(),
             renew_seconds: latency(),
             renew_window: LatencyWindow::default(),
             log_fsync_seconds: latency(),
@@ -254,6 +260,16 @@ impl ElectionMetrics {
                 "palisade_election_leader_transfers",
                 "Leadership transfers this node started to place leadership by priority",
                 &self.leader_transfers,
+            ),
+            (
+                "palisade_peer_requests",
+                "Requests this node sent its peers: Raft RPCs, heartbeat batches, forwarded calls",
+                &self.peer_requests,
+            ),
+            (
+                "palisade_peer_heartbeats_carried",
+                "Heartbeats this node sent in batches, every partition's to a peer together",
+                &self.heartbeats_carried,
             ),
             (
                 "palisade_election_proposal_failures",

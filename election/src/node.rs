@@ -98,12 +98,17 @@ impl ElectionNode {
         let storage = open_storage(&config)?;
         let dialer = PeerDialer::new(
             config.id,
-            storage.incarnations.clone(),
+            (storage.incarnations.clone(), storage.metrics.clone()),
             Duration::from_millis(200),
             config.source_ip,
             config.peer_tls.as_ref(),
         )
         .map_err(io_err)?;
+        let dialer = if storage.partitions > 1 {
+            dialer.carrying_beats_together()
+        } else {
+            dialer
+        };
         // Refuse to start with TLS material that does not load, before
         // anything is bound.
         let (peer_tls, client_tls) = load_tls(&config)?;
@@ -167,10 +172,7 @@ impl ElectionNode {
             api.clone(),
             self.peer_tls.is_some(),
             (
-                Standing {
-                    priority: self.state.config.placement.priority,
-                    never_lead: self.state.config.never_lead,
-                },
+                Standing::of(&self.state.config),
                 figures_source(&self.state),
             ),
         );
@@ -433,13 +435,7 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
         duties.push(tokio::spawn(leader.run()));
         let placing = Placing {
             group: (group.id, state.partitions()),
-            me: (
-                config.id,
-                Standing {
-                    priority: config.placement.priority,
-                    never_lead: config.never_lead,
-                },
-            ),
+            me: (config.id, Standing::of(config)),
             placement: config.placement,
             known: Arc::clone(&known),
         };

@@ -264,6 +264,12 @@ impl Cluster {
         &self.setups[index(id)]
     }
 
+    /// Node `id`'s setup to change: its next [`Cluster::start_node`] runs
+    /// it so (its ports are fixed once the cluster started: peers know them).
+    pub fn setup_mut(&mut self, id: u64) -> &mut NodeSetup {
+        &mut self.setups[index(id)]
+    }
+
     /// Every node's client URL, in id order.
     pub fn urls(&self) -> Vec<String> {
         self.ids().map(|id| self.url(id)).collect()

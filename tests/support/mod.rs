@@ -3,6 +3,7 @@
 //! with a test key, and HTTP helpers.
 #![allow(dead_code)]
 
+pub mod partitions;
 pub mod pg;
 
 use std::ops::{Deref, DerefMut};

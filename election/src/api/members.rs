@@ -211,10 +211,59 @@ pub(super) async fn add_member(
             body.id
         )));
     }
+    runs_as_many_partitions(&state, &body).await?;
     in_other_partitions(&state, &caller(principal, flow), Change::Add(&body)).await?;
     add_to(&state, state.group_zero(), &body).await?;
     tracing::info!(id = body.id, addr = %body.addr, "added a voter");
     Ok(Json(added))
+}
+
+/// The node to add must run as many partitions as the cluster: with
+/// another count it would hash a lease to another partition than every
+/// other node, and two partitions could grant it at once. It is asked
+/// (`POST /raft/standing`) until it answers or the change's wait ends (it
+/// may be added before it is started); a node from before partitions
+/// counts as one. Nothing changes when it differs.
+async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(), ApiError> {
+    let deadline =
+        tokio::time::Instant::now() + body.wait_ms.map_or(CATCH_UP, Duration::from_millis);
+    let peer = [(body.id, body.addr.clone())];
+    let ask = state.config.quorum_timeout.min(Duration::from_secs(1));
+    loop {
+        let answer = state.dialer.standings(&peer, ask).await.remove(0);
+        match answer {
+            Ok(standing) if standing.partitions == state.partitions() => return Ok(()),
+            Ok(standing) => {
+                // Asking taught this node its incarnation; a node refused
+                // is no member, and may come back with a fresh data dir.
+                let members: Vec<NodeId> = (state.group_zero().raft.metrics().borrow_watched())
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect();
+                state.incarnations.forget_all_but(&members);
+                return Err(ApiError::Conflict(format!(
+                    "node {} at {} runs {} partition(s) and this cluster {}; start it with \
+                     --partitions {} (on an empty data dir) and add it again",
+                    body.id,
+                    body.addr,
+                    standing.partitions,
+                    state.partitions(),
+                    state.partitions()
+                )));
+            }
+            Err(why) if tokio::time::Instant::now() + ask >= deadline => {
+                return Err(ApiError::NotCaughtUp(format!(
+                    "node {} at {} never answered within the change's wait ({why}): is it \
+                     started, and is the address right? Nothing changed: the voters are \
+                     unchanged",
+                    body.id, body.addr
+                )))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// [`add_member`] in one group, which this node leads.

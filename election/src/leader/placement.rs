@@ -325,6 +325,7 @@ mod tests {
             standing: Some(Standing {
                 priority,
                 never_lead: false,
+                partitions: 1,
             }),
             matched: Some(matched),
         }
@@ -379,6 +380,7 @@ mod tests {
             standing: Some(Standing {
                 priority: 9,
                 never_lead: true,
+                partitions: 1,
             }),
             ..seen(3, 9, 100)
         };
@@ -445,6 +447,7 @@ mod tests {
         let standing = |priority, never_lead| Standing {
             priority,
             never_lead,
+            partitions: 6,
         };
         let known = BTreeMap::from([(1, standing(0, false)), (2, standing(0, false))]);
         let homes: Vec<_> = (0..6)

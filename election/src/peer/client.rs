@@ -79,6 +79,15 @@ impl PeerClient {
         Resp: DeserializeOwned,
     {
         let result = self.exchange_once(path, body, timeout).await;
+        self.noted(result)
+    }
+
+    /// `result` of an exchange with the peer, its outcome noted in the
+    /// dialer's `Reachability`.
+    fn noted<Resp>(
+        &self,
+        result: Result<Resp, RPCError<TypeConfig>>,
+    ) -> Result<Resp, RPCError<TypeConfig>> {
         let seen = &self.dialer.reachability;
         match &result {
             Err(RPCError::Unreachable(err)) => {
@@ -167,6 +176,14 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 "node {} is down; backing off",
                 self.target
             ))));
+        }
+        if heartbeat && self.dialer.beats.is_some() {
+            let peer = (self.target, self.addr.as_str());
+            let answer = self
+                .dialer
+                .beat(peer, self.group, rpc, option.hard_ttl())
+                .await;
+            return self.noted(answer);
         }
         let deadline = append_deadline(rpc.entries.len(), option.hard_ttl());
         self.call("append", &rpc, deadline).await

@@ -22,8 +22,11 @@ use crate::group_id::GroupId;
 use crate::raft::NodeId;
 
 /// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
-/// in flight never holds up heartbeats on a shared connection), and one
-/// HTTP/2 connection per peer that every forwarded client request shares.
+/// in flight never holds up heartbeats on a shared connection), one
+/// HTTP/2 connection per peer that every forwarded client request shares,
+/// and, with partitions, one more per peer that carries every group's
+/// heartbeats together (`beats.rs`; never behind a forwarded call that
+/// waits).
 /// With mutual TLS a peer is addressed by its certificate name
 /// (`node-<id>.palisade`), which a resolver maps to the address the
 /// membership gives it; so the server certificate must name the very node
@@ -34,6 +37,13 @@ use crate::raft::NodeId;
 pub struct PeerDialer {
     client: reqwest::Client,
     forwarding: reqwest::Client,
+    beating: reqwest::Client,
+    /// The heartbeat carriers, when heartbeats are carried together
+    /// ([`PeerDialer::carrying_beats_together`]).
+    pub(super) beats: Option<Arc<super::beats::Beats>>,
+    /// Counts the requests sent (`palisade_peer_requests`) and heartbeats
+    /// carried.
+    pub(super) metrics: Arc<crate::metrics::ElectionMetrics>,
     me: NodeId,
     tls: bool,
     /// This node's incarnation (sent) and its peers' (checked on answers).
@@ -91,7 +101,7 @@ impl PeerDialer {
     /// The TLS files could not be loaded.
     pub fn new(
         me: NodeId,
-        incarnations: Arc<Incarnations>,
+        (incarnations, metrics): (Arc<Incarnations>, Arc<crate::metrics::ElectionMetrics>),
         connect_timeout: Duration,
         source_ip: Option<std::net::IpAddr>,
         tls: Option<&PeerTls>,
@@ -130,6 +140,9 @@ impl PeerDialer {
         Ok(Self {
             client: build(false)?,
             forwarding: build(true)?,
+            beating: build(true)?,
+            beats: None,
+            metrics,
             me,
             tls: tls.is_some(),
             incarnations,
@@ -171,6 +184,21 @@ impl PeerDialer {
         }
     }
 
+    /// This dialer, carrying every group's heartbeats to a peer together
+    /// (a node with partitions; `beats.rs`).
+    #[must_use]
+    pub fn carrying_beats_together(mut self) -> Self {
+        self.beats = Some(Arc::default());
+        self
+    }
+
+    /// A batch of heartbeats, like [`PeerDialer::request`] but over the
+    /// HTTP/2 connection that carries only heartbeats to `target`.
+    pub(super) fn beats_request(&self, target: NodeId, addr: &str) -> reqwest::RequestBuilder {
+        let path = super::beats::BEATS_ROUTE;
+        self.request_with(&self.beating, reqwest::Method::POST, target, addr, path)
+    }
+
     /// A forwarded client request, like [`PeerDialer::request`] but over
     /// the HTTP/2 connection all forwards to `target` share.
     pub fn forward(
@@ -191,6 +219,7 @@ impl PeerDialer {
         addr: &str,
         path: &str,
     ) -> reqwest::RequestBuilder {
+        self.metrics.peer_requests.inc();
         client
             .request(method, self.url(target, addr, path))
             .header(FROM_HEADER, self.me.to_string())

@@ -9,6 +9,7 @@
 //! it never names its handlers.
 
 pub mod acquaint;
+pub mod beats;
 pub mod client;
 pub mod dialer;
 pub mod figures;

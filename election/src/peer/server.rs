@@ -2,6 +2,7 @@
 //! `/raft/` and client requests forwarded to the leader under `/forward/`,
 //! all behind the gate (`gate.rs`). Never served on the client port.
 
+use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use openraft::raft::{
 use openraft::vote::RaftLeaderId;
 use openraft::Snapshot;
 
+use super::beats::{Beat, BeatAnswer, BEATS_ROUTE, MAX_BEATS};
 use super::figures::FiguresSource;
 use super::incarnation::Incarnations;
 use super::standing::Standing;
@@ -47,11 +49,21 @@ pub fn peer_router(
         .map(|(_, raft)| raft.clone())
         .expect("a node runs group 0");
     let gate = PeerGate::new(zero, incarnations, tls);
+    let every_group: Arc<HashMap<u32, Arc<Raft>>> = Arc::new(
+        groups
+            .iter()
+            .map(|(id, raft)| (id.0, raft.clone()))
+            .collect(),
+    );
+    let carried = Router::new()
+        .route(BEATS_ROUTE, post(beats))
+        .with_state(every_group);
     groups
         .iter()
         .fold(node_routes(standing, figures), |router, (id, raft)| {
             router.merge(group_routes(*id, raft.clone(), standing.never_lead))
         })
+        .merge(carried)
         .nest("/forward", api)
         .layer(axum::middleware::from_fn_with_state(gate, authenticate))
 }
@@ -114,6 +126,32 @@ async fn append(
 ) -> RpcResult<AppendEntriesResponse<TypeConfig>> {
     speaks_for_itself(from, &request.vote)?;
     Ok(Json(raft.append_entries(request).await))
+}
+
+/// `POST /raft/beats`: heartbeats of several groups at once (`beats.rs`),
+/// each checked as [`append`] checks one; the answers in the same order.
+/// A beat in the name of another node, or of a group this node does not
+/// run, refuses the whole batch.
+async fn beats(
+    State(groups): State<Arc<HashMap<u32, Arc<Raft>>>>,
+    Extension(from): Extension<PeerId>,
+    Json(beats): Json<Vec<Beat>>,
+) -> Result<Json<Vec<BeatAnswer>>, ApiError> {
+    if beats.len() > MAX_BEATS {
+        return Err(ApiError::BadRequest(format!(
+            "{} beats in one batch; at most {MAX_BEATS}",
+            beats.len()
+        )));
+    }
+    let mut calls = Vec::with_capacity(beats.len());
+    for beat in beats {
+        speaks_for_itself(from, &beat.rpc.vote)?;
+        let raft = groups.get(&beat.group).cloned().ok_or_else(|| {
+            ApiError::BadRequest(format!("this node runs no partition {}", beat.group))
+        })?;
+        calls.push(async move { raft.append_entries(beat.rpc).await });
+    }
+    Ok(Json(futures::future::join_all(calls).await))
 }
 
 async fn vote(
