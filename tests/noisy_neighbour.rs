@@ -40,7 +40,7 @@ fn setups(dir: &std::path::Path) -> Vec<palisade_local_cluster::NodeSetup> {
         .collect()
 }
 
-fn rss_bytes(pid: u32) -> u64 {
+pub(crate) fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -173,11 +173,7 @@ async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
     // `overloaded`) or left unanswered. An election (503 `no_quorum` or
     // `not_ready`) is not the flood's doing but this 2-core machine's: its
     // scheduling can delay a 20 ms heartbeat past a 60 ms election timeout.
-    let starved: Vec<_> = renewals
-        .iter()
-        .filter(|r| r.status != 200 && !(r.status == 503 && r.error == "no_quorum"))
-        .filter(|r| !(r.status == 503 && r.error == "not_ready"))
-        .collect();
+    let starved = starved(&renewals);
     let slowest = renewals.iter().map(|r| r.took).max().unwrap_or_default();
     eprintln!(
         "{ok} of {} renewals through 3 nodes under the flood, slowest {slowest:?}, peak node RSS {} MB",
@@ -226,22 +222,33 @@ async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
     );
 }
 
+/// The renewals refused for load (429, 503 `overloaded`) or left
+/// unanswered: what admission must prevent. An election (503 `no_quorum`
+/// or `not_ready`) is not a flood's doing but this 2-core machine's.
+pub(crate) fn starved(renewals: &[Renewal]) -> Vec<&Renewal> {
+    renewals
+        .iter()
+        .filter(|r| r.status != 200 && !(r.status == 503 && r.error == "no_quorum"))
+        .filter(|r| !(r.status == 503 && r.error == "not_ready"))
+        .collect()
+}
+
 /// One renewal of the victim's.
 #[derive(Debug)]
 #[allow(dead_code)] // `node` is read through Debug, in failure messages.
-struct Renewal {
+pub(crate) struct Renewal {
     node: usize,
     /// 0 when there was no answer within 2 s.
-    status: u16,
+    pub status: u16,
     /// The error code of a refusal.
-    error: String,
-    took: Duration,
+    pub error: String,
+    pub took: Duration,
 }
 
 /// The victim: renews every 400 ms for 10 s, through every node in turn;
 /// each renewal's node, status (0: no answer in 2 s) and time, and the peak
 /// RSS of the nodes seen meanwhile.
-async fn renew_for(
+pub(crate) async fn renew_for(
     victim: reqwest::Client,
     urls: Vec<String>,
     token: Value,

@@ -19,7 +19,7 @@ use crate::netns;
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::partitions::{partition_of, steady_node, steady_nodes, until_led};

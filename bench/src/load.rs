@@ -41,6 +41,9 @@ pub struct Figures {
     p50_us: u64,
     p99_us: u64,
     p999_us: u64,
+    /// Each node's CPU over the run, in percent of one core (when measured).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    node_cpu_percent: Vec<f64>,
 }
 
 impl Figures {
@@ -117,6 +120,7 @@ pub fn figures(
         p50_us: pick(0.50),
         p99_us: pick(0.99),
         p999_us: pick(0.999),
+        node_cpu_percent: Vec::new(),
     }
 }
 
@@ -129,18 +133,37 @@ impl Figures {
         self.ops_per_sec *= per_op as f64;
         self
     }
+
+    /// The same, with each node's CPU over the run (percent of one core).
+    #[must_use]
+    pub fn with_node_cpu(mut self, percent: Vec<f64>) -> Self {
+        self.node_cpu_percent = percent;
+        self
+    }
 }
 
 /// Prints figures as an aligned table.
 pub fn print_table(results: &[Figures]) {
     println!(
-        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}  node CPU %",
         "what", "conc", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors"
     );
     for r in results {
+        let cpu: Vec<String> = r
+            .node_cpu_percent
+            .iter()
+            .map(|p| format!("{p:.0}"))
+            .collect();
         println!(
-            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}",
-            r.what, r.concurrency, r.ops_per_sec, r.p50_us, r.p99_us, r.p999_us, r.errors
+            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}  {}",
+            r.what,
+            r.concurrency,
+            r.ops_per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.errors,
+            cpu.join("/")
         );
         for (kind, count) in &r.errors_by_kind {
             println!("    {count} x {kind}");

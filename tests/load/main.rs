@@ -18,3 +18,5 @@ mod partition_flood;
 mod power_cut;
 #[path = "../snapshot_catchup.rs"]
 mod snapshot_catchup;
+#[path = "../spanning_flood.rs"]
+mod spanning_flood;

@@ -19,6 +19,7 @@
 //! `--ops` cycles.
 
 mod cluster;
+mod partitions;
 mod requests;
 mod rows;
 mod soak;
@@ -62,10 +63,19 @@ pub struct ElectionBench {
     /// Leases per batch renewal request (each task holds this many).
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// Only the rows whose name starts with this (e.g. `renew sdk`, to
-    /// profile one path).
+    /// Only the rows whose name starts with this, or with one of these
+    /// comma-separated prefixes (e.g. `renew sdk`, to profile one path).
     #[arg(long)]
     only: Option<String>,
+    /// Run the cluster with this many partitions (`--partitions`); each
+    /// lease's calls go to its partition's leader, as the SDKs send them,
+    /// and the failover kills the node leading the most partitions.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Before the load, measure the idle cluster for this many seconds:
+    /// each node's CPU, RSS and peer requests/s.
+    #[arg(long)]
+    idle_secs: Option<u64>,
 }
 
 /// The clients the benchmark calls the cluster with.
@@ -86,14 +96,21 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         http1,
         short,
     } = clients;
-    let Some(leader) = Failover::leader(&cluster, &client).await else {
+    if Failover::leader(&cluster, &client).await.is_none() {
         anyhow::bail!("the cluster did not elect a leader");
+    }
+    let map = partitions::settled(&cluster, &client, Duration::from_secs(60)).await?;
+    let idle = match args.idle_secs {
+        Some(secs) => {
+            Some(partitions::idle_cost(&cluster, &client, Duration::from_secs(secs)).await)
+        }
+        None => None,
     };
     let rows = rows::Rows {
         client: &client,
         http1: http1.as_ref(),
         cluster: &cluster,
-        leader,
+        map: &map,
         duration: args.load.duration(),
         only: args.only.as_deref(),
         batch: args.batch,
@@ -104,13 +121,24 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
         rows.run(concurrency, &mut results).await?;
     }
 
-    let mut failovers = failovers(&mut cluster, &client, &short, args.failovers).await?;
+    let (mut failovers, of_most) = if args.partitions > 1 {
+        let mut trials = Vec::new();
+        for _ in 0..args.failovers {
+            let map = partitions::settled(&cluster, &client, Duration::from_secs(60)).await?;
+            trials.push(partitions::failover_of_most(&mut cluster, &client, &short, &map).await?);
+        }
+        (Vec::new(), Some(trials))
+    } else {
+        let trials = failovers(&mut cluster, &client, &short, args.failovers).await?;
+        (trials, None)
+    };
 
     let footprint = match args.ops {
         Some(ops) => Some(soak::footprint(&cluster, &client, ops).await?),
         None => None,
     };
-    report(&args, &results, &mut failovers, footprint)?;
+    let extra = json!({ "idle": idle, "partition_failovers": of_most });
+    report(&args, &results, &mut failovers, (footprint, extra))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -128,6 +156,7 @@ fn start(args: &ElectionBench, palisade: &Path, dir: &Path) -> anyhow::Result<(C
     for node in &mut config.nodes {
         node.env = vec![("RUST_LOG".into(), "error".into())];
         node.logs = Logs::Inherit;
+        node.args = vec!["--partitions".into(), args.partitions.to_string()];
     }
     let clients = if args.secure_clients {
         let (client, policy) = cluster::secure_client(palisade, dir, Duration::from_secs(5))?;
@@ -155,19 +184,33 @@ fn report(
     args: &ElectionBench,
     results: &[Figures],
     failovers: &mut [Duration],
-    footprint: Option<Value>,
+    (footprint, extra): (Option<Value>, Value),
 ) -> anyhow::Result<()> {
     let failover = failover_summary(failovers);
     if args.load.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({ "load": results, "failover": failover, "footprint": footprint })
-            )?
-        );
+        let all = json!({
+            "partitions": args.partitions,
+            "load": results,
+            "failover": failover,
+            "footprint": footprint,
+            "idle": extra["idle"],
+            "partition_failovers": extra["partition_failovers"],
+        });
+        println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
+        println!("partitions: {}", args.partitions);
+        if !extra["idle"].is_null() {
+            println!("idle: {}", extra["idle"]);
+        }
         print_table(results);
-        println!("failover (SIGKILL leader -> first acquire via a survivor): {failover}");
+        if failovers.is_empty() {
+            println!(
+                "failover of the node leading the most partitions: {}",
+                extra["partition_failovers"]
+            );
+        } else {
+            println!("failover (SIGKILL leader -> first acquire via a survivor): {failover}");
+        }
         if let Some(footprint) = footprint {
             println!("footprint: {footprint}");
         }

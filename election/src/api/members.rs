@@ -230,7 +230,9 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
     let peer = [(body.id, body.addr.clone())];
     let ask = state.config.quorum_timeout.min(Duration::from_secs(1));
     loop {
-        let answer = state.dialer.standings(&peer, ask).await.remove(0);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let answer = state.dialer.standings(&peer, ask.min(left)).await.remove(0);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match answer {
             Ok(standing) if standing.partitions == state.partitions() => return Ok(()),
             Ok(standing) => {
@@ -253,7 +255,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
                     state.partitions()
                 )));
             }
-            Err(why) if tokio::time::Instant::now() + ask >= deadline => {
+            Err(why) if left.is_zero() => {
                 return Err(ApiError::NotCaughtUp(format!(
                     "node {} at {} never answered within the change's wait ({why}): is it \
                      started, and is the address right? Nothing changed: the voters are \
@@ -261,7 +263,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
                     body.id, body.addr
                 )))
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(_) => tokio::time::sleep(left.min(Duration::from_millis(200))).await,
         }
     }
 }

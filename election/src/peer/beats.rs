@@ -4,10 +4,10 @@
 //! heartbeat (an append with no entries) every heartbeat interval: N
 //! partitions cost N requests per peer per interval. [`Beats`] gives each
 //! peer one carrier task: a heartbeat is queued, and the carrier sends all
-//! that are queued in one `POST /raft/beats` over the HTTP/2 connection the
-//! node keeps to that peer, then hands each group its own answer. While one
-//! batch is in flight the next gathers, so beats that fall together go
-//! together, and none waits for a timer.
+//! that are queued in one `POST /raft/beats` over the one connection the
+//! node keeps to that peer for heartbeats, then hands each group its own
+//! answer. While one batch is in flight the next gathers, so beats that
+//! fall together go together, and none waits for a timer.
 //!
 //! A busy partition never delays another's heartbeat: appends that carry
 //! entries (and snapshots) go on their own connections, never in a batch.
@@ -28,7 +28,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::dialer::PeerDialer;
 use crate::group_id::GroupId;
 use crate::raft::{NodeId, TypeConfig};
 
@@ -52,7 +51,7 @@ pub type BeatAnswer = Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeCo
 type Answer = Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>>;
 
 /// A beat waiting for its carrier.
-struct Queued {
+pub(super) struct Queued {
     beat: Beat,
     addr: String,
     deadline: Instant,
@@ -65,19 +64,30 @@ pub struct Beats {
     carriers: Mutex<HashMap<NodeId, mpsc::UnboundedSender<Queued>>>,
 }
 
-impl PeerDialer {
+/// What sends a batch to a peer (the dialer, in `client.rs`): kept apart
+/// so that this file names no transport.
+pub(super) trait Carry: Clone + Send + Sync + 'static {
+    /// Sends `beats` to `target` at `addr`, waiting at most `wait`; their
+    /// answers in order.
+    fn carry(
+        &self,
+        target: NodeId,
+        addr: &str,
+        beats: &[Beat],
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Vec<BeatAnswer>, Failed>> + Send;
+}
+
+impl Beats {
     /// Sends `group`'s heartbeat `rpc` to `target` (at `addr`) with the
-    /// other groups' beats to it, waiting at most `ttl`.
+    /// other groups' beats to it, through `carrier`, waiting at most `ttl`.
     pub(super) async fn beat(
         &self,
+        carrier: &impl Carry,
         (target, addr): (NodeId, &str),
         group: GroupId,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        ttl: Duration,
+        (rpc, ttl): (AppendEntriesRequest<TypeConfig>, Duration),
     ) -> Answer {
-        let Some(beats) = &self.beats else {
-            return Err(stopped("heartbeats are not carried together on this node"));
-        };
         let (answer, answered) = oneshot::channel();
         let queued = Queued {
             beat: Beat {
@@ -89,13 +99,13 @@ impl PeerDialer {
             answer,
         };
         {
-            let mut carriers = palisade_plumbing::sync::lock(&beats.carriers);
-            let carrier = carriers.entry(target).or_insert_with(|| {
+            let mut carriers = palisade_plumbing::sync::lock(&self.carriers);
+            let queue = carriers.entry(target).or_insert_with(|| {
                 let (queue, queued) = mpsc::unbounded_channel();
-                tokio::spawn(carry(self.clone(), target, queued));
+                tokio::spawn(carry(carrier.clone(), target, queued));
                 queue
             });
-            if let Err(mpsc::error::SendError(queued)) = carrier.send(queued) {
+            if let Err(mpsc::error::SendError(queued)) = queue.send(queued) {
                 // The carrier ended (its runtime is shutting down).
                 let _ = queued
                     .answer
@@ -118,7 +128,7 @@ fn stopped(why: &str) -> RPCError<TypeConfig> {
 
 /// The carrier of `target`'s beats: sends what is queued, one batch at a
 /// time, until the node's dialer is gone.
-async fn carry(dialer: PeerDialer, target: NodeId, mut queue: mpsc::UnboundedReceiver<Queued>) {
+async fn carry(carrier: impl Carry, target: NodeId, mut queue: mpsc::UnboundedReceiver<Queued>) {
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BEATS {
@@ -137,8 +147,7 @@ async fn carry(dialer: PeerDialer, target: NodeId, mut queue: mpsc::UnboundedRec
             .map(|queued| (queued.beat, queued.answer))
             .unzip();
         let wait = deadline.saturating_duration_since(Instant::now());
-        dialer.metrics.heartbeats_carried.inc_by(beats.len() as u64);
-        match send(&dialer, (target, &addr), &beats, wait).await {
+        match carrier.carry(target, &addr, &beats, wait).await {
             Ok(answered) => {
                 for (answer, got) in answers.into_iter().zip(answered) {
                     let _ =
@@ -155,7 +164,7 @@ async fn carry(dialer: PeerDialer, target: NodeId, mut queue: mpsc::UnboundedRec
 }
 
 /// Why a batch failed, to give every beat of it the same error.
-enum Failed {
+pub(super) enum Failed {
     Unreachable(String),
     Network(String),
 }
@@ -169,48 +178,4 @@ impl Failed {
             Failed::Network(why) => RPCError::Network(NetworkError::from_string(why.clone())),
         }
     }
-}
-
-/// One batch to `target`; its answers in order, one per beat.
-async fn send(
-    dialer: &PeerDialer,
-    (target, addr): (NodeId, &str),
-    beats: &[Beat],
-    wait: Duration,
-) -> Result<Vec<BeatAnswer>, Failed> {
-    let response = dialer
-        .beats_request(target, addr)
-        .json(beats)
-        .timeout(wait)
-        .send()
-        .await
-        .map_err(|e| {
-            let why = super::dialer::explain(&e);
-            if e.is_connect() {
-                Failed::Unreachable(why)
-            } else {
-                Failed::Network(why)
-            }
-        })?;
-    if !response.status().is_success() {
-        return Err(Failed::Network(format!(
-            "node {target} answered {} to {BEATS_ROUTE}",
-            response.status()
-        )));
-    }
-    dialer
-        .answer_is_trusted(target, &response)
-        .map_err(Failed::Unreachable)?;
-    let answers: Vec<BeatAnswer> = response
-        .json()
-        .await
-        .map_err(|e| Failed::Network(super::dialer::explain(&e)))?;
-    if answers.len() != beats.len() {
-        return Err(Failed::Network(format!(
-            "node {target} answered {} beats of {}",
-            answers.len(),
-            beats.len()
-        )));
-    }
-    Ok(answers)
 }

@@ -23,7 +23,8 @@ use serde::Serialize;
 use crate::group_id::GroupId;
 use crate::raft::{NodeId, TypeConfig};
 
-use super::dialer::PeerDialer;
+use super::beats::{Beat, BeatAnswer, Carry, Failed, BEATS_ROUTE};
+use super::dialer::{explain, PeerDialer};
 use super::reachability;
 use super::snapshot_frame::snapshot_frame;
 
@@ -177,12 +178,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 self.target
             ))));
         }
-        if heartbeat && self.dialer.beats.is_some() {
+        if let Some(beats) = self.dialer.beats.clone().filter(|_| heartbeat) {
             let peer = (self.target, self.addr.as_str());
-            let answer = self
-                .dialer
-                .beat(peer, self.group, rpc, option.hard_ttl())
-                .await;
+            let ttl = option.hard_ttl();
+            let answer = beats.beat(&self.dialer, peer, self.group, (rpc, ttl)).await;
             return self.noted(answer);
         }
         let deadline = append_deadline(rpc.entries.len(), option.hard_ttl());
@@ -237,6 +236,54 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call("transfer-leader", &request, option.hard_ttl())
             .await
+    }
+}
+
+impl Carry for PeerDialer {
+    /// One batch of heartbeats to `target`, over the connection kept for
+    /// them ([`PeerDialer::beats_request`]).
+    async fn carry(
+        &self,
+        target: NodeId,
+        addr: &str,
+        beats: &[Beat],
+        wait: Duration,
+    ) -> Result<Vec<BeatAnswer>, Failed> {
+        self.metrics.heartbeats_carried.inc_by(beats.len() as u64);
+        let response = self
+            .beats_request(target, addr)
+            .json(beats)
+            .timeout(wait)
+            .send()
+            .await
+            .map_err(|e| {
+                let why = explain(&e);
+                if e.is_connect() {
+                    Failed::Unreachable(why)
+                } else {
+                    Failed::Network(why)
+                }
+            })?;
+        if !response.status().is_success() {
+            return Err(Failed::Network(format!(
+                "node {target} answered {} to {BEATS_ROUTE}",
+                response.status()
+            )));
+        }
+        self.answer_is_trusted(target, &response)
+            .map_err(Failed::Unreachable)?;
+        let answers: Vec<BeatAnswer> = response
+            .json()
+            .await
+            .map_err(|e| Failed::Network(explain(&e)))?;
+        if answers.len() != beats.len() {
+            return Err(Failed::Network(format!(
+                "node {target} answered {} beats of {}",
+                answers.len(),
+                beats.len()
+            )));
+        }
+        Ok(answers)
     }
 }
 

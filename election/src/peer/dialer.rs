@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use palisade_serve::certs::node_name;
 
+use super::beats::{Beats, BEATS_ROUTE};
 use super::incarnation::{Incarnations, INCARNATION_HEADER};
 use super::standing::Standing;
 use crate::config::PeerTls;
@@ -24,9 +25,11 @@ use crate::raft::NodeId;
 /// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
 /// in flight never holds up heartbeats on a shared connection), one
 /// HTTP/2 connection per peer that every forwarded client request shares,
-/// and, with partitions, one more per peer that carries every group's
-/// heartbeats together (`beats.rs`; never behind a forwarded call that
-/// waits).
+/// and, with partitions, an HTTP/1.1 connection per peer that carries every
+/// group's heartbeats together (`beats.rs`: one batch in flight at a time,
+/// so one connection; a batch that times out drops it, so a healed network
+/// cut is not followed by waits on a dead connection, as an HTTP/2
+/// connection would be until its keep-alive ping failed).
 /// With mutual TLS a peer is addressed by its certificate name
 /// (`node-<id>.palisade`), which a resolver maps to the address the
 /// membership gives it; so the server certificate must name the very node
@@ -40,7 +43,7 @@ pub struct PeerDialer {
     beating: reqwest::Client,
     /// The heartbeat carriers, when heartbeats are carried together
     /// ([`PeerDialer::carrying_beats_together`]).
-    pub(super) beats: Option<Arc<super::beats::Beats>>,
+    pub(super) beats: Option<Arc<Beats>>,
     /// Counts the requests sent (`palisade_peer_requests`) and heartbeats
     /// carried.
     pub(super) metrics: Arc<crate::metrics::ElectionMetrics>,
@@ -140,7 +143,7 @@ impl PeerDialer {
         Ok(Self {
             client: build(false)?,
             forwarding: build(true)?,
-            beating: build(true)?,
+            beating: build(false)?,
             beats: None,
             metrics,
             me,
@@ -193,10 +196,15 @@ impl PeerDialer {
     }
 
     /// A batch of heartbeats, like [`PeerDialer::request`] but over the
-    /// HTTP/2 connection that carries only heartbeats to `target`.
+    /// connection that carries only heartbeats to `target`.
     pub(super) fn beats_request(&self, target: NodeId, addr: &str) -> reqwest::RequestBuilder {
-        let path = super::beats::BEATS_ROUTE;
-        self.request_with(&self.beating, reqwest::Method::POST, target, addr, path)
+        self.request_with(
+            &self.beating,
+            reqwest::Method::POST,
+            target,
+            addr,
+            BEATS_ROUTE,
+        )
     }
 
     /// A forwarded client request, like [`PeerDialer::request`] but over
