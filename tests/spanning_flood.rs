@@ -14,7 +14,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::partitions::steady_nodes;
+use support::partitions::{steady_nodes, until_led};
 use support::{Access, Cluster};
 
 const PARTITIONS: u32 = 4;
@@ -59,6 +59,12 @@ async fn a_flood_of_spanning_calls_cannot_make_a_holder_lose_its_lease() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (cluster, access) = Cluster::start_secure(dir.path(), steady_nodes(dir.path(), PARTITIONS));
     let admin = access.http("admin");
+    // Placement settled first (partition k led by its home, node 1 + k % 3),
+    // so no handover of the test's own making lands in the flood.
+    let home = |l: &[(u64, u64)]| {
+        l.len() == PARTITIONS as usize && (0..).zip(l).all(|(k, (leader, _))| *leader == 1 + k % 3)
+    };
+    until_led(&admin, &cluster.url(1), Duration::from_secs(30), home).await;
     let leader = cluster.leader(&admin).await;
     let grant = acquire_victim(&access, &cluster.url(leader)).await;
     // The victim on its own thread and runtime, as in noisy_neighbour.rs:
