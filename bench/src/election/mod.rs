@@ -123,9 +123,11 @@ pub async fn run(args: ElectionBench, palisade: &Path) -> anyhow::Result<ExitCod
 
     let (mut failovers, of_most) = if args.partitions > 1 {
         let mut trials = Vec::new();
-        for _ in 0..args.failovers {
+        for trial in 0..args.failovers {
             let map = partitions::settled(&cluster, &client, Duration::from_secs(60)).await?;
-            trials.push(partitions::failover_of_most(&mut cluster, &client, &short, &map).await?);
+            let of_most =
+                partitions::failover_of_most(&mut cluster, &client, &short, (&map, trial));
+            trials.push(of_most.await?);
         }
         (Vec::new(), Some(trials))
     } else {
@@ -154,7 +156,9 @@ fn start(args: &ElectionBench, palisade: &Path, dir: &Path) -> anyhow::Result<(C
     };
     let mut config = ClusterConfig::new(dir, 3, peer_auth);
     for node in &mut config.nodes {
-        node.env = vec![("RUST_LOG".into(), "error".into())];
+        // `BENCH_NODE_LOG=info` shows what the nodes do (a slow failover).
+        let log = std::env::var("BENCH_NODE_LOG").unwrap_or_else(|_| "error".into());
+        node.env = vec![("RUST_LOG".into(), log)];
         node.logs = Logs::Inherit;
         node.args = vec!["--partitions".into(), args.partitions.to_string()];
     }

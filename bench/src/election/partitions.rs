@@ -164,14 +164,15 @@ pub(super) async fn idle_cost(
 
 /// SIGKILLs the node that leads the most partitions, then times, for each
 /// partition it led, how long until an acquire of a lease of that
-/// partition succeeds through a survivor (polled every 5 ms, 300 ms per
+/// partition (a name of trial `trial`'s own: a lease acquired in an
+/// earlier trial is still held) succeeds through a survivor (polled every 5 ms, 300 ms per
 /// request). The node is restarted and placement settles before this
 /// returns.
 pub(super) async fn failover_of_most(
     cluster: &mut Cluster,
     client: &reqwest::Client,
     short: &reqwest::Client,
-    map: &Map,
+    (map, trial): (&Map, usize),
 ) -> anyhow::Result<Value> {
     let victim = cluster
         .ids()
@@ -185,7 +186,7 @@ pub(super) async fn failover_of_most(
         .iter()
         .map(|k| {
             (0..)
-                .map(|i| format!("failover-p{k}-{i}"))
+                .map(|i| format!("failover-{trial}-p{k}-{i}"))
                 .find(|name| partition_of(name, map.leaders.len()) == *k)
                 .unwrap_or_default()
         })

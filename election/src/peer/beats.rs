@@ -6,8 +6,8 @@
 //! peer one carrier task: a heartbeat is queued, and the carrier sends all
 //! that are queued in one `POST /raft/beats` over the one connection the
 //! node keeps to that peer for heartbeats, then hands each group its own
-//! answer. While one batch is in flight the next gathers, so beats that
-//! fall together go together, and none waits for a timer.
+//! answer. A batch waits [`GATHER`] (2 ms) after its first beat for the
+//! others, and while one batch is in flight the next gathers.
 //!
 //! A busy partition never delays another's heartbeat: appends that carry
 //! entries (and snapshots) go on their own connections, never in a batch.
@@ -33,6 +33,13 @@ use crate::raft::{NodeId, TypeConfig};
 
 /// The route that carries a batch.
 pub const BEATS_ROUTE: &str = "/raft/beats";
+
+/// How long a carrier waits after a batch's first beat for others. At 64
+/// partitions on 3 nodes (default timing, heartbeat 20 ms), waiting 2 ms
+/// carried 4.6 beats a request instead of 1.8, and cut each node's idle
+/// CPU from 55% of a core to 37% (BENCHMARKS.md); it costs each heartbeat
+/// 2 ms of the election timeout's margin.
+const GATHER: Duration = Duration::from_millis(2);
 
 /// At most this many beats in one batch (one per partition is the most a
 /// leader of every partition queues per interval).
@@ -130,6 +137,9 @@ fn stopped(why: &str) -> RPCError<TypeConfig> {
 /// time, until the node's dialer is gone.
 async fn carry(carrier: impl Carry, target: NodeId, mut queue: mpsc::UnboundedReceiver<Queued>) {
     while let Some(first) = queue.recv().await {
+        // The other groups' beats of this interval arrive one by one, as
+        // their timers fire: a moment's wait carries several in one request.
+        tokio::time::sleep(GATHER).await;
         let mut batch = vec![first];
         while batch.len() < MAX_BEATS {
             match queue.try_recv() {
