@@ -132,6 +132,7 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
         "the status page's partitions"
     );
     assert_eq!(page.matches("data-partition=").count(), PARTITIONS as usize);
+    assert_eq!(page.matches("class=\"lag\"").count(), PARTITIONS as usize);
 
     // Sixty leases over every partition, each writing through the gateway.
     let mut grants = Vec::new();

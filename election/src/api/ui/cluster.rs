@@ -148,7 +148,7 @@ pub(super) fn partitions_section(html: &mut String, state: &ApiState) {
         let _ = write!(
             rows,
             "<tr data-partition=\"{}\"><td>{}</td><td class=\"leader\">{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td class=\"lag\">{}</td></tr>",
             group.id,
             group.id,
             metrics
@@ -157,6 +157,7 @@ pub(super) fn partitions_section(html: &mut String, state: &ApiState) {
             metrics.current_term,
             metrics.cluster_committed.as_ref().map_or(0, |id| id.index),
             metrics.last_applied.as_ref().map_or(0, |id| id.index),
+            lag(&metrics),
         );
     }
     let spread: Vec<String> = led
@@ -166,10 +167,31 @@ pub(super) fn partitions_section(html: &mut String, state: &ApiState) {
     let _ = write!(
         *html,
         "<h2>Partitions</h2><p>{} partitions; {}</p><table id=\"partitions\"><tr><th>partition</th>\
-         <th>leader</th><th>term</th><th>commit</th><th>applied</th></tr>{rows}</table>",
+         <th>leader</th><th>term</th><th>commit</th><th>applied</th>\
+         <th title=\"leading: entries the slowest follower lacks; following: entries \
+         committed and not yet applied here\">lag</th></tr>{rows}</table>",
         state.partitions(),
         spread.join(", "),
     );
+}
+
+/// A partition's lag as this node sees it: leading, the entries of its log
+/// the slowest follower has not acknowledged; following, the entries
+/// committed that it has not applied yet.
+fn lag(metrics: &openraft::RaftMetrics<crate::raft::TypeConfig>) -> u64 {
+    let last = metrics.last_log_index.unwrap_or(0);
+    match &metrics.replication {
+        Some(followers) => followers
+            .iter()
+            .filter(|(id, _)| **id != metrics.id)
+            .map(|(_, matched)| last.saturating_sub(matched.as_ref().map_or(0, |m| m.index)))
+            .max()
+            .unwrap_or(0),
+        None => {
+            let committed = metrics.cluster_committed.as_ref().map_or(0, |id| id.index);
+            committed.saturating_sub(metrics.last_applied.as_ref().map_or(0, |id| id.index))
+        }
+    }
 }
 
 #[cfg(test)]
