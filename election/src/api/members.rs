@@ -8,11 +8,13 @@
 //! partitions that already have it answer as if they had made it.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use http::Method;
+use openraft::alias::StoredMembershipOf;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -96,15 +98,18 @@ where
     }
 }
 
-fn voters(group: &Group) -> Vec<NodeId> {
+/// `group`'s membership as this node has it.
+fn membership_of(group: &Group) -> Arc<StoredMembershipOf<TypeConfig>> {
     group
         .raft
         .metrics()
         .borrow_watched()
         .membership_config
-        .membership()
-        .voter_ids()
-        .collect()
+        .clone()
+}
+
+fn voters(group: &Group) -> Vec<NodeId> {
+    membership_of(group).membership().voter_ids().collect()
 }
 
 /// Who a change is made for, as its parts elsewhere carry it.
@@ -238,8 +243,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
             Ok(standing) => {
                 // Asking taught this node its incarnation; a node refused
                 // is no member, and may come back with a fresh data dir.
-                let members: Vec<NodeId> = (state.group_zero().raft.metrics().borrow_watched())
-                    .membership_config
+                let members: Vec<NodeId> = membership_of(state.group_zero())
                     .membership()
                     .nodes()
                     .map(|(id, _)| *id)
@@ -270,11 +274,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
 
 /// [`add_member`] in one group, which this node leads.
 async fn add_to(state: &ApiState, group: &Group, body: &AddMember) -> Result<(), ApiError> {
-    let known = group
-        .raft
-        .metrics()
-        .borrow_watched()
-        .membership_config
+    let known = membership_of(group)
         .membership()
         .get_node(&body.id)
         .map(|node| node.addr.clone());
@@ -405,8 +405,8 @@ pub(super) async fn remove_member(
 /// The change that removes `id` from `group`: 404 when it is not a member,
 /// 409 when it is the last voter.
 fn check_removal(group: &Group, id: NodeId) -> Result<ChangeMembers<NodeId, BasicNode>, ApiError> {
-    let metrics = group.raft.metrics().borrow_watched().clone();
-    let membership = metrics.membership_config.membership();
+    let stored = membership_of(group);
+    let membership = stored.membership();
     if !membership.nodes().any(|(member, _)| *member == id) {
         return Err(ApiError::NotFound(format!("node {id} is not a member")));
     }
