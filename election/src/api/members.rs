@@ -207,6 +207,8 @@ pub(super) async fn add_member(
 ) -> Result<Json<Value>, ApiError> {
     let added = json!({ "id": body.id, "addr": body.addr, "voter": true });
     if let Some(id) = partition_of(&state, &uri)? {
+        // Checked here too: a caller may add a node partition by partition.
+        runs_as_many_partitions(&state, &body).await?;
         Change::Add(&body).make(&state, state.group_of(id)).await?;
         return Ok(Json(added));
     }

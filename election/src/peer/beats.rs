@@ -4,15 +4,19 @@
 //! heartbeat (an append with no entries) every heartbeat interval: N
 //! partitions cost N requests per peer per interval. [`Beats`] gives each
 //! peer one carrier task: a heartbeat is queued, and the carrier sends all
-//! that are queued in one `POST /raft/beats` over the one connection the
+//! that are queued in one `POST /raft/beats` over the connections the
 //! node keeps to that peer for heartbeats, then hands each group its own
 //! answer. A batch waits [`GATHER`] (2 ms) after its first beat for the
 //! others, and while one batch is in flight the next gathers.
 //!
 //! A busy partition never delays another's heartbeat: appends that carry
-//! entries (and snapshots) go on their own connections, never in a batch.
-//! A batch waits at most the shortest deadline among its beats; a beat
-//! whose sender gave up (openraft's timeout) is dropped before sending.
+//! entries (and snapshots) go on their own connections, never in a batch;
+//! the receiver answers each beat its group answered within the sender's
+//! wait and says of a late one that it was late (a group writing a big
+//! append to disk answers no heartbeat until the write is done). A batch
+//! may take as long as its latest beat may wait; a beat whose sender gave
+//! up (openraft's timeout) is dropped before sending. At most two batches
+//! to a peer are in flight, so a slow one does not hold up the next.
 //!
 //! The receiving side (`server.rs::beats`) checks each beat as the single
 //! append route does: the sender speaks only for itself, in a group that
@@ -22,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use openraft::error::{NetworkError, RPCError, RaftError, Unreachable};
+use openraft::error::{NetworkError, RPCError, Unreachable};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -52,8 +56,19 @@ pub struct Beat {
     pub rpc: AppendEntriesRequest<TypeConfig>,
 }
 
-/// What one beat's group answered, in the batch's order.
-pub type BeatAnswer = Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>;
+/// What one beat's group answered, in the batch's order; `Err` says why
+/// it did not (its group failed, or did not answer within the batch's
+/// wait: a group whose log is busy on disk answers no heartbeat until the
+/// write is done, and must not hold up the others' answers).
+pub type BeatAnswer = Result<AppendEntriesResponse<TypeConfig>, String>;
+
+/// The header that tells the receiver how long it may take over a batch
+/// (milliseconds): a beat not answered by then is answered `Err`.
+pub const BEATS_WAIT_HEADER: &str = "x-palisade-beats-wait-ms";
+
+/// At most this many batches to one peer in flight at once (each on its
+/// own connection): a slow batch does not make every later beat wait.
+const IN_FLIGHT: usize = 2;
 
 type Answer = Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>>;
 
@@ -74,6 +89,10 @@ pub struct Beats {
 /// What sends a batch to a peer (the dialer, in `client.rs`): kept apart
 /// so that this file names no transport.
 pub(super) trait Carry: Clone + Send + Sync + 'static {
+    /// This carrier without the heartbeat carriers it belongs to (so a
+    /// carrier task does not keep its own queue alive).
+    fn detached(&self) -> Self;
+
     /// Sends `beats` to `target` at `addr`, waiting at most `wait`; their
     /// answers in order.
     fn carry(
@@ -109,11 +128,13 @@ impl Beats {
             let mut carriers = palisade_plumbing::sync::lock(&self.carriers);
             let queue = carriers.entry(target).or_insert_with(|| {
                 let (queue, queued) = mpsc::unbounded_channel();
-                tokio::spawn(carry(carrier.clone(), target, queued));
+                tokio::spawn(carry(carrier.detached(), target, queued));
                 queue
             });
             if let Err(mpsc::error::SendError(queued)) = queue.send(queued) {
-                // The carrier ended (its runtime is shutting down).
+                // The carrier ended (its runtime is shutting down): the
+                // next beat starts another.
+                carriers.remove(&target);
                 let _ = queued
                     .answer
                     .send(Err(stopped("the heartbeat carrier stopped")));
@@ -133,41 +154,69 @@ fn stopped(why: &str) -> RPCError<TypeConfig> {
     RPCError::Network(NetworkError::from_string(why.to_owned()))
 }
 
-/// The carrier of `target`'s beats: sends what is queued, one batch at a
-/// time, until the node's dialer is gone.
+/// The carrier of `target`'s beats: gathers what is queued into batches
+/// and sends them, at most [`IN_FLIGHT`] at once, until the node's
+/// carriers are dropped.
 async fn carry(carrier: impl Carry, target: NodeId, mut queue: mpsc::UnboundedReceiver<Queued>) {
+    let seats = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     while let Some(first) = queue.recv().await {
-        // The other groups' beats of this interval arrive one by one, as
-        // their timers fire: a moment's wait carries several in one request.
-        tokio::time::sleep(GATHER).await;
         let mut batch = vec![first];
-        while batch.len() < MAX_BEATS {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
+        gather(&mut queue, &mut batch);
+        if batch.len() == 1 {
+            // The other groups' beats of this interval arrive one by one,
+            // as their timers fire: a moment's wait carries several in one
+            // request. (Beats that queued behind a batch go at once.)
+            tokio::time::sleep(GATHER).await;
+            gather(&mut queue, &mut batch);
         }
         batch.retain(|queued| !queued.answer.is_closed());
-        let Some(deadline) = batch.iter().map(|queued| queued.deadline).min() else {
+        // The batch may take as long as its latest beat may wait: a beat
+        // whose caller gave up earlier just loses its answer.
+        let Some(deadline) = batch.iter().map(|queued| queued.deadline).max() else {
             continue;
         };
-        let addr = batch[batch.len() - 1].addr.clone();
-        let (beats, answers): (Vec<Beat>, Vec<_>) = batch
-            .into_iter()
-            .map(|queued| (queued.beat, queued.answer))
-            .unzip();
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match carrier.carry(target, &addr, &beats, wait).await {
-            Ok(answered) => {
-                for (answer, got) in answers.into_iter().zip(answered) {
-                    let _ =
-                        answer.send(got.map_err(|e| RPCError::Unreachable(Unreachable::new(&e))));
-                }
+        let Ok(seat) = seats.clone().acquire_owned().await else {
+            return;
+        };
+        let carrier = carrier.clone();
+        tokio::spawn(async move {
+            send(&carrier, target, batch, deadline).await;
+            drop(seat);
+        });
+    }
+}
+
+/// Moves what `queue` holds now into `batch`, up to [`MAX_BEATS`].
+fn gather(queue: &mut mpsc::UnboundedReceiver<Queued>, batch: &mut Vec<Queued>) {
+    while batch.len() < MAX_BEATS {
+        match queue.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Sends one batch (by `carrier`, within `deadline`) and hands each beat
+/// its answer.
+async fn send(carrier: &impl Carry, target: NodeId, batch: Vec<Queued>, deadline: Instant) {
+    let Some(addr) = batch.last().map(|queued| queued.addr.clone()) else {
+        return;
+    };
+    let (beats, answers): (Vec<Beat>, Vec<_>) = batch
+        .into_iter()
+        .map(|queued| (queued.beat, queued.answer))
+        .unzip();
+    let wait = deadline.saturating_duration_since(Instant::now());
+    match carrier.carry(target, &addr, &beats, wait).await {
+        Ok(answered) => {
+            for (answer, got) in answers.into_iter().zip(answered) {
+                let got = got.map_err(|why| RPCError::Network(NetworkError::from_string(why)));
+                let _ = answer.send(got);
             }
-            Err(failed) => {
-                for answer in answers {
-                    let _ = answer.send(Err(failed.again()));
-                }
+        }
+        Err(failed) => {
+            for answer in answers {
+                let _ = answer.send(Err(failed.again()));
             }
         }
     }

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::group_id::GroupId;
 use crate::raft::{NodeId, TypeConfig};
 
-use super::beats::{Beat, BeatAnswer, Carry, Failed, BEATS_ROUTE};
+use super::beats::{Beat, BeatAnswer, Carry, Failed, BEATS_ROUTE, BEATS_WAIT_HEADER};
 use super::dialer::{explain, PeerDialer};
 use super::reachability;
 use super::snapshot_frame::snapshot_frame;
@@ -240,6 +240,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
 }
 
 impl Carry for PeerDialer {
+    fn detached(&self) -> Self {
+        let mut detached = self.clone();
+        detached.beats = None;
+        detached
+    }
+
     /// One batch of heartbeats to `target`, over the connection kept for
     /// them ([`PeerDialer::beats_request`]).
     async fn carry(
@@ -250,8 +256,12 @@ impl Carry for PeerDialer {
         wait: Duration,
     ) -> Result<Vec<BeatAnswer>, Failed> {
         self.metrics.heartbeats_carried.inc_by(beats.len() as u64);
+        // The receiver answers what its groups answered within three
+        // quarters of the wait, and says of the rest that they were late.
+        let theirs = (wait * 3 / 4).as_millis().to_string();
         let response = self
             .beats_request(target, addr)
+            .header(BEATS_WAIT_HEADER, theirs)
             .json(beats)
             .timeout(wait)
             .send()

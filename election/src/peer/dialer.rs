@@ -25,11 +25,11 @@ use crate::raft::NodeId;
 /// Dials peers: a pool of HTTP/1.1 connections for Raft RPC (a snapshot
 /// in flight never holds up heartbeats on a shared connection), one
 /// HTTP/2 connection per peer that every forwarded client request shares,
-/// and, with partitions, an HTTP/1.1 connection per peer that carries every
-/// group's heartbeats together (`beats.rs`: one batch in flight at a time,
-/// so one connection; a batch that times out drops it, so a healed network
-/// cut is not followed by waits on a dead connection, as an HTTP/2
-/// connection would be until its keep-alive ping failed).
+/// and, with partitions, HTTP/1.1 connections that carry every group's
+/// heartbeats to a peer together (`beats.rs`: at most two batches in
+/// flight, so two connections; a batch that times out drops its own, so a
+/// healed network cut is not followed by waits on a dead connection, as an
+/// HTTP/2 connection would be until its keep-alive ping failed).
 /// With mutual TLS a peer is addressed by its certificate name
 /// (`node-<id>.palisade`), which a resolver maps to the address the
 /// membership gives it; so the server certificate must name the very node

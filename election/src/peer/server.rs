@@ -18,7 +18,7 @@ use openraft::raft::{
 use openraft::vote::RaftLeaderId;
 use openraft::Snapshot;
 
-use super::beats::{Beat, BeatAnswer, BEATS_ROUTE, MAX_BEATS};
+use super::beats::{Beat, BeatAnswer, BEATS_ROUTE, BEATS_WAIT_HEADER, MAX_BEATS};
 use super::figures::FiguresSource;
 use super::incarnation::Incarnations;
 use super::standing::Standing;
@@ -131,10 +131,14 @@ async fn append(
 /// `POST /raft/beats`: heartbeats of several groups at once (`beats.rs`),
 /// each checked as [`append`] checks one; the answers in the same order.
 /// A beat in the name of another node, or of a group this node does not
-/// run, refuses the whole batch.
+/// run, refuses the whole batch. A group that has not answered within the
+/// sender's wait ([`BEATS_WAIT_HEADER`], at most 1 s; a group whose log is
+/// busy on disk answers a heartbeat only after the write) is answered
+/// `Err`, so it holds up no other group's answer.
 async fn beats(
     State(groups): State<Arc<HashMap<u32, Arc<Raft>>>>,
     Extension(from): Extension<PeerId>,
+    headers: http::HeaderMap,
     Json(beats): Json<Vec<Beat>>,
 ) -> Result<Json<Vec<BeatAnswer>>, ApiError> {
     if beats.len() > MAX_BEATS {
@@ -143,16 +147,33 @@ async fn beats(
             beats.len()
         )));
     }
+    let wait = headers
+        .get(BEATS_WAIT_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map_or(MAX_BEATS_WAIT, std::time::Duration::from_millis)
+        .min(MAX_BEATS_WAIT);
     let mut calls = Vec::with_capacity(beats.len());
     for beat in beats {
         speaks_for_itself(from, &beat.rpc.vote)?;
         let raft = groups.get(&beat.group).cloned().ok_or_else(|| {
             ApiError::BadRequest(format!("this node runs no partition {}", beat.group))
         })?;
-        calls.push(async move { raft.append_entries(beat.rpc).await });
+        calls.push(async move {
+            match tokio::time::timeout(wait, raft.append_entries(beat.rpc)).await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(err)) => Err(format!("partition {}: {err}", beat.group)),
+                Err(_) => Err(format!(
+                    "partition {} did not answer within {wait:?}",
+                    beat.group
+                )),
+            }
+        });
     }
     Ok(Json(futures::future::join_all(calls).await))
 }
+
+/// The longest a batch of heartbeats is given, whatever its sender says.
+const MAX_BEATS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn vote(
     State(raft): State<Arc<Raft>>,
