@@ -7,7 +7,7 @@
 //! that are queued in one `POST /raft/beats` over the connections the
 //! node keeps to that peer for heartbeats, then hands each group its own
 //! answer. A batch waits [`GATHER`] (2 ms) after its first beat for the
-//! others, and while one batch is in flight the next gathers.
+//! others, unless others already queued (behind a batch in flight).
 //!
 //! A busy partition never delays another's heartbeat: appends that carry
 //! entries (and snapshots) go on their own connections, never in a batch;
