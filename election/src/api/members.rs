@@ -208,7 +208,7 @@ pub(super) async fn add_member(
     let added = json!({ "id": body.id, "addr": body.addr, "voter": true });
     if let Some(id) = partition_of(&state, &uri)? {
         // Checked here too: a caller may add a node partition by partition.
-        runs_as_many_partitions(&state, &body).await?;
+        let body = runs_as_many_partitions(&state, body).await?;
         Change::Add(&body).make(&state, state.group_of(id)).await?;
         return Ok(Json(added));
     }
@@ -218,7 +218,7 @@ pub(super) async fn add_member(
             body.id
         )));
     }
-    runs_as_many_partitions(&state, &body).await?;
+    let body = runs_as_many_partitions(&state, body).await?;
     in_other_partitions(&state, &caller(principal, flow), Change::Add(&body)).await?;
     add_to(&state, state.group_zero(), &body).await?;
     tracing::info!(id = body.id, addr = %body.addr, "added a voter");
@@ -230,8 +230,10 @@ pub(super) async fn add_member(
 /// other node, and two partitions could grant it at once. It is asked
 /// (`POST /raft/standing`) until it answers or the change's wait ends (it
 /// may be added before it is started); a node from before partitions
-/// counts as one. Nothing changes when it differs.
-async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(), ApiError> {
+/// counts as one. Nothing changes when it differs. What the change may
+/// still wait (to catch up) is what is left of its `wait_ms`: the body
+/// with that wait.
+async fn runs_as_many_partitions(state: &ApiState, body: AddMember) -> Result<AddMember, ApiError> {
     let deadline =
         tokio::time::Instant::now() + body.wait_ms.map_or(CATCH_UP, Duration::from_millis);
     let peer = [(body.id, body.addr.clone())];
@@ -241,7 +243,13 @@ async fn runs_as_many_partitions(state: &ApiState, body: &AddMember) -> Result<(
         let answer = state.dialer.standings(&peer, ask.min(left)).await.remove(0);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match answer {
-            Ok(standing) if standing.partitions == state.partitions() => return Ok(()),
+            Ok(standing) if standing.partitions == state.partitions() => {
+                let left = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+                return Ok(AddMember {
+                    wait_ms: Some(left),
+                    ..body
+                });
+            }
             Ok(standing) => {
                 // Asking taught this node its incarnation; a node refused
                 // is no member, and may come back with a fresh data dir.
