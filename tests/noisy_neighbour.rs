@@ -83,39 +83,7 @@ async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
     // thread and runtime, with its own client whose connections (opened
     // there before the flood) that runtime drives: so the flood this test
     // also drives cannot delay the victim's own client.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let renewing = {
-        let (victim, urls, token) = (
-            access.http("orders"),
-            cluster.urls(),
-            grant["token"].clone(),
-        );
-        let pids: Vec<u32> = (1..=3)
-            .filter_map(|id| cluster.node(id).map(|n| n.pid()))
-            .collect();
-        let secret = secret.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                for url in &urls {
-                    victim
-                        .get(format!("{url}/v1/cluster"))
-                        .send()
-                        .await
-                        .expect("warm-up");
-                }
-                ready_tx.send(()).expect("ready");
-                renew_for(victim, urls, token, secret, pids).await
-            })
-        })
-    };
-    tokio::task::spawn_blocking(move || ready_rx.recv())
-        .await
-        .expect("join")
-        .expect("the victim is ready");
+    let renewing = start_victim(&access, &cluster, grant["token"].clone(), secret.clone()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The flood: long watches on every node, over many HTTP/2 connections
     // (one per client), and stalled renewal bodies on node 1.
@@ -220,6 +188,46 @@ async fn a_flooding_neighbour_cannot_make_a_holder_lose_its_lease() {
         ),
         "refusals are counted per principal"
     );
+}
+
+/// Starts the victim ([`renew_for`] as `orders`, with `token` and
+/// `secret`) on its own thread and runtime, with its own client whose
+/// connections (opened there before any flood) that runtime drives: so a
+/// flood the test drives cannot delay the victim's own client. Returns once
+/// the victim is ready; join the thread for its renewals and peak RSS.
+pub(crate) async fn start_victim(
+    access: &support::Access,
+    cluster: &Cluster,
+    token: Value,
+    secret: String,
+) -> std::thread::JoinHandle<(Vec<Renewal>, u64)> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (victim, urls) = (access.http("orders"), cluster.urls());
+    let pids: Vec<u32> = (1..=3)
+        .filter_map(|id| cluster.node(id).map(|n| n.pid()))
+        .collect();
+    let renewing = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            for url in &urls {
+                victim
+                    .get(format!("{url}/v1/cluster"))
+                    .send()
+                    .await
+                    .expect("warm-up");
+            }
+            ready_tx.send(()).expect("ready");
+            renew_for(victim, urls, token, secret, pids).await
+        })
+    });
+    tokio::task::spawn_blocking(move || ready_rx.recv())
+        .await
+        .expect("join")
+        .expect("the victim is ready");
+    renewing
 }
 
 /// The renewals refused for load (429, 503 `overloaded`) or left

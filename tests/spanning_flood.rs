@@ -8,7 +8,7 @@
 //! every node in turn. No renewal may be refused for load or left
 //! unanswered, and the lease must be held at the end with its token.
 
-use crate::noisy_neighbour::{renew_for, starved};
+use crate::noisy_neighbour::{start_victim, starved};
 use crate::support;
 
 use std::time::{Duration, Instant};
@@ -67,40 +67,7 @@ async fn a_flood_of_spanning_calls_cannot_make_a_holder_lose_its_lease() {
     until_led(&admin, &cluster.url(1), Duration::from_secs(30), home).await;
     let leader = cluster.leader(&admin).await;
     let grant = acquire_victim(&access, &cluster.url(leader)).await;
-    // The victim on its own thread and runtime, as in noisy_neighbour.rs:
-    // the flood this test drives cannot delay the victim's own client.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let renewing = {
-        let (victim, urls, token) = (
-            access.http("orders"),
-            cluster.urls(),
-            grant["token"].clone(),
-        );
-        let pids: Vec<u32> = (1..=3)
-            .filter_map(|id| cluster.node(id).map(|n| n.pid()))
-            .collect();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                for url in &urls {
-                    victim
-                        .get(format!("{url}/v1/cluster"))
-                        .send()
-                        .await
-                        .expect("warm-up");
-                }
-                ready_tx.send(()).expect("ready");
-                renew_for(victim, urls, token, victim_secret(), pids).await
-            })
-        })
-    };
-    tokio::task::spawn_blocking(move || ready_rx.recv())
-        .await
-        .expect("join")
-        .expect("the victim is ready");
+    let renewing = start_victim(&access, &cluster, grant["token"].clone(), victim_secret()).await;
     let until = Instant::now() + FLOOD;
     let mut flooding = tokio::task::JoinSet::new();
     for url in cluster.urls() {
