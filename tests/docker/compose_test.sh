@@ -90,7 +90,14 @@ retry() { # retry N CMD...: run CMD until it succeeds, at most N times, 0.2 s ap
   for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.2; done
   return 1
 }
-leader() { "$bin" cluster status --election "$E" --json | json '["leader"]'; }
+# The leader's id, as the first answering node sees it; fails while that node
+# knows none (between elections, or on a leader whose lease lapsed), so
+# callers retry it rather than read "None".
+leader() {
+  local id
+  id=$("$bin" cluster status --election "$E" --json | json '["leader"]') || return 1
+  [ "$id" != None ] && echo "$id"
+}
 
 step "1. stale writer refused"
 A=$(retry 50 "$bin" lease acquire stale --holder A --ttl-ms 1500 --election "$E" --json)
@@ -107,7 +114,7 @@ echo "$late" | grep -q stale_token || fail "late write refused for the wrong rea
 ok "A (token $TOKEN_A) refused after B (token $TOKEN_B) fenced: $late"
 
 step "2. kill the Raft leader's container"
-old=$(leader)
+old=$(retry 50 leader) || fail "no node names a leader"
 docker kill "$(compose ps -q "election$old")" >/dev/null
 retry 50 "$bin" lease renew stale --holder B --token "$TOKEN_B" --secret "$SECRET_B" --election "$E" >/dev/null || fail "renew after leader kill"
 new=$(retry 50 leader)
@@ -143,7 +150,7 @@ docker rm -f "${project}_worker" >/dev/null
 ok "worker paused past its ttl: C's value stands; the worker reported: $report"
 
 step "4. partition an election node and heal it"
-l=$(leader); f=$(( l % 3 + 1 ))
+l=$(retry 50 leader) || fail "no node names a leader"; f=$(( l % 3 + 1 ))
 container=$(compose ps -q "election$f")
 docker network disconnect "${project}_default" "$container"
 for i in 1 2 3 4 5; do retry 50 "$bin" lease acquire "partition-$i" --holder P --ttl-ms 600000 --election "$E" >/dev/null || fail "acquire with a node cut off"; done
