@@ -19,21 +19,9 @@ use support::{acquire, http_client, node_setup, post_json, test_secret, Cluster}
 /// Every wait of this file is bounded by this.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// The next change event of `watch` (keep-alives skipped), within
-/// [`PATIENCE`].
+/// The next change of `watch` (keep-alives skipped), within [`PATIENCE`].
 async fn next_change(watch: &mut PrefixWatch) -> WatchEvent {
-    let started = Instant::now();
-    loop {
-        let left = PATIENCE.saturating_sub(started.elapsed());
-        let event = tokio::time::timeout(left, watch.next())
-            .await
-            .expect("an event in time")
-            .expect("the stream is open")
-            .expect("an event");
-        if !matches!(event, WatchEvent::Progress { .. }) {
-            return event;
-        }
-    }
+    support::watch::next_change(watch, PATIENCE).await
 }
 
 /// `(lease, holder)` of a change event.

@@ -16,7 +16,8 @@ use crate::transport::answer::Answer;
 use crate::transport::config::ClientConfig;
 use crate::transport::partitions::Partitions;
 use crate::transport::Transport;
-use crate::watch::PrefixWatch;
+use crate::watch::{PrefixWatch, Start};
+use crate::watch_cursor::WatchCursor;
 
 /// The election cluster (and gateway) client. Cheap to clone.
 ///
@@ -37,7 +38,7 @@ use crate::watch::PrefixWatch;
 #[derive(Debug, Clone)]
 pub struct Client {
     /// The HTTP client and its retry loop, shared with the leases.
-    transport: Arc<Transport>,
+    pub(crate) transport: Arc<Transport>,
     /// Renewals on their way into batches, shared with the leases.
     renewals: Arc<RenewQueue>,
 }
@@ -286,17 +287,35 @@ impl Client {
     /// share of waiting calls included).
     ///
     /// With several partitions each has its own log, so one index cannot
-    /// say where to resume: this answers [`Error::BadRequest`] naming the
-    /// count; watch each partition with [`Client::watch_prefix_in`].
+    /// say where to resume: there `index` must be 0 (the stream then
+    /// follows every partition, as [`Client::watch_prefix_from`] does);
+    /// another index is the server's [`Error::BadRequest`].
     pub async fn watch_prefix(&self, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
-        let count = self.transport.map().count();
-        if count > 1 {
-            return Err(Error::BadRequest(format!(
-                "this cluster has {count} partitions, each with its own index: watch each \
-                 with Client::watch_prefix_in(prefix, 0..{count}, index)"
-            )));
-        }
-        PrefixWatch::open(&self.transport, prefix, None, index).await
+        let from = match index {
+            0 => Start::Every(WatchCursor::default()),
+            index => Start::One {
+                partition: None,
+                index,
+            },
+        };
+        PrefixWatch::open(&self.transport, prefix, from).await
+    }
+
+    /// As [`Client::watch_prefix`], on a cluster of any number of
+    /// partitions: one stream follows every partition, each event names
+    /// its partition, and `cursor` (the last index read of each partition,
+    /// [`PrefixWatch::cursor`] of the stream that ended; empty: from the
+    /// start) says where each resumes.
+    ///
+    /// # Errors
+    /// As [`Client::watch_prefix`]; [`Error::BadRequest`] for a cursor of
+    /// more partitions than the cluster has.
+    pub async fn watch_prefix_from(
+        &self,
+        prefix: &str,
+        cursor: &WatchCursor,
+    ) -> Result<PrefixWatch, Error> {
+        PrefixWatch::open(&self.transport, prefix, Start::Every(cursor.clone())).await
     }
 
     /// As [`Client::watch_prefix`], of one partition's leases (`0..count`,
@@ -312,7 +331,11 @@ impl Client {
         partition: usize,
         index: u64,
     ) -> Result<PrefixWatch, Error> {
-        PrefixWatch::open(&self.transport, prefix, Some(partition), index).await
+        let from = Start::One {
+            partition: Some(partition),
+            index,
+        };
+        PrefixWatch::open(&self.transport, prefix, from).await
     }
 
     /// What this client knows of the cluster's partitions now: their
@@ -329,84 +352,6 @@ impl Client {
     /// cluster computes it.
     pub fn partition_of(&self, lease: &str) -> usize {
         self.transport.map().partition(lease).unwrap_or(0)
-    }
-
-    /// Rotates the cluster's signing key; returns the new key's id.
-    ///
-    /// # Errors
-    /// [`Error::Unavailable`].
-    pub async fn rotate_key(&self) -> Result<String, Error> {
-        #[derive(serde::Deserialize)]
-        struct Rotated {
-            kid: String,
-        }
-        let rotated: Rotated = self
-            .transport
-            .election(
-                reqwest::Method::POST,
-                "/v1/cluster/rotate-key",
-                Some(&json!({})),
-                Duration::ZERO,
-            )
-            .await?
-            .parse()?;
-        Ok(rotated.kid)
-    }
-
-    /// Adds node `id` (peer address `addr`) to the cluster: as a learner
-    /// until it has caught up, then as a voter. Waits up to a minute.
-    ///
-    /// # Errors
-    /// As [`Client::add_member_within`].
-    pub async fn add_member(&self, id: u64, addr: &str) -> Result<Value, Error> {
-        self.add_member_within(id, addr, Duration::from_secs(60))
-            .await
-    }
-
-    /// Adds node `id` (peer address `addr`): as a learner that must catch
-    /// up within `wait`, then as a voter. A learner that does not (nothing
-    /// answers at `addr`, say) is removed again and the voters stay as
-    /// they were.
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] with 409: `not_caught_up` (why, in the
-    /// message), `id` already a voter, or a change in progress;
-    /// [`Error::Unavailable`].
-    pub async fn add_member_within(
-        &self,
-        id: u64,
-        addr: &str,
-        wait: Duration,
-    ) -> Result<Value, Error> {
-        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        let body = json!({ "id": id, "addr": addr, "wait_ms": wait_ms });
-        self.transport
-            .election(
-                reqwest::Method::POST,
-                "/v1/cluster/members",
-                Some(&body),
-                wait,
-            )
-            .await?
-            .parse()
-    }
-
-    /// Removes node `id` from the cluster (never the last voter).
-    ///
-    /// # Errors
-    /// [`Error::NotFound`] if it is not a member; [`Error::Protocol`] 409
-    /// for the last voter; [`Error::Unavailable`].
-    pub async fn remove_member(&self, id: u64) -> Result<Value, Error> {
-        let path = format!("/v1/cluster/members/{id}");
-        self.transport
-            .election(
-                reqwest::Method::DELETE,
-                &path,
-                None,
-                Duration::from_secs(10),
-            )
-            .await?
-            .parse()
     }
 
     /// `/v1/cluster` of the first node that answers.

@@ -13,7 +13,7 @@
 //! [`Error::Held`].
 //!
 //! Inside, each file uses only the ones below it (by type, not only by
-//! path): `elector` → `client` → `acquire`, `watch`, `lease` → `postgres`, `lease` → `renew_queue` →
+//! path): `elector` → `admin` → `client` → `acquire`, `watch` → `watch_cursor`, `lease` → `postgres`, `lease` → `renew_queue` →
 //! `renew_stream` → `renew_batch` → `hedge` → `transport` (with
 //! `transport/config`, `transport/answer`, `transport/release_gates`,
 //! `transport/nodes`, `transport/partitions`, `transport/routes` beneath
@@ -31,14 +31,17 @@
 //!   leader with several partitions; a [`Lease`] renews through it.
 //! - `lease.rs`: [`Lease`], background renewal and the safe deadline.
 //! - `acquire.rs`: [`AcquireOptions`] and the acquire loop.
-//! - `client.rs`: [`Client`], the public calls; `elector.rs`: [`Elector`];
-//!   `watch.rs`: [`PrefixWatch`], one stream of a prefix's changes.
+//! - `client.rs`: [`Client`], the public calls (the operator's in
+//!   `admin.rs`); `elector.rs`: [`Elector`]; `watch.rs`: [`PrefixWatch`],
+//!   one stream of a prefix's changes (of every partition, resumed from a
+//!   [`WatchCursor`], `watch_cursor.rs`).
 //! - `model.rs`: the wire types; `error.rs`: [`Error`].
 //! - `postgres.rs` (feature `postgres`): fenced transactions in your own
 //!   PostgreSQL; beside `lease.rs`, which uses it for
 //!   `Lease::fenced_transaction`.
 
 mod acquire;
+mod admin;
 mod client;
 mod elector;
 mod error;
@@ -53,6 +56,7 @@ mod renew_queue;
 mod renew_stream;
 mod transport;
 mod watch;
+mod watch_cursor;
 
 pub use acquire::AcquireOptions;
 pub use client::Client;
@@ -66,3 +70,4 @@ pub use tokio_util::sync::CancellationToken;
 pub use transport::config::{ApiKey, ClientConfig, ClientIdentity, API_KEY_HEADER};
 pub use transport::partitions::Partitions;
 pub use watch::{PrefixWatch, WatchEvent};
+pub use watch_cursor::WatchCursor;

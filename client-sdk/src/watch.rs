@@ -1,5 +1,8 @@
 //! [`PrefixWatch`]: one stream of the changes to every lease under a
-//! prefix (`GET /v1/watch`), read as typed [`WatchEvent`]s.
+//! prefix (`GET /v1/watch`), read as typed [`WatchEvent`]s. On a cluster
+//! of several partitions one stream follows all of them: each event names
+//! its partition, and a [`WatchCursor`] (one index per partition) says
+//! where to resume.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +14,7 @@ use crate::error::Error;
 use crate::model::LeaseInfo;
 use crate::transport::answer::Answer;
 use crate::transport::Transport;
+use crate::watch_cursor::WatchCursor;
 
 /// How long an open watch's request may last (the server ends it first).
 const STREAM_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -22,12 +26,15 @@ const SILENT_FOR: Duration = Duration::from_secs(35);
 /// The longest line the SDK accepts (a lease with its fields is far less).
 const MAX_LINE: usize = 1 << 20;
 
-/// One event of a [`PrefixWatch`].
+/// One event of a [`PrefixWatch`]. `partition` is the partition whose log
+/// `index` is of (0 on a cluster of one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
     /// A lease under the prefix changed: `lease` as the change at `index`
     /// left it.
     Changed {
+        /// The lease's partition.
+        partition: usize,
         /// The change's log index (the lease's `modify_index`).
         index: u64,
         /// The lease.
@@ -35,25 +42,70 @@ pub enum WatchEvent {
     },
     /// A free lease's record was reclaimed (forgotten) at `index`.
     Deleted {
+        /// The lease's partition.
+        partition: usize,
         /// The reclaim's log index.
         index: u64,
         /// The lease's name.
         lease: String,
     },
-    /// A keep-alive: every change up to `index` has been sent.
+    /// A keep-alive of one partition: every change of it up to `index`
+    /// has been sent.
     Progress {
-        /// Where to resume from.
+        /// The partition.
+        partition: usize,
+        /// Where to resume that partition from.
         index: u64,
     },
 }
 
 impl WatchEvent {
-    /// The index the event carries (where a new watch resumes after it).
+    /// The index the event carries (where a new watch resumes its
+    /// partition after it).
     pub fn index(&self) -> u64 {
         match self {
             WatchEvent::Changed { index, .. }
             | WatchEvent::Deleted { index, .. }
-            | WatchEvent::Progress { index } => *index,
+            | WatchEvent::Progress { index, .. } => *index,
+        }
+    }
+
+    /// The partition whose log the event's index is of.
+    pub fn partition(&self) -> usize {
+        match self {
+            WatchEvent::Changed { partition, .. }
+            | WatchEvent::Deleted { partition, .. }
+            | WatchEvent::Progress { partition, .. } => *partition,
+        }
+    }
+}
+
+/// Where a [`PrefixWatch`] starts.
+#[derive(Debug, Clone)]
+pub(crate) enum Start {
+    /// After `index` of one partition (`None`: the cluster's only one).
+    One {
+        partition: Option<usize>,
+        index: u64,
+    },
+    /// Every partition, each after its cursor index.
+    Every(WatchCursor),
+}
+
+impl Start {
+    /// The query naming where to start.
+    fn query(&self) -> String {
+        match self {
+            Start::One {
+                partition: None,
+                index,
+            } => format!("&index={index}"),
+            Start::One {
+                partition: Some(k),
+                index,
+            } => format!("&index={index}&partition={k}"),
+            Start::Every(cursor) if cursor.indexes().is_empty() => String::new(),
+            Start::Every(cursor) => format!("&indexes={cursor}"),
         }
     }
 }
@@ -65,28 +117,34 @@ impl WatchEvent {
 pub struct PrefixWatch {
     response: reqwest::Response,
     buffer: BytesMut,
-    index: u64,
+    /// The partition a line without `partition` is of.
+    partition: usize,
+    cursor: WatchCursor,
     ended: bool,
 }
 
 impl PrefixWatch {
-    /// Opens a watch of `prefix` after `index` (of `partition`'s log, if
-    /// it names one) on the first node that answers, trying each
-    /// configured node once in turn (the partition's leader first, when
-    /// known).
+    /// Opens a watch of `prefix` from `from` on the first node that
+    /// answers, trying each configured node once in turn (a partition's
+    /// leader first, when it names one and the leader is known).
     pub(crate) async fn open(
         transport: &Arc<Transport>,
         prefix: &str,
-        partition: Option<usize>,
-        index: u64,
+        from: Start,
     ) -> Result<Self, Error> {
-        let mut path = format!(
-            "/v1/watch?prefix={}&index={index}",
-            crate::model::encode_key(prefix)
+        let path = format!(
+            "/v1/watch?prefix={}{}",
+            crate::model::encode_key(prefix),
+            from.query()
         );
-        if let Some(partition) = partition {
-            path.push_str(&format!("&partition={partition}"));
-        }
+        let (partition, cursor) = match from {
+            Start::One { partition, index } => {
+                let mut cursor = WatchCursor::default();
+                cursor.advance(partition.unwrap_or(0), index);
+                (partition, cursor)
+            }
+            Start::Every(cursor) => (None, cursor),
+        };
         let started = Instant::now();
         let first = partition
             .and_then(|k| transport.leader_endpoint(k))
@@ -101,7 +159,8 @@ impl PrefixWatch {
                     return Ok(Self {
                         response,
                         buffer: BytesMut::new(),
-                        index,
+                        partition: partition.unwrap_or(0),
+                        cursor,
                         ended: false,
                     })
                 }
@@ -124,10 +183,17 @@ impl PrefixWatch {
         })
     }
 
-    /// Where a new watch resumes: the index of the last event read (or the
-    /// one this watch was opened with).
+    /// Where a new watch of one partition resumes: the index of the last
+    /// event read (or the one this watch was opened with). A watch of
+    /// every partition resumes from [`PrefixWatch::cursor`].
     pub fn index(&self) -> u64 {
-        self.index
+        self.cursor.index_of(self.partition)
+    }
+
+    /// Where a new watch of every partition resumes
+    /// ([`crate::Client::watch_prefix_from`]): the last index read of each.
+    pub fn cursor(&self) -> &WatchCursor {
+        &self.cursor
     }
 
     /// The next event; `None` once the stream ended cleanly (the server
@@ -206,8 +272,15 @@ impl PrefixWatch {
             status: 200,
             message: "a watch line without an index".into(),
         })?;
+        let partition = match &value["partition"] {
+            Value::Null => self.partition,
+            named => named.as_u64().ok_or_else(|| Error::Protocol {
+                status: 200,
+                message: format!("a watch line whose partition is {named}"),
+            })? as usize,
+        };
         if let Some(code) = value["error"].as_str() {
-            self.index = self.index.max(index);
+            self.cursor.advance(partition, index);
             let status = match code {
                 "unauthorized" => 401,
                 "forbidden" => 403,
@@ -227,18 +300,26 @@ impl PrefixWatch {
         }
         let event = if value["deleted"].as_bool() == Some(true) {
             let lease = value["lease_name"].as_str().unwrap_or_default().to_owned();
-            WatchEvent::Deleted { index, lease }
+            WatchEvent::Deleted {
+                partition,
+                index,
+                lease,
+            }
         } else if value.get("lease").is_some() {
             let lease =
                 serde_json::from_value(value["lease"].clone()).map_err(|e| Error::Protocol {
                     status: 200,
                     message: format!("a watch line with a malformed lease: {e}"),
                 })?;
-            WatchEvent::Changed { index, lease }
+            WatchEvent::Changed {
+                partition,
+                index,
+                lease,
+            }
         } else {
-            WatchEvent::Progress { index }
+            WatchEvent::Progress { partition, index }
         };
-        self.index = self.index.max(index);
+        self.cursor.advance(partition, index);
         Ok(event)
     }
 }
@@ -279,7 +360,11 @@ mod tests {
     async fn watch_prefix(url: &str, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
         let mut config = ClientConfig::new([url]);
         config.http2 = false;
-        PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, None, index).await
+        let from = Start::One {
+            partition: None,
+            index,
+        };
+        PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, from).await
     }
 
     #[tokio::test]
@@ -298,7 +383,10 @@ mod tests {
         let url = server("200 OK", body).await;
         let mut watch = watch_prefix(&url, "jobs.", 3).await.expect("open");
         assert_eq!(watch.index(), 3);
-        let Some(Ok(WatchEvent::Changed { index: 7, lease })) = watch.next().await else {
+        let Some(Ok(WatchEvent::Changed {
+            index: 7, lease, ..
+        })) = watch.next().await
+        else {
             panic!("a change first");
         };
         assert_eq!(
@@ -310,12 +398,19 @@ mod tests {
         assert_eq!(
             deleted,
             WatchEvent::Deleted {
+                partition: 0,
                 index: 9,
                 lease: "jobs.b".into()
             }
         );
         let progress = watch.next().await.expect("an event").expect("ok");
-        assert_eq!(progress, WatchEvent::Progress { index: 12 });
+        assert_eq!(
+            progress,
+            WatchEvent::Progress {
+                partition: 0,
+                index: 12
+            }
+        );
         let behind = watch.next().await.expect("the last line");
         assert!(
             matches!(&behind, Err(Error::Unavailable { last, .. }) if last.contains("behind")),
@@ -323,6 +418,39 @@ mod tests {
         );
         assert!(watch.next().await.is_none(), "nothing after the last line");
         assert_eq!(watch.index(), 12, "where to resume");
+    }
+
+    #[tokio::test]
+    async fn a_watch_of_every_partition_keeps_an_index_per_partition() {
+        let body = concat!(
+            r#"{"index":4,"partition":2,"lease_name":"jobs.c","deleted":true}"#,
+            "\n",
+            r#"{"index":9,"partition":0}"#,
+            "\n",
+            r#"{"index":6,"partition":2}"#,
+            "\n",
+            r#"{"index":3,"partition":1,"error":"behind","message":"resume"}"#,
+            "\n",
+        );
+        let url = server("200 OK", body).await;
+        let mut config = ClientConfig::new([url.as_str()]);
+        config.http2 = false;
+        let transport = Arc::new(Transport::new(config));
+        let from = Start::Every(WatchCursor::new(vec![1, 2]));
+        let mut watch = PrefixWatch::open(&transport, "jobs.", from)
+            .await
+            .expect("open");
+        let deleted = watch.next().await.expect("an event").expect("ok");
+        assert_eq!(deleted.partition(), 2);
+        assert_eq!(watch.cursor().indexes(), [1, 2, 4]);
+        let progress = watch.next().await.expect("an event").expect("ok");
+        assert_eq!((progress.partition(), progress.index()), (0, 9));
+        watch.next().await.expect("an event").expect("ok");
+        assert!(watch.next().await.expect("the last line").is_err());
+        assert_eq!(watch.cursor().to_string(), "9,3,6", "where to resume");
+        assert_eq!("9,3,6".parse::<WatchCursor>(), Ok(watch.cursor().clone()));
+        assert_eq!("".parse::<WatchCursor>(), Ok(WatchCursor::default()));
+        assert!("9,x".parse::<WatchCursor>().is_err());
     }
 
     #[tokio::test]

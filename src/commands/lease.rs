@@ -108,9 +108,11 @@ pub enum LeaseCommand {
         #[arg(long)]
         prefix: Option<String>,
         /// With --prefix: only changes after this log index (0: every
-        /// lease under the prefix first).
-        #[arg(long, default_value_t = 0, requires = "prefix")]
-        index: u64,
+        /// lease under the prefix first); with several partitions, one
+        /// index per partition, `I0,I1,...` (as a warning on resume
+        /// prints them).
+        #[arg(long, default_value = "0", requires = "prefix")]
+        index: String,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -250,7 +252,7 @@ pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
             index,
             endpoints,
         } => match (lease, prefix) {
-            (_, Some(prefix)) => super::prefix_watch::run(&prefix, index, &endpoints).await,
+            (_, Some(prefix)) => super::prefix_watch::run(&prefix, &index, &endpoints).await,
             (Some(lease), None) => super::lease_watch::watch(&lease, &endpoints).await,
             (None, None) => anyhow::bail!("name a lease, or --prefix"),
         },

@@ -1,13 +1,15 @@
 //! `palisade lease watch --prefix P`: every lease under a prefix as it is
 //! now, then every change to one, over one stream (`GET /v1/watch`), until
 //! a signal or a closed stdout. A stream that ends (the node went away, or
-//! this client fell behind) is opened again from the last index seen.
+//! this client fell behind) is opened again from the last index seen. On a
+//! cluster of several partitions the stream follows all of them and resumes
+//! each from its own index.
 
 use crate::output::complain;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use palisade_client::{Error, WatchEvent};
+use palisade_client::{Client, Error, PrefixWatch, WatchCursor, WatchEvent};
 
 use super::endpoints::Endpoints;
 use super::lease_view::{describe, fail, info_json, print};
@@ -15,20 +17,59 @@ use super::lease_view::{describe, fail, info_json, print};
 /// How long to wait before opening a stream again after one ended.
 const REOPEN_AFTER: Duration = Duration::from_millis(500);
 
-/// Watches `prefix` from `index` (see the module's doc).
+/// Where a watch (re)opens.
+#[derive(Debug, Clone)]
+enum Resume {
+    /// After one index of the cluster's only partition.
+    Index(u64),
+    /// After each partition's index (empty: from the start).
+    Every(WatchCursor),
+}
+
+impl Resume {
+    /// `--index`: one index, or one per partition (`I0,I1,...`).
+    fn parse(index: &str) -> anyhow::Result<Self> {
+        let cursor: WatchCursor = index
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--index: {e}"))?;
+        Ok(match cursor.indexes() {
+            [] | [0] => Resume::Every(WatchCursor::default()),
+            [one] => Resume::Index(*one),
+            _ => Resume::Every(cursor),
+        })
+    }
+
+    async fn open(&self, client: &Client, prefix: &str) -> Result<PrefixWatch, Error> {
+        match self {
+            Resume::Index(index) => client.watch_prefix(prefix, *index).await,
+            Resume::Every(cursor) => client.watch_prefix_from(prefix, cursor).await,
+        }
+    }
+
+    /// Where the next stream resumes after `watch` ended.
+    fn after(&self, watch: &PrefixWatch) -> Self {
+        match self {
+            Resume::Index(_) => Resume::Index(watch.index()),
+            Resume::Every(_) => Resume::Every(watch.cursor().clone()),
+        }
+    }
+}
+
+/// Watches `prefix` from `index` (`--index`: one index, or one per
+/// partition; see the module's doc).
 pub(crate) async fn run(
     prefix: &str,
-    index: u64,
+    index: &str,
     endpoints: &Endpoints,
 ) -> anyhow::Result<ExitCode> {
     let client = endpoints.client()?;
     let shutdown = crate::shutdown::shutdown_signal();
     tokio::pin!(shutdown);
-    let mut index = index;
+    let mut from = Resume::parse(index)?;
     loop {
         let opened = tokio::select! {
             () = &mut shutdown => return Ok(ExitCode::SUCCESS),
-            opened = client.watch_prefix(prefix, index) => opened,
+            opened = from.open(&client, prefix) => opened,
         };
         let mut watch = match opened {
             Ok(watch) => watch,
@@ -48,13 +89,13 @@ pub(crate) async fn run(
                 Some(Ok(event)) => show(endpoints.json, &event),
                 Some(Err(err)) if refused(&err) => return Ok(fail(&err)),
                 Some(Err(err)) => {
-                    complain!("warning: {err}; resuming from index {}", watch.index());
+                    complain!("warning: {err}; resuming from index {}", watch.cursor());
                     break;
                 }
                 None => break,
             }
         }
-        index = watch.index();
+        from = from.after(&watch);
         tokio::time::sleep(REOPEN_AFTER).await;
     }
 }
@@ -70,12 +111,24 @@ fn refused(err: &Error) -> bool {
 /// One line per change (keep-alives are not shown).
 fn show(json: bool, event: &WatchEvent) {
     match event {
-        WatchEvent::Changed { index, lease } => {
-            let value = serde_json::json!({ "index": index, "lease": info_json(lease) });
+        WatchEvent::Changed {
+            partition,
+            index,
+            lease,
+        } => {
+            let value = serde_json::json!({
+                "partition": partition, "index": index, "lease": info_json(lease)
+            });
             print(json, &value, describe(lease));
         }
-        WatchEvent::Deleted { index, lease } => {
-            let value = serde_json::json!({ "index": index, "lease_name": lease, "deleted": true });
+        WatchEvent::Deleted {
+            partition,
+            index,
+            lease,
+        } => {
+            let value = serde_json::json!({
+                "partition": partition, "index": index, "lease_name": lease, "deleted": true
+            });
             print(
                 json,
                 &value,

@@ -50,6 +50,8 @@ mod membership;
 mod observability;
 #[path = "../old_data_dir.rs"]
 mod old_data_dir;
+#[path = "../partitioned_watch.rs"]
+mod partitioned_watch;
 #[path = "../partitions.rs"]
 mod partitions;
 #[path = "../peer_trust.rs"]

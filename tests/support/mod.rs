@@ -5,6 +5,7 @@
 
 pub mod partitions;
 pub mod pg;
+pub mod watch;
 
 use std::ops::{Deref, DerefMut};
 use std::path::Path;

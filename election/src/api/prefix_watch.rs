@@ -22,12 +22,24 @@
 //! then every change as it applies. `index` therefore works like a
 //! single watch's: pass the last line's `index` to resume.
 //!
+//! Partitions: each partition has its own log, so its changes carry its
+//! own indexes. With `partition=k` the stream follows partition `k` alone,
+//! as above. Without it on a cluster of N > 1 partitions (or with
+//! `indexes=` on any cluster) it follows every partition at once: every
+//! line adds `"partition": k`, its `index` is partition `k`'s, each
+//! partition sends its own keep-alive, and a client resumes with
+//! `indexes=I0,I1,...` (the last `index` it read of each partition, in
+//! partition order; absent ones are 0; `index=0` is all 0 as well).
+//! Within a partition lines come in index order; across partitions in no
+//! set order. A last line (`behind`, a revocation) names its partition and
+//! ends the whole stream.
+//!
 //! Bounds: the stream holds a seat of the caller's `long` pool (as a single
 //! watch does) and one of the node's `max_waiters` permits for as long as it
-//! is open; the node keeps at most one line for it in hand. A client that
-//! takes no line for the body deadline is dropped without another line (it
-//! does not read them); one that reads but falls more than
-//! [`FEED_CAPACITY`] changes behind gets the `behind` line.
+//! is open; the node keeps at most one line per partition followed in
+//! hand. A client that takes no line for the body deadline is dropped
+//! without another line (it does not read them); one that reads but falls
+//! more than [`FEED_CAPACITY`] changes behind gets the `behind` line.
 
 use std::convert::Infallible;
 use std::ops::Bound;
@@ -72,10 +84,82 @@ pub(super) struct PrefixWatchQuery {
     /// A keep-alive line at least this often (100..=60000; default 10000).
     #[param(minimum = 100, maximum = 60000)]
     keepalive_ms: Option<u64>,
-    /// The partition to watch (with `--partitions` > 1, required: each
-    /// partition's changes carry its own log index, so a stream watches
-    /// one; a client watches them all with one stream each).
+    /// The partition to watch alone; without it a cluster of several
+    /// partitions is watched whole, every line naming its partition.
     partition: Option<u32>,
+    /// Where a watch of every partition resumes: one index per partition,
+    /// comma-separated, in partition order (default: all 0).
+    indexes: Option<String>,
+}
+
+impl PrefixWatchQuery {
+    /// The partitions to follow, each from its index, and whether lines
+    /// name their partition (a watch of every partition).
+    fn plan(&self, partitions: u32) -> Result<(Vec<(GroupId, u64)>, bool), ApiError> {
+        let bad = |message: String| Err(ApiError::BadRequest(message));
+        let whole = self.indexes.is_some() || (self.partition.is_none() && partitions > 1);
+        match (self.partition, whole) {
+            (Some(_), _) if self.indexes.is_some() => bad(
+                "indexes= resumes a watch of every partition; with partition=k use index=".into(),
+            ),
+            (Some(k), _) if k >= partitions => bad(format!(
+                "no partition {k}: this cluster has {partitions} (0..{})",
+                partitions - 1
+            )),
+            (Some(k), _) => Ok((vec![(GroupId(k), self.index.unwrap_or(0))], false)),
+            (None, false) => Ok((vec![(GroupId::ZERO, self.index.unwrap_or(0))], false)),
+            (None, true) if self.index.is_some() && self.indexes.is_some() => {
+                bad("index= or indexes=, not both".into())
+            }
+            // From the start is the same in every partition.
+            (None, true) if self.index.is_some_and(|index| index > 0) => bad(format!(
+                "this cluster has {partitions} partitions, each with its own index: resume a \
+                 watch of all of them with indexes=I0,...,I{} (one per partition), or watch one \
+                 with partition=k&index=I",
+                partitions - 1
+            )),
+            (None, true) => {
+                let indexes = match &self.indexes {
+                    Some(list) => parse_indexes(list, partitions)?,
+                    None => vec![0; partitions as usize],
+                };
+                let plan = (0..partitions).map(GroupId).zip(indexes).collect();
+                Ok((plan, true))
+            }
+        }
+    }
+}
+
+/// `indexes=I0,I1,...`: one whole number per partition, in partition
+/// order; partitions past the list's end are watched from 0 (a client that
+/// has read nothing of them yet).
+fn parse_indexes(list: &str, partitions: u32) -> Result<Vec<u64>, ApiError> {
+    let indexes: Vec<u64> = list
+        .split(',')
+        .map(|index| index.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            ApiError::BadRequest(format!(
+                "indexes must be whole numbers separated by commas, not {list:?}"
+            ))
+        })?;
+    if indexes.len() > partitions as usize {
+        return Err(ApiError::BadRequest(format!(
+            "indexes names {} partitions; this cluster has {partitions}: one index each",
+            indexes.len()
+        )));
+    }
+    let mut indexes = indexes;
+    indexes.resize(partitions as usize, 0);
+    Ok(indexes)
+}
+
+/// One line of the answer; a last line ends the stream (every partition's
+/// watcher then finds the stream closed).
+#[derive(Debug)]
+struct Line {
+    bytes: Bytes,
+    last: bool,
 }
 
 /// One stream of every change to the leases under `prefix` after `index`.
@@ -85,7 +169,10 @@ pub(super) struct PrefixWatchQuery {
 /// change as it applies; a keep-alive `{"index": N}` every `keepalive_ms`
 /// (every change up to N was sent: resume from N). Pass the last line's
 /// `index` to resume. The stream holds one of the caller's `long` seats
-/// (as a single watch); a client that falls more than 4096 changes behind
+/// (as a single watch). `partition=k` follows partition `k` alone; without
+/// it, on a cluster of several partitions, every partition is followed,
+/// each line names its `partition`, and `indexes=I0,I1,...` (one per
+/// partition) resumes. A client that falls more than 4096 changes behind
 /// gets a last line `{"index", "error": "behind", "message"}`, one whose
 /// right a policy reload removed a last `unauthorized` or `forbidden`
 /// line, and one that takes no line for the body deadline is dropped.
@@ -94,7 +181,7 @@ pub(super) struct PrefixWatchQuery {
         description = "One JSON object per line: {\"index\", \"lease\"} per change, \
         {\"index\", \"lease_name\", \"deleted\": true} per reclaimed record, {\"index\"} \
         as a keep-alive, {\"index\", \"error\", \"message\"} as the last line of a stream \
-        that ends early")))]
+        that ends early; a watch of every partition adds \"partition\" to each line")))]
 pub(super) async fn watch_prefix(
     State(state): State<ApiState>,
     flow: Option<Extension<Flow>>,
@@ -111,40 +198,45 @@ pub(super) async fn watch_prefix(
     let Some(Extension(flow)) = flow else {
         return Err(ApiError::Internal("a watch admitted without a flow".into()));
     };
-    let group = match (query.partition, state.partitions()) {
-        (None, 1) => GroupId::ZERO,
-        (Some(k), n) if k < n => GroupId(k),
-        (_, n) => {
-            return Err(ApiError::BadRequest(format!(
-                "this cluster has {n} partitions, each with its own index: watch each \
-                 with partition=0..{}",
-                n - 1
-            )))
-        }
-    };
-    let permit = state.waiter()?;
-    let seat = seat(&state, &state.admission, &flow, Pool::Long)?;
-    // Subscribed before the table is read: no change falls in between.
-    let feed = state.group_of(group).applied.feed.subscribe();
-    let (lines, answer) = mpsc::channel::<Bytes>(1);
-    let watcher = Watcher {
-        group,
-        prefix: query.prefix.unwrap_or_default(),
-        cursor: query.index.unwrap_or(0),
-        keepalive: Duration::from_millis(keepalive),
-        deadline: state.config.body_deadline,
-        state,
-        feed,
-        lines,
-        revocation: revocation.map(|Extension(r)| r),
-        _held: (permit, seat),
-    };
-    tokio::spawn(watcher.run());
-    let mut answer = answer;
+    let (plan, tagged) = query.plan(state.partitions())?;
+    let held = Arc::new((
+        state.waiter()?,
+        seat(&state, &state.admission, &flow, Pool::Long)?,
+    ));
+    let (lines, mut answer) = mpsc::channel::<Line>(plan.len());
+    let prefix = query.prefix.unwrap_or_default();
+    for (group, cursor) in plan {
+        let watcher = Watcher {
+            group,
+            tagged,
+            prefix: prefix.clone(),
+            cursor,
+            keepalive: Duration::from_millis(keepalive),
+            deadline: state.config.body_deadline,
+            // Subscribed before the table is read: no change falls in between.
+            feed: state.group_of(group).applied.feed.subscribe(),
+            state: state.clone(),
+            lines: lines.clone(),
+            revocation: revocation.clone().map(|Extension(r)| r),
+            _held: held.clone(),
+        };
+        tokio::spawn(watcher.run());
+    }
+    let mut ended = false;
     let body = futures::stream::poll_fn(move |cx| {
-        answer
-            .poll_recv(cx)
-            .map(|line| line.map(Ok::<_, Infallible>))
+        if ended {
+            return std::task::Poll::Ready(None);
+        }
+        answer.poll_recv(cx).map(|line| {
+            line.map(|Line { bytes, last }| {
+                if last {
+                    // Every other partition's watcher finds the stream closed.
+                    ended = true;
+                    answer.close();
+                }
+                Ok::<_, Infallible>(bytes)
+            })
+        })
     });
     Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(body)).into_response())
 }
@@ -155,6 +247,8 @@ struct Watcher {
     state: ApiState,
     /// The partition watched.
     group: GroupId,
+    /// Whether each line names the partition (a watch of every partition).
+    tagged: bool,
     prefix: String,
     /// Every change under the prefix up to here has been sent.
     cursor: u64,
@@ -162,11 +256,11 @@ struct Watcher {
     /// How long one line may wait for the client to take it.
     deadline: Duration,
     feed: broadcast::Receiver<Arc<Change>>,
-    lines: mpsc::Sender<Bytes>,
+    lines: mpsc::Sender<Line>,
     revocation: Option<Revocation>,
-    /// The node's waiting permit and the caller's seat, given back when the
-    /// watch ends.
-    _held: (OwnedSemaphorePermit, Seat),
+    /// The node's waiting permit and the caller's seat, shared by every
+    /// partition's watcher of one stream and given back when the last ends.
+    _held: Arc<(OwnedSemaphorePermit, Seat)>,
 }
 
 /// Why a stream ended.
@@ -213,7 +307,7 @@ impl Watcher {
         };
         // The last line: no revocation cuts it short any more.
         self.revocation = None;
-        let _ = self.send(&line).await;
+        let _ = self.send(line, true).await;
     }
 
     /// The catch-up, then the changes as they apply.
@@ -265,7 +359,8 @@ impl Watcher {
                 (record.modify_index == index).then(|| LeaseView::new(&self.state, &lease, record))
             });
             if let Some(view) = view {
-                self.send(&json!({ "index": index, "lease": view })).await?;
+                self.send_line(json!({ "index": index, "lease": view }))
+                    .await?;
             }
             self.cursor = index;
         }
@@ -287,7 +382,8 @@ impl Watcher {
             } => {
                 if under(lease) {
                     let view = LeaseView::new(&self.state, lease, record);
-                    self.send(&json!({ "index": index, "lease": view })).await?;
+                    self.send_line(json!({ "index": index, "lease": view }))
+                        .await?;
                 }
                 self.cursor = *index;
             }
@@ -295,7 +391,7 @@ impl Watcher {
                 let gone: Vec<LeaseName> = leases.iter().filter(|l| under(l)).cloned().collect();
                 for lease in gone {
                     let line = json!({ "index": index, "lease_name": lease, "deleted": true });
-                    self.send(&line).await?;
+                    self.send_line(line).await?;
                 }
                 self.cursor = *index;
             }
@@ -320,17 +416,29 @@ impl Watcher {
             }
         }
         self.cursor = self.cursor.max(applied);
-        self.send(&json!({ "index": self.cursor })).await
+        self.send_line(json!({ "index": self.cursor })).await
+    }
+
+    /// [`Watcher::send`], of a line that does not end the stream.
+    async fn send_line(&mut self, line: serde_json::Value) -> Result<(), End> {
+        self.send(line, false).await
     }
 
     /// Hands one line to the answer; a client that does not take it within
     /// the body deadline is given up on. A policy reload that revokes the
     /// call ends the wait at once, so a reload reaches a stream whose
     /// client reads slowly too (in the catch-up as later).
-    async fn send(&mut self, line: &serde_json::Value) -> Result<(), End> {
-        let mut bytes = serde_json::to_vec(line).unwrap_or_default();
+    async fn send(&mut self, mut line: serde_json::Value, last: bool) -> Result<(), End> {
+        if self.tagged {
+            line["partition"] = json!(self.group.0);
+        }
+        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
         bytes.push(b'\n');
-        let sent = tokio::time::timeout(self.deadline, self.lines.send(bytes.into()));
+        let line = Line {
+            bytes: bytes.into(),
+            last,
+        };
+        let sent = tokio::time::timeout(self.deadline, self.lines.send(line));
         let sent = tokio::select! {
             biased;
             err = revoked(self.revocation.as_mut()) => return Err(End::Revoked(err)),
