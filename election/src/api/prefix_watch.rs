@@ -57,7 +57,7 @@ use palisade_serve::admission::{Pool, Seat};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, mpsc, watch, OwnedSemaphorePermit};
 
 use super::admit::{seat, Flow};
 use super::leases::stream::NDJSON;
@@ -205,6 +205,7 @@ pub(super) async fn watch_prefix(
     ));
     let (lines, mut answer) = mpsc::channel::<Line>(plan.len());
     let prefix = query.prefix.unwrap_or_default();
+    let stop = Arc::new(watch::channel(false).0);
     for (group, cursor) in plan {
         let watcher = Watcher {
             group,
@@ -217,6 +218,8 @@ pub(super) async fn watch_prefix(
             feed: state.group_of(group).applied.feed.subscribe(),
             state: state.clone(),
             lines: lines.clone(),
+            stopped: stop.subscribe(),
+            stop: stop.clone(),
             revocation: revocation.clone().map(|Extension(r)| r),
             _held: held.clone(),
         };
@@ -257,6 +260,11 @@ struct Watcher {
     deadline: Duration,
     feed: broadcast::Receiver<Arc<Change>>,
     lines: mpsc::Sender<Line>,
+    /// Set by the first of a stream's watchers to end: a stream never goes
+    /// on without one of its partitions (the client would miss its
+    /// changes unawares), so the others end too.
+    stop: Arc<watch::Sender<bool>>,
+    stopped: watch::Receiver<bool>,
     revocation: Option<Revocation>,
     /// The node's waiting permit and the caller's seat, shared by every
     /// partition's watcher of one stream and given back when the last ends.
@@ -286,7 +294,10 @@ enum Next {
 impl Watcher {
     async fn run(mut self) {
         let end = match self.stream().await {
-            Ok(()) | Err(End::Gone) => return,
+            Ok(()) | Err(End::Gone) => {
+                self.stop.send_replace(true);
+                return;
+            }
             Err(end) => end,
         };
         let line = match end {
@@ -308,6 +319,7 @@ impl Watcher {
         // The last line: no revocation cuts it short any more.
         self.revocation = None;
         let _ = self.send(line, true).await;
+        self.stop.send_replace(true);
     }
 
     /// The catch-up, then the changes as they apply.
@@ -322,6 +334,7 @@ impl Watcher {
                 biased;
                 err = revoked(self.revocation.as_mut()) => Next::Revoked(err),
                 () = self.lines.closed() => Next::Gone,
+                () = stopped(&mut self.stopped) => Next::Gone,
                 change = self.feed.recv() => Next::Change(change),
                 _ = keepalive.tick() => Next::KeepAlive,
             };
@@ -442,6 +455,7 @@ impl Watcher {
         let sent = tokio::select! {
             biased;
             err = revoked(self.revocation.as_mut()) => return Err(End::Revoked(err)),
+            () = stopped(&mut self.stopped) => return Err(End::Gone),
             sent = sent => sent,
         };
         match sent {
@@ -453,4 +467,10 @@ impl Watcher {
             }
         }
     }
+}
+
+/// Resolves once another watcher of the stream has ended.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // Every watcher holds the sender: it cannot be dropped under one.
+    let _ = stop.wait_for(|stopped| *stopped).await;
 }
