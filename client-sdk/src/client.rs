@@ -278,8 +278,10 @@ impl Client {
     /// Opens one stream of the changes to every lease whose name starts
     /// with `prefix`, after `index` (0: every lease as it is now, then each
     /// change). Served by any node from its applied state; read it with
-    /// [`PrefixWatch::next`], and resume from [`PrefixWatch::index`] once
-    /// it ends.
+    /// [`PrefixWatch::next`], and once it ends resume with
+    /// [`Client::watch_prefix_from`] from [`PrefixWatch::cursor`] (on a
+    /// cluster of one partition, `watch_prefix` from
+    /// [`PrefixWatch::index`] does the same).
     ///
     /// # Errors
     /// [`Error::Forbidden`] for a prefix outside the caller's `read` right;

@@ -23,6 +23,10 @@ const STREAM_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// keep-alive every 10 s (the default `keepalive_ms`).
 const SILENT_FOR: Duration = Duration::from_secs(35);
 
+/// Partitions past this in a line are the server's error (a cluster runs
+/// at most 64): the cursor keeps an index for every partition below.
+const MAX_PARTITIONS: u64 = 4096;
+
 /// The longest line the SDK accepts (a lease with its fields is far less).
 const MAX_LINE: usize = 1 << 20;
 
@@ -104,8 +108,7 @@ impl Start {
                 partition: Some(k),
                 index,
             } => format!("&index={index}&partition={k}"),
-            Start::Every(cursor) if cursor.indexes().is_empty() => String::new(),
-            Start::Every(cursor) => format!("&indexes={cursor}"),
+            Start::Every(cursor) => cursor.query(),
         }
     }
 }
@@ -140,7 +143,7 @@ impl PrefixWatch {
         let (partition, cursor) = match from {
             Start::One { partition, index } => {
                 let mut cursor = WatchCursor::default();
-                cursor.advance(partition.unwrap_or(0), index);
+                cursor.advance(partition.unwrap_or(0), index, partition.is_some());
                 (partition, cursor)
             }
             Start::Every(cursor) => (None, cursor),
@@ -272,15 +275,19 @@ impl PrefixWatch {
             status: 200,
             message: "a watch line without an index".into(),
         })?;
+        let named = !value["partition"].is_null();
         let partition = match &value["partition"] {
             Value::Null => self.partition,
-            named => named.as_u64().ok_or_else(|| Error::Protocol {
-                status: 200,
-                message: format!("a watch line whose partition is {named}"),
-            })? as usize,
+            named => named
+                .as_u64()
+                .filter(|k| *k < MAX_PARTITIONS)
+                .ok_or_else(|| Error::Protocol {
+                    status: 200,
+                    message: format!("a watch line whose partition is {named}"),
+                })? as usize,
         };
         if let Some(code) = value["error"].as_str() {
-            self.cursor.advance(partition, index);
+            self.cursor.advance(partition, index, named);
             let status = match code {
                 "unauthorized" => 401,
                 "forbidden" => 403,
@@ -319,7 +326,7 @@ impl PrefixWatch {
         } else {
             WatchEvent::Progress { partition, index }
         };
-        self.cursor.advance(partition, index);
+        self.cursor.advance(partition, index, named);
         Ok(event)
     }
 }
@@ -418,6 +425,11 @@ mod tests {
         );
         assert!(watch.next().await.is_none(), "nothing after the last line");
         assert_eq!(watch.index(), 12, "where to resume");
+        assert_eq!(
+            watch.cursor().query(),
+            "&index=12",
+            "as nodes of one partition read it"
+        );
     }
 
     #[tokio::test]
@@ -449,8 +461,22 @@ mod tests {
         assert!(watch.next().await.expect("the last line").is_err());
         assert_eq!(watch.cursor().to_string(), "9,3,6", "where to resume");
         assert_eq!("9,3,6".parse::<WatchCursor>(), Ok(watch.cursor().clone()));
+        assert_eq!(watch.cursor().query(), "&indexes=9,3,6");
+        assert_eq!(
+            "7".parse::<WatchCursor>().map(|c| c.query()),
+            Ok("&index=7".into())
+        );
         assert_eq!("".parse::<WatchCursor>(), Ok(WatchCursor::default()));
         assert!("9,x".parse::<WatchCursor>().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_partition_past_any_cluster_is_a_protocol_error() {
+        let url = server("200 OK", "{\"index\":1,\"partition\":1000000000000000}\n").await;
+        let mut watch = watch_prefix(&url, "", 0).await.expect("open");
+        let line = watch.next().await.expect("a line");
+        assert!(matches!(line, Err(Error::Protocol { .. })), "{line:?}");
+        assert!(watch.cursor().indexes().len() <= 1, "no index kept for it");
     }
 
     #[tokio::test]

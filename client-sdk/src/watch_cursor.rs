@@ -7,38 +7,62 @@ use std::str::FromStr;
 /// Where a watch of every partition resumes: the last index read of each
 /// partition, in partition order (empty: from the start). Written and read
 /// as `I0,I1,...`, the form of `GET /v1/watch?indexes=`.
+///
+/// A cursor of one index that no partitioned stream moved (a cluster of
+/// one partition) resumes as `index=I`, which nodes from before
+/// partitioned watches understand too.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WatchCursor(Vec<u64>);
+pub struct WatchCursor {
+    indexes: Vec<u64>,
+    /// Moved by a line that named its partition, or made of several
+    /// indexes: resumed as `indexes=`.
+    partitioned: bool,
+}
 
 impl WatchCursor {
     /// A cursor at the given indexes, partition 0's first.
     pub fn new(indexes: Vec<u64>) -> Self {
-        Self(indexes)
+        Self {
+            partitioned: indexes.len() > 1,
+            indexes,
+        }
     }
 
     /// The last index read of `partition` (0: none).
     pub fn index_of(&self, partition: usize) -> u64 {
-        self.0.get(partition).copied().unwrap_or(0)
+        self.indexes.get(partition).copied().unwrap_or(0)
     }
 
     /// Every partition's index, partition 0's first.
     pub fn indexes(&self) -> &[u64] {
-        &self.0
+        &self.indexes
     }
 
-    /// Moves `partition` on to `index` (never back).
-    pub(crate) fn advance(&mut self, partition: usize, index: u64) {
-        if self.0.len() <= partition {
-            self.0.resize(partition + 1, 0);
+    /// The query that resumes from here: none (from the start),
+    /// `&index=I` (one partition), or `&indexes=I0,I1,...`.
+    pub(crate) fn query(&self) -> String {
+        match self.indexes.as_slice() {
+            [] => String::new(),
+            [index] if !self.partitioned => format!("&index={index}"),
+            _ => format!("&indexes={self}"),
         }
-        self.0[partition] = self.0[partition].max(index);
+    }
+
+    /// Moves `partition` on to `index` (never back); `named` when the line
+    /// named its partition.
+    pub(crate) fn advance(&mut self, partition: usize, index: u64, named: bool) {
+        if self.indexes.len() <= partition {
+            self.indexes.resize(partition + 1, 0);
+        }
+        self.indexes[partition] = self.indexes[partition].max(index);
+        self.partitioned |= named || self.indexes.len() > 1;
     }
 }
 
 impl fmt::Display for WatchCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        for index in &self.0 {
+        for index in &self.indexes {
             if !first {
                 f.write_str(",")?;
             }
@@ -60,7 +84,7 @@ impl FromStr for WatchCursor {
         text.split(',')
             .map(|index| index.trim().parse::<u64>())
             .collect::<Result<Vec<_>, _>>()
-            .map(Self)
+            .map(Self::new)
             .map_err(|_| format!("{text:?} is not a list of indexes like 12,0,7"))
     }
 }

@@ -80,6 +80,7 @@ pub(super) struct PrefixWatchQuery {
     /// Only leases whose names start with this (default: every lease).
     prefix: Option<String>,
     /// Only changes after this index (the last line's `index`; default 0).
+    /// On a watch of every partition only 0: resume that with `indexes`.
     index: Option<u64>,
     /// A keep-alive line at least this often (100..=60000; default 10000).
     #[param(minimum = 100, maximum = 60000)]
@@ -115,7 +116,7 @@ impl PrefixWatchQuery {
             (None, true) if self.index.is_some_and(|index| index > 0) => bad(format!(
                 "this cluster has {partitions} partitions, each with its own index: resume a \
                  watch of all of them with indexes=I0,...,I{} (one per partition), or watch one \
-                 with partition=k&index=I",
+                 with partition=k&index=I (the CLI: --index I0,I1,...)",
                 partitions - 1
             )),
             (None, true) => {
@@ -134,6 +135,15 @@ impl PrefixWatchQuery {
 /// order; partitions past the list's end are watched from 0 (a client that
 /// has read nothing of them yet).
 fn parse_indexes(list: &str, partitions: u32) -> Result<Vec<u64>, ApiError> {
+    if list.trim().is_empty() {
+        return Ok(vec![0; partitions as usize]);
+    }
+    let named = list.split(',').count();
+    if named > partitions as usize {
+        return Err(ApiError::BadRequest(format!(
+            "indexes names {named} partitions; this cluster has {partitions}: one index each"
+        )));
+    }
     let indexes: Vec<u64> = list
         .split(',')
         .map(|index| index.trim().parse::<u64>())
@@ -143,12 +153,6 @@ fn parse_indexes(list: &str, partitions: u32) -> Result<Vec<u64>, ApiError> {
                 "indexes must be whole numbers separated by commas, not {list:?}"
             ))
         })?;
-    if indexes.len() > partitions as usize {
-        return Err(ApiError::BadRequest(format!(
-            "indexes names {} partitions; this cluster has {partitions}: one index each",
-            indexes.len()
-        )));
-    }
     let mut indexes = indexes;
     indexes.resize(partitions as usize, 0);
     Ok(indexes)
@@ -294,10 +298,7 @@ enum Next {
 impl Watcher {
     async fn run(mut self) {
         let end = match self.stream().await {
-            Ok(()) | Err(End::Gone) => {
-                self.stop.send_replace(true);
-                return;
-            }
+            Ok(()) | Err(End::Gone) => return,
             Err(end) => end,
         };
         let line = match end {
@@ -319,7 +320,6 @@ impl Watcher {
         // The last line: no revocation cuts it short any more.
         self.revocation = None;
         let _ = self.send(line, true).await;
-        self.stop.send_replace(true);
     }
 
     /// The catch-up, then the changes as they apply.
@@ -466,6 +466,15 @@ impl Watcher {
                 Err(End::Gone)
             }
         }
+    }
+}
+
+impl Drop for Watcher {
+    /// However it ends (a panic included), a watcher ends its stream's
+    /// other watchers: a stream never goes on without one of its
+    /// partitions.
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
     }
 }
 
