@@ -11,7 +11,7 @@ use palisade_names::LeaseName;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::node;
+use super::{node, node_with};
 use crate::raft::feed::{Change, FEED_CAPACITY};
 
 /// The lines of `body` until it ends (bounded in time).
@@ -128,4 +128,64 @@ async fn one_reclaim_of_several_records_is_a_line_for_each_under_the_prefix() {
             json!({"index": index, "lease_name": "jobs.b", "deleted": true}),
         ]
     );
+}
+
+#[tokio::test]
+async fn a_watch_of_every_partition_ends_whole_when_one_partition_falls_behind() {
+    let node = node_with(|config| config.partitions = 3).await;
+    let state = node._node.state.clone();
+    for _ in 0..500 {
+        if state.groups().iter().all(|group| group.is_leader()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, grant) = node
+        .post(
+            "/v1/leases/jobs.a/acquire",
+            json!({"holder": "a", "ttl_ms": 60000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let request = Request::get("/v1/watch?prefix=jobs.&keepalive_ms=60000")
+        .body(Body::empty())
+        .expect("request");
+    let response = node.app.clone().oneshot(request).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let first = tokio::time::timeout(Duration::from_secs(20), body.next())
+        .await
+        .expect("the catch-up in time")
+        .expect("a chunk")
+        .expect("bytes");
+    let first: Value = serde_json::from_slice(&first).expect("a JSON line");
+    assert_eq!(first["lease"]["lease"], "jobs.a", "{first}");
+    let home = first["partition"]
+        .as_u64()
+        .expect("a line names its partition");
+
+    // Partition `other` gets more changes than its feed keeps while the
+    // reader reads nothing; the other partitions' watchers are fine.
+    let other = (home + 1) % 3;
+    let lease = LeaseName::new("jobs.a").expect("name");
+    let group = &state.groups()[usize::try_from(other).expect("id")];
+    let record = state
+        .group(&lease)
+        .applied
+        .read(|s| s.table.leases.get(&lease).cloned())
+        .expect("the record");
+    let from = *group.applied.changes.borrow() + 1000;
+    let flood = (0..FEED_CAPACITY as u64 + 10).map(|i| Change::Lease {
+        index: from + i,
+        lease: lease.clone(),
+        record: Box::new(record.clone()),
+    });
+    group.applied.feed.send(flood.collect());
+
+    // The whole stream ends (the body's end, not a timeout in `lines`),
+    // its last line naming the partition that fell behind.
+    let rest = lines(Body::from_stream(body), usize::MAX).await;
+    let last = rest.last().expect("a last line");
+    assert_eq!(last["error"], "behind", "{last}");
+    assert_eq!(last["partition"], other, "{last}");
 }
