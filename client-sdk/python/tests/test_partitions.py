@@ -251,3 +251,62 @@ def test_leases_over_three_partitions_renew_at_their_leaders_through_a_leader_ki
             info = client.get(lease.name)
             assert (info.holder, info.token) == ("keeper", lease.token)
             lease.release()
+
+
+def next_change(watch: palisade.PrefixWatch) -> palisade.WatchEvent:
+    """The next event that is not a keep-alive (the stream's own 35 s
+    silence bound ends a hung one)."""
+    for event in watch:
+        if event.kind != "progress":
+            return event
+    raise AssertionError("the watch ended")
+
+
+def test_one_prefix_watch_follows_every_partition_and_resumes_from_its_cursor(
+    partitioned: DevCluster,
+) -> None:
+    prefix = f"py-watch-{uuid.uuid4().hex[:8]}"
+    names = spread_names(prefix, per_partition=2)
+    with partitioned.client() as client:
+        grants = {name: client.acquire_grant(name, "watcher", ttl=600.0) for name in names}
+        client.acquire_grant(f"other-{prefix}", "watcher", ttl=600.0)
+        seen: Dict[str, int] = {}
+        with client.watch_prefix(prefix) as watch:
+            while len(seen) < len(names):
+                event = next_change(watch)
+                assert event.kind == "changed" and event.lease is not None, event
+                name = event.lease.lease
+                assert name.startswith(prefix), f"only the prefix: {name}"
+                assert event.partition == partition_of(name, PARTITIONS), event
+                assert event.index == event.lease.modify_index, event
+                seen[name] = event.index
+            cursor = watch.cursor
+        assert len(cursor.indexes) == PARTITIONS and cursor.partitioned, cursor
+        assert palisade.WatchCursor.parse(str(cursor)) == cursor
+
+        # While no stream is open: a grant in one partition, a release in
+        # another; resumed, the stream brings those two and nothing older.
+        fresh = spread_names(f"{prefix}-late", per_partition=1)[0]
+        client.acquire_grant(fresh, "watcher", ttl=600.0)
+        freed = next(n for n in names if partition_of(n, PARTITIONS) != partition_of(fresh, PARTITIONS))
+        client.release_grant(grants[freed].id())
+        after: Dict[str, int] = {}
+        with client.watch_prefix(prefix, cursor) as watch:
+            while len(after) < 2:
+                event = next_change(watch)
+                assert event.lease_name in (fresh, freed), f"only what changed after {cursor}: {event}"
+                assert event.lease_name is not None
+                after[event.lease_name] = event.index
+
+        # A cursor of more partitions than the cluster has is refused.
+        with pytest.raises(palisade.BadRequest):
+            client.watch_prefix(prefix, palisade.WatchCursor([0, 0, 0, 0], True))
+
+
+def test_watch_cursor_text_and_query() -> None:
+    assert str(palisade.WatchCursor.parse("9,3,6")) == "9,3,6"
+    assert palisade.WatchCursor.parse("9,3,6").query() == "&indexes=9,3,6"
+    assert palisade.WatchCursor.parse("7").query() == "&index=7"
+    assert palisade.WatchCursor.parse("").query() == ""
+    with pytest.raises(ValueError):
+        palisade.WatchCursor.parse("9,x")

@@ -14,6 +14,9 @@
   expiry (:class:`LockDelay`) or a cap on how long a grant is renewed;
   :meth:`Lease.handover_to` hands a held lease to a named successor.
 - :class:`Elector` runs work only while leading.
+- :meth:`Client.watch_prefix` streams every change under a prefix
+  (:class:`PrefixWatch` of :class:`WatchEvent`), across every partition,
+  and resumes from its :class:`WatchCursor`.
 - The gateway as a store: :meth:`Client.list_objects` /
   :meth:`Client.iter_objects` (:class:`ObjectPage` of :class:`ObjectInfo`),
   :meth:`Client.head_object`, and conditional writes
@@ -62,6 +65,7 @@ from ._model import (
 )
 from ._options import AcquireOptions
 from ._transport import API_KEY_HEADER, ClientConfig
+from ._watch import PrefixWatch, WatchCursor, WatchEvent
 
 __version__ = "0.1.0"
 
@@ -92,11 +96,14 @@ __all__ = [
     "PalisadeError",
     "PreconditionFailed",
     "Preempted",
+    "PrefixWatch",
     "ProtocolError",
     "Task",
     "Transition",
     "Unauthorized",
     "Unavailable",
+    "WatchCursor",
+    "WatchEvent",
     "Written",
     "check_lease_name",
     "encode_key",

@@ -9,6 +9,7 @@ import os
 import time
 from types import TracebackType
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from urllib.parse import quote
 
 from ._errors import BadRequest, Held, LockDelay, PalisadeError, ProtocolError
 from ._lease import Lease, OnLost
@@ -24,6 +25,7 @@ from ._model import (
 )
 from ._options import AcquireOptions, new_secret
 from ._transport import ClientConfig, Transport
+from ._watch import PrefixWatch, WatchCursor
 
 #: The ``palisade dev`` election nodes, the default of :meth:`Client.from_env`.
 DEFAULT_ELECTION = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003"
@@ -379,6 +381,23 @@ class Client:
         path = f"/v1/leases/{lease}/watch?index={index}&wait_ms={int(wait * 1000)}"
         answer = self._transport.election("GET", path, extra=wait)
         return LeaseInfo.from_json(answer.ok_object())
+
+    def watch_prefix(
+        self, prefix: str = "", cursor: Optional[WatchCursor] = None, keepalive: float = 10.0
+    ) -> PrefixWatch:
+        """Opens one stream of the changes to every lease whose name starts
+        with ``prefix``: first each such lease as it is now (after
+        ``cursor``; ``None``: all of them), then every change, and a
+        keep-alive per partition every ``keepalive`` seconds (0.1..60).
+        Iterate it for :class:`WatchEvent` objects; on a cluster of several
+        partitions one stream follows all of them, each event naming its
+        partition. Once it ends, pass its ``cursor`` here again to resume.
+        Raises :class:`Forbidden` outside the caller's ``read`` right,
+        :class:`BadRequest` for a bad cursor, :class:`Unavailable` when no
+        node opens it."""
+        start = WatchCursor(list(cursor.indexes), cursor.partitioned) if cursor else WatchCursor()
+        query = f"prefix={quote(prefix, safe='')}&keepalive_ms={int(keepalive * 1000)}"
+        return self._transport.open_watch(f"/v1/watch?{query}{start.query()}", start)
 
     # -- cluster ------------------------------------------------------------
 

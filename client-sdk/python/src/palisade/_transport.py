@@ -35,6 +35,7 @@ from ._jwks import JwtVerifier
 from ._model import Grant, GrantId, JsonObject
 from ._partitions import PartitionMap, lease_in_path
 from ._stream import StreamRenewer
+from ._watch import PrefixWatch, WatchCursor, open_watch
 
 log = logging.getLogger("palisade")
 
@@ -317,6 +318,20 @@ class Transport:
         if leader is not None and self._endpoints.index_of(leader) == index:
             self.partitions.set_leader(partition, None)
             self._endpoints.identify(self._node_id_of)
+
+    def open_watch(self, path: str, cursor: WatchCursor) -> PrefixWatch:
+        """Opens the prefix watch ``path`` (``_watch.py``) on the first node
+        that answers, the preferred one first."""
+        urls = list(self._endpoints.urls)
+        return open_watch(
+            self._http,
+            urls,
+            self._preferred,
+            path,
+            cursor,
+            self.config.request_timeout,
+            self._endpoints.failed,
+        )
 
     def _node_id_of(self, index: int) -> Tuple[Optional[int], Optional[int]]:
         """The node id endpoint ``index`` gives in ``/v1/cluster`` (one
