@@ -1,0 +1,121 @@
+package palisade
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nextChange is the next event that is not a keep-alive (the watch's own
+// 35 s silence bound ends a hung stream).
+func nextChange(t *testing.T, w *PrefixWatch) WatchEvent {
+	t.Helper()
+	for {
+		event, err := w.Next()
+		if err != nil {
+			t.Fatalf("the watch ended: %v", err)
+		}
+		if event.Kind != WatchProgress {
+			return event
+		}
+	}
+}
+
+// One prefix watch follows every partition of palisade dev --partitions 3,
+// and its cursor resumes each partition from its own index.
+func TestOnePrefixWatchFollowsEveryPartitionAndResumesFromItsCursor(t *testing.T) {
+	d := startDevWith(t, devOptions{partitions: partCount})
+	t.Cleanup(d.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := d.client(t)
+	prefix := leaseName("go-watch")
+	names := spreadNames(prefix, 2)
+	grants := map[string]*Grant{}
+	for _, name := range append([]string{"other-" + prefix}, names...) {
+		g, err := c.AcquireGrant(ctx, name, "watcher", 10*time.Minute)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", name, err)
+		}
+		grants[name] = g
+	}
+	w, err := c.WatchPrefix(ctx, prefix, WatchCursor{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(names) {
+		event := nextChange(t, w)
+		if event.Kind != WatchChanged || !strings.HasPrefix(event.LeaseName, prefix) {
+			t.Fatalf("only changes under the prefix: %+v", event)
+		}
+		if event.Partition != PartitionOf(event.LeaseName, partCount) || event.Index != event.Lease.ModifyIndex {
+			t.Fatalf("%s in partition %d at %d: %+v", event.LeaseName, event.Partition, event.Index, event.Lease)
+		}
+		seen[event.LeaseName] = true
+	}
+	cursor := w.Cursor()
+	w.Close()
+	if len(cursor.Indexes) != partCount || !cursor.Partitioned {
+		t.Fatalf("a cursor of every partition: %+v", cursor)
+	}
+
+	// While no stream is open: a grant in one partition, a release in
+	// another; resumed, the stream brings those two and nothing older.
+	fresh := spreadNames(prefix+"-late", 1)[0]
+	if _, err := c.AcquireGrant(ctx, fresh, "watcher", 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	freed := ""
+	for _, name := range names {
+		if PartitionOf(name, partCount) != PartitionOf(fresh, partCount) {
+			freed = name
+		}
+	}
+	if err := c.ReleaseGrant(ctx, grants[freed].ID()); err != nil {
+		t.Fatal(err)
+	}
+	w, err = c.WatchPrefix(ctx, prefix, cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	after := map[string]bool{}
+	for len(after) < 2 {
+		event := nextChange(t, w)
+		if event.LeaseName != fresh && event.LeaseName != freed {
+			t.Fatalf("only what changed after %v: %+v", cursor, event)
+		}
+		after[event.LeaseName] = true
+	}
+
+	// A cursor of more partitions than the cluster has is refused.
+	_, err = c.WatchPrefix(ctx, prefix, WatchCursor{Indexes: []uint64{0, 0, 0, 0}, Partitioned: true})
+	if !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("four indexes on three partitions: %v", err)
+	}
+}
+
+func TestWatchCursorTextAndQuery(t *testing.T) {
+	c, err := ParseWatchCursor("9,3,6")
+	if err != nil || c.String() != "9,3,6" || c.query() != "&indexes=9,3,6" {
+		t.Fatalf("9,3,6: %+v %v", c, err)
+	}
+	if one, _ := ParseWatchCursor("7"); one.query() != "&index=7" {
+		t.Fatalf("one index: %q", one.query())
+	}
+	if empty, _ := ParseWatchCursor(""); empty.query() != "" {
+		t.Fatalf("empty: %q", empty.query())
+	}
+	if _, err := ParseWatchCursor("9,x"); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("9,x: %v", err)
+	}
+	var moved WatchCursor
+	moved.advance(2, 5, true)
+	moved.advance(2, 4, true)
+	if moved.String() != "0,0,5" || moved.query() != "&indexes=0,0,5" {
+		t.Fatalf("advanced: %+v", moved)
+	}
+}
