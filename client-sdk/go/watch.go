@@ -129,13 +129,16 @@ func (c *WatchCursor) advance(partition int, index uint64, named bool) {
 // Next; once it ends (io.EOF, or an error), open another from Cursor to
 // resume where it stopped. Close it when done.
 type PrefixWatch struct {
-	body    io.ReadCloser
-	lines   *bufio.Scanner
-	cancel  context.CancelFunc
+	body   io.ReadCloser
+	lines  *bufio.Scanner
+	cancel context.CancelFunc
+	// silence cuts the stream when a read waits watchSilentFor; it runs
+	// only while Next reads.
 	silence *time.Timer
 	silent  atomic.Bool
 	cursor  WatchCursor
-	ended   bool
+	// ended is set by Close (from any goroutine) and at the stream's end.
+	ended atomic.Bool
 }
 
 // WatchPrefix opens one stream of the changes to every lease whose name
@@ -205,6 +208,7 @@ func newPrefixWatch(body io.ReadCloser, cancel context.CancelFunc, cursor WatchC
 		w.silent.Store(true)
 		cancel()
 	})
+	w.silence.Stop()
 	return w
 }
 
@@ -214,9 +218,9 @@ func (w *PrefixWatch) Cursor() WatchCursor {
 	return WatchCursor{Indexes: append([]uint64(nil), w.cursor.Indexes...), Partitioned: w.cursor.Partitioned}
 }
 
-// Close ends the stream.
+// Close ends the stream; a Next in progress or after it answers io.EOF.
 func (w *PrefixWatch) Close() {
-	w.ended = true
+	w.ended.Store(true)
 	w.silence.Stop()
 	w.cancel()
 	w.body.Close()
@@ -228,12 +232,17 @@ func (w *PrefixWatch) Close() {
 // ErrUnauthorized or ErrForbidden) answers that error once, then io.EOF.
 // Nothing for 35 s, not even a keep-alive, is an *UnavailableError.
 func (w *PrefixWatch) Next() (WatchEvent, error) {
-	for !w.ended {
-		if !w.lines.Scan() {
+	for !w.ended.Load() {
+		w.silence.Reset(watchSilentFor)
+		scanned := w.lines.Scan()
+		w.silence.Stop()
+		if !scanned {
 			err := w.lines.Err()
-			silent := w.silent.Load()
+			silent, closed := w.silent.Load(), w.ended.Load()
 			w.Close()
 			switch {
+			case closed:
+				return WatchEvent{}, io.EOF
 			case silent:
 				return WatchEvent{}, &UnavailableError{Attempts: 1, Elapsed: watchSilentFor,
 					Last: fmt.Sprintf("the watch sent nothing, not even a keep-alive, for %v", watchSilentFor)}
@@ -245,7 +254,6 @@ func (w *PrefixWatch) Next() (WatchEvent, error) {
 				return WatchEvent{}, &UnavailableError{Attempts: 1, Last: "the watch was cut: " + err.Error(), Err: err}
 			}
 		}
-		w.silence.Reset(watchSilentFor)
 		line := w.lines.Bytes()
 		if len(strings.TrimSpace(string(line))) == 0 {
 			continue
@@ -286,23 +294,26 @@ func (w *PrefixWatch) event(line []byte) (WatchEvent, error) {
 		}
 		partition = int(*doc.Partition)
 	}
-	index := *doc.Index
-	w.cursor.advance(partition, index, doc.Partition != nil)
+	event := WatchEvent{Kind: WatchProgress, Partition: partition, Index: *doc.Index}
 	switch {
-	case doc.Error == "unauthorized" || doc.Error == "forbidden":
-		status := map[string]int{"unauthorized": 401, "forbidden": 403}[doc.Error]
-		return WatchEvent{}, &RequestError{Status: status, Code: doc.Error, Message: doc.Message}
-	case doc.Error != "":
-		return WatchEvent{}, &UnavailableError{Attempts: 1, Last: doc.Error + ": " + doc.Message}
 	case doc.Deleted:
-		return WatchEvent{Kind: WatchDeleted, Partition: partition, Index: index, LeaseName: doc.LeaseName}, nil
+		event.Kind, event.LeaseName = WatchDeleted, doc.LeaseName
 	case len(doc.Lease) > 0 && string(doc.Lease) != "null":
 		info, err := parseLeaseInfo(doc.Lease)
 		if err != nil {
+			// The cursor stays before a line it could not read.
 			return WatchEvent{}, err
 		}
-		return WatchEvent{Kind: WatchChanged, Partition: partition, Index: index, Lease: info, LeaseName: info.Lease}, nil
+		event.Kind, event.Lease, event.LeaseName = WatchChanged, info, info.Lease
+	}
+	w.cursor.advance(partition, event.Index, doc.Partition != nil)
+	switch doc.Error {
+	case "":
+		return event, nil
+	case "unauthorized", "forbidden":
+		status := map[string]int{"unauthorized": 401, "forbidden": 403}[doc.Error]
+		return WatchEvent{}, &RequestError{Status: status, Code: doc.Error, Message: doc.Message}
 	default:
-		return WatchEvent{Kind: WatchProgress, Partition: partition, Index: index}, nil
+		return WatchEvent{}, &UnavailableError{Attempts: 1, Last: doc.Error + ": " + doc.Message}
 	}
 }

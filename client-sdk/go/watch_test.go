@@ -3,6 +3,10 @@ package palisade
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +121,79 @@ func TestWatchCursorTextAndQuery(t *testing.T) {
 	moved.advance(2, 4, true)
 	if moved.String() != "0,0,5" || moved.query() != "&indexes=0,0,5" {
 		t.Fatalf("advanced: %+v", moved)
+	}
+}
+
+// streamOnce serves one NDJSON answer of lines, then blocks until the
+// client goes away (or closes at once with end).
+func streamOnce(t *testing.T, end bool, lines ...string) *Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "application/x-ndjson")
+		for _, line := range lines {
+			fmt.Fprintln(w, line)
+		}
+		w.(http.Flusher).Flush()
+		if !end {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(Config{Election: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestWatchLinesMoveTheCursorOnlyPastWhatWasRead(t *testing.T) {
+	ctx := context.Background()
+	c := streamOnce(t, true,
+		`{"index":4,"partition":1,"lease":{"lease":"jobs.a","token":4,"modify_index":4}}`,
+		`{"index":6,"partition":1,"lease":{"lease":7}}`)
+	w, err := c.WatchPrefix(ctx, "jobs.", WatchCursor{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if event, err := w.Next(); err != nil || event.Kind != WatchChanged || w.Cursor().String() != "0,4" {
+		t.Fatalf("first line: %+v, %v, cursor %v", event, err, w.Cursor())
+	}
+	if _, err := w.Next(); !errors.Is(err, ErrProtocol) || w.Cursor().String() != "0,4" {
+		t.Fatalf("a malformed lease: %v, cursor %v", err, w.Cursor())
+	}
+
+	c = streamOnce(t, true, `{"index":9,"partition":2,"error":"behind","message":"m"}`)
+	w, err = c.WatchPrefix(ctx, "jobs.", WatchCursor{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unavailable *UnavailableError
+	if _, err := w.Next(); !errors.As(err, &unavailable) || w.Cursor().String() != "0,0,9" {
+		t.Fatalf("behind: %v, cursor %v", err, w.Cursor())
+	}
+	if _, err := w.Next(); err != io.EOF {
+		t.Fatalf("after the last line: %v", err)
+	}
+}
+
+func TestWatchClosedWhileReadingEndsWithEOF(t *testing.T) {
+	c := streamOnce(t, false, `{"index":1}`)
+	w, err := c.WatchPrefix(context.Background(), "", WatchCursor{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Next(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		w.Close()
+	}()
+	if _, err := w.Next(); err != io.EOF {
+		t.Fatalf("closed while reading: %v", err)
 	}
 }

@@ -25,7 +25,7 @@ from ._model import (
 )
 from ._options import AcquireOptions, new_secret
 from ._transport import ClientConfig, Transport
-from ._watch import PrefixWatch, WatchCursor
+from ._watch import PrefixWatch, WatchCursor, silence_bound
 
 #: The ``palisade dev`` election nodes, the default of :meth:`Client.from_env`.
 DEFAULT_ELECTION = "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003"
@@ -394,10 +394,14 @@ class Client:
         partition. Once it ends, pass its ``cursor`` here again to resume.
         Raises :class:`Forbidden` outside the caller's ``read`` right,
         :class:`BadRequest` for a bad cursor, :class:`Unavailable` when no
-        node opens it."""
+        node opens it, and nothing on the stream for 35 s (or 25 s past
+        ``keepalive``) ends it with :class:`Unavailable`."""
         start = WatchCursor(list(cursor.indexes), cursor.partitioned) if cursor else WatchCursor()
         query = f"prefix={quote(prefix, safe='')}&keepalive_ms={int(keepalive * 1000)}"
-        return self._transport.open_watch(f"/v1/watch?{query}{start.query()}", start)
+        if not 0.1 <= keepalive <= 60.0:
+            raise BadRequest(f"keepalive must be 0.1..60 seconds, not {keepalive}")
+        path = f"/v1/watch?{query}{start.query()}"
+        return self._transport.open_watch(path, start, silence_bound(keepalive))
 
     # -- cluster ------------------------------------------------------------
 

@@ -319,16 +319,17 @@ class Transport:
             self.partitions.set_leader(partition, None)
             self._endpoints.identify(self._node_id_of)
 
-    def open_watch(self, path: str, cursor: WatchCursor) -> PrefixWatch:
+    def open_watch(self, path: str, cursor: WatchCursor, silent_for: float) -> PrefixWatch:
         """Opens the prefix watch ``path`` (``_watch.py``) on the first node
-        that answers, the preferred one first."""
+        that answers, the preferred one first; its lines may be
+        ``silent_for`` apart."""
         urls = list(self._endpoints.urls)
         return open_watch(
             self._http,
             urls,
             self._preferred,
             path,
-            cursor,
+            (cursor, silent_for),
             self.config.request_timeout,
             self._endpoints.failed,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import httpx
 
@@ -94,9 +94,11 @@ class PrefixWatch:
     another from :attr:`cursor` to resume where it stopped. Use it as a
     context manager, or :meth:`close` it."""
 
-    def __init__(self, response: httpx.Response, cursor: WatchCursor) -> None:
+    def __init__(self, response: httpx.Response, cursor: WatchCursor, silent_for: float) -> None:
         self._response = response
-        self._lines: Iterator[str] = response.iter_lines()
+        self._chunks: Iterator[bytes] = response.iter_bytes()
+        self._buffer = b""
+        self._silent_for = silent_for
         #: Where a new watch resumes: the last index read of each partition.
         self.cursor = cursor
         self._ended = False
@@ -116,57 +118,85 @@ class PrefixWatch:
         return self
 
     def __next__(self) -> WatchEvent:
+        try:
+            line = self._line()
+            if line is None:
+                raise StopIteration
+            return self._event(line)
+        except PalisadeError:
+            self.close()
+            raise
+
+    def _line(self) -> Optional[bytes]:
+        """The next non-blank line, split on ``\\n`` alone (a lease may hold
+        U+2028, which ``str.splitlines`` would split on); ``None`` at the
+        end."""
         while not self._ended:
+            at = self._buffer.find(b"\n")
+            if at >= 0:
+                line, self._buffer = self._buffer[:at], self._buffer[at + 1 :]
+                if line.strip():
+                    return line
+                continue
+            if len(self._buffer) > MAX_LINE:
+                raise ProtocolError(200, "a watch line longer than 1 MiB")
             try:
-                line = next(self._lines)
+                self._buffer += next(self._chunks)
             except StopIteration:
                 self.close()
-                break
             except httpx.ReadTimeout as err:
-                self.close()
-                raise Unavailable(1, SILENT_FOR, f"the watch sent nothing for {SILENT_FOR}s") from err
+                last = f"the watch sent nothing, not even a keep-alive, for {self._silent_for}s"
+                raise Unavailable(1, self._silent_for, last) from err
             except httpx.HTTPError as err:
-                self.close()
                 raise Unavailable(1, 0.0, f"the watch was cut: {type(err).__name__}: {err}") from err
-            if line.strip():
-                return self._event(line)
-        raise StopIteration
+        return None
 
-    def _event(self, line: str) -> WatchEvent:
-        """One line as an event, or the error the stream ends with."""
+    def _event(self, line: bytes) -> WatchEvent:
+        """One line as an event, or the error the stream ends with; the
+        cursor moves only past a line understood."""
         try:
-            if len(line) > MAX_LINE:
-                raise ProtocolError(200, "a watch line longer than 1 MiB")
-            value = json.loads(line)
-            if not isinstance(value, dict):
-                raise ProtocolError(200, "a watch line that is not an object")
-            index = value.get("index")
-            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-                raise ProtocolError(200, "a watch line without an index")
-            named = "partition" in value
-            partition = value.get("partition", 0)
-            if not isinstance(partition, int) or not 0 <= partition < MAX_PARTITIONS:
-                raise ProtocolError(200, f"a watch line whose partition is {partition!r}")
-        except (ValueError, ProtocolError) as err:
-            self.close()
-            if isinstance(err, ProtocolError):
-                raise
+            value = json.loads(line.decode("utf-8"))
+        except ValueError as err:
             raise ProtocolError(200, f"a watch line that is not JSON: {err}") from err
+        if not isinstance(value, dict):
+            raise ProtocolError(200, "a watch line that is not an object")
+        index = value.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ProtocolError(200, "a watch line without an index")
+        named = "partition" in value
+        partition = value.get("partition", 0)
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise ProtocolError(200, f"a watch line whose partition is {partition!r}")
+        if not 0 <= partition < MAX_PARTITIONS:
+            raise ProtocolError(200, f"a watch line whose partition is {partition!r}")
+        event = self._parse(value, partition, index)
         self.cursor.advance(partition, index, named)
         code = value.get("error")
         if isinstance(code, str):
-            self.close()
             if code in ("unauthorized", "forbidden"):
                 raise error_for(401 if code == "unauthorized" else 403, value)
             raise Unavailable(1, 0.0, f"{code}: {value.get('message', '')}")
+        return event
+
+    @staticmethod
+    def _parse(value: Dict[str, Any], partition: int, index: int) -> WatchEvent:
         if value.get("deleted") is True:
             name = value.get("lease_name")
-            return WatchEvent("deleted", partition, index, lease_name=str(name))
+            return WatchEvent("deleted", partition, index, lease_name=name if isinstance(name, str) else "")
         lease = value.get("lease")
         if isinstance(lease, dict):
-            info = LeaseInfo.from_json(lease)
+            try:
+                info = LeaseInfo.from_json(lease)
+            except (KeyError, TypeError, ValueError) as err:
+                raise ProtocolError(200, f"a watch line with a malformed lease: {err}") from err
             return WatchEvent("changed", partition, index, lease=info, lease_name=info.lease)
         return WatchEvent("progress", partition, index)
+
+
+def silence_bound(keepalive: float) -> float:
+    """How long a stream with keep-alives every ``keepalive`` seconds may
+    send nothing before it is taken for dead."""
+    return max(SILENT_FOR, keepalive + 25.0)
 
 
 def open_watch(
@@ -174,36 +204,44 @@ def open_watch(
     urls: Sequence[str],
     first: int,
     path: str,
-    cursor: WatchCursor,
-    connect_timeout: float,
+    start: Tuple[WatchCursor, float],
+    request_timeout: float,
     passed_over: Callable[[int], None],
 ) -> PrefixWatch:
     """Opens ``path`` on the first of ``urls`` that answers 200, starting at
     ``first`` and trying each once; a refusal (4xx but 429) is raised at
-    once, as its mapped error."""
+    once, as its mapped error. The answer's headers must come within
+    ``request_timeout``; then lines may be ``silent_for`` apart (``start``
+    is the cursor and that bound)."""
+    cursor, silent_for = start
     started = time.monotonic()
     last = "no node answered"
-    timeout = httpx.Timeout(connect_timeout, read=SILENT_FOR)
     for attempt in range(max(len(urls), 1)):
         at = (first + attempt) % len(urls)
         url = urls[at] + path
         try:
-            request = http.build_request("GET", url, timeout=timeout)
+            request = http.build_request("GET", url, timeout=httpx.Timeout(request_timeout))
             response = http.send(request, stream=True)
         except httpx.HTTPError as err:
             last = f"{url}: {type(err).__name__}: {err}"
             passed_over(at)
             continue
         if response.status_code == 200:
-            return PrefixWatch(response, cursor)
-        response.read()
-        response.close()
+            # The body's reads wait up to the silence bound (httpcore reads
+            # the request's timeout again when the body starts).
+            timeouts = dict(response.request.extensions.get("timeout", {}))
+            response.request.extensions["timeout"] = {**timeouts, "read": silent_for}
+            return PrefixWatch(response, cursor, silent_for)
+        try:
+            response.read()
+        except httpx.HTTPError as err:
+            last = f"{url}: {response.status_code}, then {type(err).__name__}: {err}"
+            passed_over(at)
+            continue
+        finally:
+            response.close()
         if response.status_code not in (503, 429):
-            raise _refusal(response)
+            raise error_for(response.status_code, json_of(response))
         last = f"{url}: {response.status_code}"
         passed_over(at)
     raise Unavailable(max(len(urls), 1), time.monotonic() - started, last)
-
-
-def _refusal(response: httpx.Response) -> PalisadeError:
-    return error_for(response.status_code, json_of(response))
