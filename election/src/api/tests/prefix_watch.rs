@@ -189,3 +189,30 @@ async fn a_watch_of_every_partition_ends_whole_when_one_partition_falls_behind()
     assert_eq!(last["error"], "behind", "{last}");
     assert_eq!(last["partition"], other, "{last}");
 }
+
+#[tokio::test]
+async fn a_watch_of_every_partition_repeats_no_keep_alive_but_partition_zeros() {
+    let node = node_with(|config| config.partitions = 3).await;
+    let request = Request::get("/v1/watch?prefix=nothing.here.&keepalive_ms=100")
+        .body(Body::empty())
+        .expect("request");
+    let response = node.app.clone().oneshot(request).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let got = lines(response.into_body(), 15).await;
+    let mut last = [None::<u64>; 3];
+    let mut zeros = 0;
+    for line in &got {
+        let partition = line["partition"].as_u64().expect("a partition") as usize;
+        let index = line["index"].as_u64().expect("an index");
+        if partition == 0 {
+            zeros += 1;
+        } else {
+            assert!(
+                last[partition].is_none_or(|before| index > before),
+                "partition {partition} repeated its keep-alive at {index}: {got:?}"
+            );
+        }
+        last[partition] = Some(index);
+    }
+    assert!(zeros >= 5, "partition 0 keeps the stream alive: {got:?}");
+}
