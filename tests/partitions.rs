@@ -53,6 +53,47 @@ async fn grant(
     grant
 }
 
+/// Renews every grant in one `POST /v1/renew` through `url` (its node
+/// renews the partitions it leads and sends the others' parts to the node
+/// leading them, one batch per node), with a wrong token slipped in after
+/// each tenth: every renewal is answered in its place, the good ones 200
+/// with their token, the wrong ones 409 `lost`.
+async fn renew_all_in_one_batch(client: &reqwest::Client, url: &str, grants: &[Value]) {
+    let mut renewals = Vec::new();
+    let mut wanted = Vec::new();
+    for (i, grant) in grants.iter().enumerate() {
+        let entry = |token: u64| {
+            json!({"lease": grant["lease"], "holder": grant["holder"], "token": token,
+                   "secret": test_secret(grant["holder"].as_str().expect("holder"))})
+        };
+        let token = grant["token"].as_u64().expect("token");
+        renewals.push(entry(token));
+        wanted.push((grant["lease"].clone(), 200, Some(token)));
+        if i % 10 == 9 {
+            renewals.push(entry(token + 1_000_000));
+            wanted.push((grant["lease"].clone(), 409, None));
+        }
+    }
+    let (status, answer) = post_json(
+        client,
+        &format!("{url}/v1/renew"),
+        json!({ "renewals": renewals }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results.len(), wanted.len(), "one result per renewal");
+    for (result, (lease, status, token)) in results.iter().zip(wanted) {
+        assert_eq!(result["lease"], lease, "in the batch's order: {result}");
+        assert_eq!(result["status"], status, "{result}");
+        if let Some(token) = token {
+            assert_eq!(result["grant"]["token"], token, "{result}");
+        } else {
+            assert_eq!(result["error"], "lost", "{result}");
+        }
+    }
+}
+
 /// Releases a grant through node `via`.
 async fn release(client: &reqwest::Client, cluster: &Cluster, via: u64, grant: &Value) {
     let lease = grant["lease"].as_str().expect("lease");
@@ -157,6 +198,9 @@ async fn six_partitions_spread_fail_over_alone_and_keep_their_tokens_growing() {
         PARTITIONS as usize,
         "every partition holds leases"
     );
+    for via in 1..=3 {
+        renew_all_in_one_batch(&client, &cluster.url(via), &grants).await;
+    }
 
     // kill -9 the node leading the most partitions.
     let counts = led_by(&before);

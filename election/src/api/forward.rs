@@ -256,12 +256,36 @@ pub(super) async fn ask_leader(
         '?'
     };
     let uri = format!("{path_and_query}{joiner}{PARTITION_PARAM}={id}");
+    let asked = Asked {
+        node: (leader, &addr),
+        what: &format!("partition {id}'s leader"),
+    };
+    ask_node(state, caller, asked, (method, &uri), (body, deadline)).await
+}
+
+/// Which node [`ask_node`] asks, and what it is called in errors.
+pub(super) struct Asked<'a> {
+    pub(super) node: (crate::raft::NodeId, &'a str),
+    pub(super) what: &'a str,
+}
+
+/// Asks another node for `uri` as `caller`, through its peer listener (one
+/// hop); its JSON answer. Any answer but 200, or none, is a 503 naming
+/// `asked.what`.
+pub(super) async fn ask_node(
+    state: &ApiState,
+    caller: &Caller,
+    asked: Asked<'_>,
+    (method, uri): (Method, &str),
+    (body, deadline): (Option<Vec<u8>>, Option<PartDeadline>),
+) -> Result<Value, ApiError> {
+    let what = asked.what;
     let mut request = Request::builder()
         .method(method)
         .uri(uri)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body.map_or_else(Body::empty, Body::from))
-        .map_err(|e| ApiError::Internal(format!("a partition's request: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("a request of {what}: {e}")))?;
     if let Some(principal) = &caller.principal {
         request.extensions_mut().insert(principal.clone());
     }
@@ -271,16 +295,16 @@ pub(super) async fn ask_leader(
     if let Some(deadline) = deadline {
         request.extensions_mut().insert(deadline);
     }
-    let answer = forward(state, request, None, (leader, &addr), 1).await?;
+    let answer = forward(state, request, None, asked.node, 1).await?;
     let status = answer.status();
     let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
         .await
-        .map_err(|e| ApiError::NoQuorum(format!("partition {id}'s leader: {e}")))?;
+        .map_err(|e| ApiError::NoQuorum(format!("{what}: {e}")))?;
     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     if status != http::StatusCode::OK {
         let message = value["message"].as_str().unwrap_or("no message");
         return Err(ApiError::NoQuorum(format!(
-            "partition {id}'s leader answered {status}: {message}"
+            "{what} answered {status}: {message}"
         )));
     }
     Ok(value)

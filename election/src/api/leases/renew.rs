@@ -13,7 +13,7 @@ use palisade_serve::policy::{Policy, Principal, Right};
 
 use super::super::admit::Flow;
 use super::super::extract::{CheckedJson, LeaseCall};
-use super::super::forward::ask_leader;
+use super::super::forward::{ask_leader, ask_node, Asked};
 use super::super::partitions::{partition_of, Caller, PartDeadline};
 use super::super::schema::{BatchErrors, LeaseCallErrors, LeaseNameParam};
 use super::super::state::ApiState;
@@ -24,7 +24,8 @@ use crate::error::ApiError;
 use crate::group_id::GroupId;
 use crate::leader::lessor::RenewRefused;
 use crate::lease_table::command::SecretHash;
-use crate::raft::Acting;
+use crate::peer::gate::PeerId;
+use crate::raft::{Acting, NodeId};
 
 /// Extends a grant by its ttl (on the leader lease).
 #[utoipa::path(post, path = "/v1/leases/{name}/renew", tag = "leases",
@@ -130,6 +131,7 @@ pub(in crate::api) async fn renew_batch(
     State(state): State<ApiState>,
     principal: Option<axum::Extension<Principal>>,
     flow: Option<axum::Extension<Flow>>,
+    peer: Option<axum::Extension<PeerId>>,
     uri: http::Uri,
     CheckedJson(body): CheckedJson<RenewBatch>,
 ) -> Result<Response, ApiError> {
@@ -144,7 +146,9 @@ pub(in crate::api) async fn renew_batch(
             principal: principal.map(|p| p.0),
             flow: flow.map(|f| f.0),
         };
-        let results = across_partitions(&state, &caller, body.renewals, started).await;
+        // Gathered per node once, where the client's call landed.
+        let gather = peer.is_none();
+        let results = across_partitions(&state, &caller, body.renewals, (started, gather)).await;
         return Ok(Json(serde_json::json!({ "results": results })).into_response());
     };
     // Asked for one partition: renewals of another are refused here, for
@@ -188,42 +192,124 @@ fn refused(lease: LeaseName, err: &ApiError) -> RenewResult {
     }
 }
 
+/// The renewals of one partition, each with its place in the batch.
+type Part = Vec<(usize, BatchRenewal)>;
+
 /// A batch over several partitions (`--partitions` > 1): each partition's
 /// renewals are renewed here when this node leads it (on its leader
-/// lease), else asked of its leader as a batch of their own; the answers
-/// come back in the batch's order. A partition without a reachable leader
-/// fails only its own renewals (503).
+/// lease), else asked of its leader. With `gather` (the node a client
+/// reached, not one a peer asked), the parts of the partitions another
+/// node leads go to that node as one batch, which it splits again without
+/// gathering: a batch costs each leader node one call and one of the
+/// caller's seats, not one per partition it leads. The answers come back
+/// in the batch's order. A partition without a reachable leader fails only
+/// its own renewals (503), a node that does not answer the parts sent to
+/// it.
 pub(in crate::api) async fn across_partitions(
     state: &ApiState,
     caller: &Caller,
     renewals: Vec<BatchRenewal>,
-    started: std::time::Instant,
+    (started, gather): (std::time::Instant, bool),
 ) -> Vec<serde_json::Value> {
-    let mut by_group: std::collections::BTreeMap<GroupId, Vec<(usize, BatchRenewal)>> =
-        std::collections::BTreeMap::new();
+    let mut by_group: std::collections::BTreeMap<GroupId, Part> = std::collections::BTreeMap::new();
     for (i, renewal) in renewals.into_iter().enumerate() {
         let id = state.group(&renewal.lease).id;
         by_group.entry(id).or_default().push((i, renewal));
     }
-    let parts = by_group.into_iter().map(|(id, part)| async move {
+    let mut alone: Vec<(GroupId, Part)> = Vec::new();
+    let mut by_node: std::collections::BTreeMap<NodeId, (String, Vec<(GroupId, Part)>)> =
+        std::collections::BTreeMap::new();
+    for (id, part) in by_group {
+        let group = state.group_of(id);
+        match group.leader().filter(|(l, _)| *l != state.config.id) {
+            Some((leader, addr)) if gather && group.acting() != Acting::Leads => {
+                by_node
+                    .entry(leader)
+                    .or_insert((addr, Vec::new()))
+                    .1
+                    .push((id, part));
+            }
+            _ => alone.push((id, part)),
+        }
+    }
+    let mut gathered = Vec::new();
+    for (leader, (addr, parts)) in by_node {
+        match <[_; 1]>::try_from(parts) {
+            // One partition's part goes as that partition's (hop-limited).
+            Ok([one]) => alone.push(one),
+            Err(parts) => gathered.push(renew_at(state, caller, (leader, addr), parts)),
+        }
+    }
+    let alone = alone.into_iter().map(|(id, part)| async move {
         let (places, part): (Vec<usize>, Vec<BatchRenewal>) = part.into_iter().unzip();
         let leases: Vec<LeaseName> = part.iter().map(|r| r.lease.clone()).collect();
         let answered = renew_in(state, state.group_of(id), caller, part, started).await;
-        let results = answered.unwrap_or_else(|err| {
-            leases
-                .into_iter()
-                .map(|lease| serde_json::to_value(refused(lease, &err)).unwrap_or_default())
-                .collect()
-        });
-        places.into_iter().zip(results).collect::<Vec<_>>()
+        places
+            .into_iter()
+            .zip(answers(leases, answered))
+            .collect::<Vec<_>>()
     });
-    let mut results: Vec<(usize, serde_json::Value)> = futures::future::join_all(parts)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let (alone, gathered) = futures::join!(
+        futures::future::join_all(alone),
+        futures::future::join_all(gathered)
+    );
+    let mut results: Vec<(usize, serde_json::Value)> =
+        alone.into_iter().chain(gathered).flatten().collect();
     results.sort_by_key(|(i, _)| *i);
     results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Each renewal's answer: `answered`'s, or the error that failed them all.
+fn answers(
+    leases: Vec<LeaseName>,
+    answered: Result<Vec<serde_json::Value>, ApiError>,
+) -> Vec<serde_json::Value> {
+    answered.unwrap_or_else(|err| {
+        leases
+            .into_iter()
+            .map(|lease| serde_json::to_value(refused(lease, &err)).unwrap_or_default())
+            .collect()
+    })
+}
+
+/// The parts of several partitions that node `leader` leads, asked of it as
+/// one batch (it renews those it still leads and asks the others' leaders
+/// itself); each renewal's answer with its place.
+async fn renew_at(
+    state: &ApiState,
+    caller: &Caller,
+    (leader, addr): (NodeId, String),
+    parts: Vec<(GroupId, Part)>,
+) -> Vec<(usize, serde_json::Value)> {
+    let ids: Vec<String> = parts.iter().map(|(id, _)| id.to_string()).collect();
+    let deadline = parts
+        .iter()
+        .filter_map(|(id, part)| part_deadline(state.group_of(*id), part.iter().map(|(_, r)| r)))
+        .map(|PartDeadline(limit)| limit)
+        .min()
+        .map(PartDeadline);
+    let (places, part): (Vec<usize>, Vec<BatchRenewal>) =
+        parts.into_iter().flat_map(|(_, part)| part).unzip();
+    let leases: Vec<LeaseName> = part.iter().map(|r| r.lease.clone()).collect();
+    let what = format!("node {leader}, the leader of partitions {}", ids.join(", "));
+    let answered = async {
+        let body = batch_body(&part)?;
+        let asked = Asked {
+            node: (leader, &addr),
+            what: &what,
+        };
+        let answer = ask_node(
+            state,
+            caller,
+            asked,
+            (Method::POST, "/v1/renew"),
+            (Some(body), deadline),
+        )
+        .await?;
+        results_of(&answer, part.len(), &what)
+    }
+    .await;
+    places.into_iter().zip(answers(leases, answered)).collect()
 }
 
 /// `part` (all of `group`) renewed here, or by `group`'s leader.
@@ -234,7 +320,6 @@ async fn renew_in(
     part: Vec<BatchRenewal>,
     started: std::time::Instant,
 ) -> Result<Vec<serde_json::Value>, ApiError> {
-    let count = part.len();
     if group.acting() == Acting::Leads {
         if !all_ended(state, &part) {
             group.confirm_lease().await?;
@@ -245,6 +330,25 @@ async fn renew_in(
             .and_then(|v| v.as_array().cloned())
             .ok_or_else(|| ApiError::Internal("renewal results".into()));
     }
+    let body = batch_body(&part)?;
+    let deadline = part_deadline(group, part.iter());
+    let answer = ask_leader(
+        state,
+        group,
+        caller,
+        (Method::POST, "/v1/renew"),
+        (Some(body), deadline),
+    )
+    .await?;
+    results_of(
+        &answer,
+        part.len(),
+        &format!("partition {}'s leader", group.id),
+    )
+}
+
+/// A batch request's body of `part`.
+fn batch_body(part: &[BatchRenewal]) -> Result<Vec<u8>, ApiError> {
     let renewals: Vec<serde_json::Value> = part
         .iter()
         .map(|r| {
@@ -256,31 +360,35 @@ async fn renew_in(
             })
         })
         .collect();
-    let body = serde_json::to_vec(&serde_json::json!({ "renewals": renewals }))
-        .map_err(|e| ApiError::Internal(format!("a partition's batch: {e}")))?;
-    // A quarter of the shortest ttl among them (as this node has applied
-    // the partition), at least 100 ms: a frozen leader costs them a quick
-    // 503, retried elsewhere, not their grants.
+    serde_json::to_vec(&serde_json::json!({ "renewals": renewals }))
+        .map_err(|e| ApiError::Internal(format!("a partition's batch: {e}")))
+}
+
+/// How long a part may take at its leader: a quarter of the shortest ttl
+/// among its renewals (as this node has applied `group`), at least 100 ms:
+/// a frozen leader costs them a quick 503, retried elsewhere, not their
+/// grants.
+fn part_deadline<'a>(
+    group: &crate::group::Group,
+    part: impl Iterator<Item = &'a BatchRenewal>,
+) -> Option<PartDeadline> {
     let shortest = group.applied.read(|s| {
-        part.iter()
-            .filter_map(|r| s.table.leases.get(&r.lease).map(|l| l.ttl_ms))
+        part.filter_map(|r| s.table.leases.get(&r.lease).map(|l| l.ttl_ms))
             .min()
     });
-    let deadline =
-        shortest.map(|ttl| PartDeadline(std::time::Duration::from_millis((ttl / 4).max(100))));
-    let answer = ask_leader(
-        state,
-        group,
-        caller,
-        (Method::POST, "/v1/renew"),
-        (Some(body), deadline),
-    )
-    .await?;
+    shortest.map(|ttl| PartDeadline(std::time::Duration::from_millis((ttl / 4).max(100))))
+}
+
+/// The `results` of a batch answer of `count` renewals from `what`.
+fn results_of(
+    answer: &serde_json::Value,
+    count: usize,
+    what: &str,
+) -> Result<Vec<serde_json::Value>, ApiError> {
     match answer["results"].as_array() {
         Some(results) if results.len() == count => Ok(results.clone()),
         _ => Err(ApiError::NoQuorum(format!(
-            "partition {}'s leader answered a batch of {count} with another count",
-            group.id
+            "{what} answered a batch of {count} with another count"
         ))),
     }
 }

@@ -331,7 +331,9 @@ impl StreamSession {
                 principal: self.principal.clone(),
                 flow: Some(self.flow.clone()),
             };
-            FrameResults::Across(across_partitions(state, &caller, frame.renewals, started).await)
+            FrameResults::Across(
+                across_partitions(state, &caller, frame.renewals, (started, true)).await,
+            )
         };
         FrameAnswer {
             id,
