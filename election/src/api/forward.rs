@@ -42,8 +42,10 @@ pub(super) enum Route {
     /// A call that spans partitions (the lease list, a batch renewal):
     /// with more than one partition, and none named, the node it reached
     /// serves it, asking each partition's leader for its part
-    /// (`partitions.rs`); never through partition 0's leader, whose
-    /// trouble must not stall the other partitions' parts.
+    /// (`partitions.rs`; a batch renewal asks each leader node once for
+    /// all the partitions it leads, `leases/renew.rs`); never through
+    /// partition 0's leader, whose trouble must not stall the other
+    /// partitions' parts.
     Spanning,
 }
 

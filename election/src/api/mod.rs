@@ -150,7 +150,7 @@ fn lease_routes(state: &ApiState) -> Router<ApiState> {
             // Each renewal's right is checked in the handler.
             guarded(
                 state,
-                post(leases::renew::renew_batch),
+                post(leases::batch::renew_batch),
                 Need::Known,
                 Pool::Renew,
                 Some(Route::Spanning),

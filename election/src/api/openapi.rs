@@ -19,7 +19,7 @@ use crate::error::ErrorBody;
     paths(
         super::leases::acquire::acquire,
         super::leases::renew::renew,
-        super::leases::renew::renew_batch,
+        super::leases::batch::renew_batch,
         super::leases::release::release,
         super::leases::handover::handover,
         super::leases::revoke::revoke,

@@ -5,6 +5,9 @@
 //! `?partition=k` — and puts the parts together. `?partition=k` is also
 //! what routes such a call ([`partition_of`]): `forward::leader_only` sends
 //! it to partition k's leader, whose handler answers for partition k alone.
+//! A batch renewal gathers the parts of the partitions one other node leads
+//! into one request to it (`leases/renew.rs::across_partitions`), which that
+//! node answers for the partitions it leads and refuses for the others.
 
 use std::collections::HashMap;
 

@@ -10,6 +10,7 @@
 
 pub mod acquire;
 mod answer;
+pub mod batch;
 pub mod bodies;
 mod extend;
 pub mod handover;
