@@ -298,16 +298,24 @@ async fn acquire_and_hold(
     endpoints: &Endpoints,
 ) -> anyhow::Result<ExitCode> {
     let client = endpoints.client()?;
-    let held = match client
-        .acquire_with(
+    // Listening before "held" is printed: a SIGTERM right after it releases
+    // the lease (the default action would kill the process holding it).
+    let shutdown = crate::shutdown::shutdown_signal();
+    tokio::pin!(shutdown);
+    let acquired = tokio::select! {
+        acquired = client.acquire_with(
             asked.lease,
             asked.holder,
             asked.ttl,
             asked.wait,
             asked.options,
-        )
-        .await
-    {
+        ) => acquired,
+        () = &mut shutdown => {
+            complain!("stopped while waiting for {}", asked.lease);
+            return Ok(ExitCode::from(130));
+        }
+    };
+    let held = match acquired {
         Ok(held) => held,
         Err(err) => return Ok(fail_acquire(&err, asked.lease, asked.holder)),
     };
@@ -318,8 +326,6 @@ async fn acquire_and_hold(
         held.jwt().unwrap_or_default()
     );
     let mut status = tokio::time::interval(Duration::from_millis(status_ms.max(10)));
-    let shutdown = crate::shutdown::shutdown_signal();
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = status.tick() => {

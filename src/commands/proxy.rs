@@ -63,14 +63,16 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         Ok(lease) => Arc::new(lease),
         Err(code) => return Ok(code),
     };
+    // Listening before the announcement: a signal right after it still
+    // releases the lease.
+    let shutdown = crate::shutdown::shutdown_signal();
+    let mut shutdown = std::pin::pin!(shutdown);
     let (addr, server) = start(lease.clone(), args.listen).await?;
     say!(
         "proxy listening on http://{addr} for lease {} (token {})",
         lease.name(),
         lease.token()
     );
-    let shutdown = crate::shutdown::shutdown_signal();
-    let mut shutdown = std::pin::pin!(shutdown);
     let lost = tokio::select! {
         () = lease.lost() => true,
         () = &mut shutdown => false,

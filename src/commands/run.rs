@@ -46,6 +46,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(lease) => lease,
         Err(code) => return Ok(code),
     };
+    // Listening from here on: a signal before the child started still
+    // stops it and releases the lease (the default action would not).
+    let shutdown = crate::shutdown::shutdown_signal();
+    let mut shutdown = std::pin::pin!(shutdown);
     tracing::info!(lease = %args.hold.lease, token = lease.token(), "lease held; starting the command");
     let jwt_dir = private_dir()?;
     let jwt_file = jwt_dir.path().join("lease.jwt");
@@ -77,8 +81,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = lease.release_shared().await;
     };
     let mut child = command.spawn()?;
-    let shutdown = crate::shutdown::shutdown_signal();
-    let mut shutdown = std::pin::pin!(shutdown);
     // Renewals never wait on the child: the file is refreshed on a short
     // tick (a renewal brings a new JWT about every ttl).
     let mut tick = tokio::time::interval(Duration::from_millis(100));
