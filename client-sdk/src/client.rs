@@ -293,13 +293,7 @@ impl Client {
     /// follows every partition, as [`Client::watch_prefix_from`] does);
     /// another index is the server's [`Error::BadRequest`].
     pub async fn watch_prefix(&self, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
-        let from = match index {
-            0 => Start::Every(WatchCursor::default()),
-            index => Start::One {
-                partition: None,
-                index,
-            },
-        };
+        let from = Start::After(WatchCursor::new(vec![index]));
         PrefixWatch::open(&self.transport, prefix, from).await
     }
 
@@ -317,7 +311,7 @@ impl Client {
         prefix: &str,
         cursor: &WatchCursor,
     ) -> Result<PrefixWatch, Error> {
-        PrefixWatch::open(&self.transport, prefix, Start::Every(cursor.clone())).await
+        PrefixWatch::open(&self.transport, prefix, Start::After(cursor.clone())).await
     }
 
     /// As [`Client::watch_prefix`], of one partition's leases (`0..count`,
@@ -333,10 +327,7 @@ impl Client {
         partition: usize,
         index: u64,
     ) -> Result<PrefixWatch, Error> {
-        let from = Start::One {
-            partition: Some(partition),
-            index,
-        };
+        let from = Start::Partition { partition, index };
         PrefixWatch::open(&self.transport, prefix, from).await
     }
 

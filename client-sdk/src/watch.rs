@@ -87,28 +87,21 @@ impl WatchEvent {
 /// Where a [`PrefixWatch`] starts.
 #[derive(Debug, Clone)]
 pub(crate) enum Start {
-    /// After `index` of one partition (`None`: the cluster's only one).
-    One {
-        partition: Option<usize>,
-        index: u64,
-    },
-    /// Every partition, each after its cursor index.
-    Every(WatchCursor),
+    /// After an index of one partition alone.
+    Partition { partition: usize, index: u64 },
+    /// After a cursor: every partition, or the one of a cluster of one
+    /// (a cursor of one index no partitioned stream moved).
+    After(WatchCursor),
 }
 
 impl Start {
     /// The query naming where to start.
     fn query(&self) -> String {
         match self {
-            Start::One {
-                partition: None,
-                index,
-            } => format!("&index={index}"),
-            Start::One {
-                partition: Some(k),
-                index,
-            } => format!("&index={index}&partition={k}"),
-            Start::Every(cursor) => cursor.query(),
+            Start::Partition { partition, index } => {
+                format!("&index={index}&partition={partition}")
+            }
+            Start::After(cursor) => cursor.query(),
         }
     }
 }
@@ -141,12 +134,12 @@ impl PrefixWatch {
             from.query()
         );
         let (partition, cursor) = match from {
-            Start::One { partition, index } => {
+            Start::Partition { partition, index } => {
                 let mut cursor = WatchCursor::default();
-                cursor.advance(partition.unwrap_or(0), index, partition.is_some());
-                (partition, cursor)
+                cursor.advance(partition, index, true);
+                (Some(partition), cursor)
             }
-            Start::Every(cursor) => (None, cursor),
+            Start::After(cursor) => (None, cursor),
         };
         let started = Instant::now();
         let first = partition
@@ -367,10 +360,7 @@ mod tests {
     async fn watch_prefix(url: &str, prefix: &str, index: u64) -> Result<PrefixWatch, Error> {
         let mut config = ClientConfig::new([url]);
         config.http2 = false;
-        let from = Start::One {
-            partition: None,
-            index,
-        };
+        let from = Start::After(WatchCursor::new(vec![index]));
         PrefixWatch::open(&Arc::new(Transport::new(config)), prefix, from).await
     }
 
@@ -448,7 +438,7 @@ mod tests {
         let mut config = ClientConfig::new([url.as_str()]);
         config.http2 = false;
         let transport = Arc::new(Transport::new(config));
-        let from = Start::Every(WatchCursor::new(vec![1, 2]));
+        let from = Start::After(WatchCursor::new(vec![1, 2]));
         let mut watch = PrefixWatch::open(&transport, "jobs.", from)
             .await
             .expect("open");

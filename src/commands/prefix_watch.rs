@@ -9,51 +9,13 @@ use crate::output::complain;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use palisade_client::{Client, Error, PrefixWatch, WatchCursor, WatchEvent};
+use palisade_client::{Error, WatchCursor, WatchEvent};
 
 use super::endpoints::Endpoints;
 use super::lease_view::{describe, fail, info_json, print};
 
 /// How long to wait before opening a stream again after one ended.
 const REOPEN_AFTER: Duration = Duration::from_millis(500);
-
-/// Where a watch (re)opens.
-#[derive(Debug, Clone)]
-enum Resume {
-    /// After one index of the cluster's only partition.
-    Index(u64),
-    /// After each partition's index (empty: from the start).
-    Every(WatchCursor),
-}
-
-impl Resume {
-    /// `--index`: one index, or one per partition (`I0,I1,...`).
-    fn parse(index: &str) -> anyhow::Result<Self> {
-        let cursor: WatchCursor = index
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--index: {e}"))?;
-        Ok(match cursor.indexes() {
-            [] | [0] => Resume::Every(WatchCursor::default()),
-            [one] => Resume::Index(*one),
-            _ => Resume::Every(cursor),
-        })
-    }
-
-    async fn open(&self, client: &Client, prefix: &str) -> Result<PrefixWatch, Error> {
-        match self {
-            Resume::Index(index) => client.watch_prefix(prefix, *index).await,
-            Resume::Every(cursor) => client.watch_prefix_from(prefix, cursor).await,
-        }
-    }
-
-    /// Where the next stream resumes after `watch` ended.
-    fn after(&self, watch: &PrefixWatch) -> Self {
-        match self {
-            Resume::Index(_) => Resume::Index(watch.index()),
-            Resume::Every(_) => Resume::Every(watch.cursor().clone()),
-        }
-    }
-}
 
 /// Watches `prefix` from `index` (`--index`: one index, or one per
 /// partition; see the module's doc).
@@ -65,11 +27,15 @@ pub(crate) async fn run(
     let client = endpoints.client()?;
     let shutdown = crate::shutdown::shutdown_signal();
     tokio::pin!(shutdown);
-    let mut from = Resume::parse(index)?;
+    // One index (a cluster of one partition, or 0) or one per partition;
+    // the stream's cursor resumes it either way.
+    let mut cursor: WatchCursor = index
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--index: {e}"))?;
     loop {
         let opened = tokio::select! {
             () = &mut shutdown => return Ok(ExitCode::SUCCESS),
-            opened = from.open(&client, prefix) => opened,
+            opened = client.watch_prefix_from(prefix, &cursor) => opened,
         };
         let mut watch = match opened {
             Ok(watch) => watch,
@@ -95,7 +61,7 @@ pub(crate) async fn run(
                 None => break,
             }
         }
-        from = from.after(&watch);
+        cursor = watch.cursor().clone();
         tokio::time::sleep(REOPEN_AFTER).await;
     }
 }

@@ -133,9 +133,6 @@ pub(super) async fn watch_prefix(
         let watcher = Watcher {
             group,
             tagged,
-            // One partition's keep-alives keep the stream alive; the
-            // others' say something only when their index moved.
-            quiet: tagged && group != GroupId::ZERO,
             kept_alive_at: None,
             prefix: prefix.clone(),
             cursor,
@@ -179,8 +176,6 @@ struct Watcher {
     group: GroupId,
     /// Whether each line names the partition (a watch of every partition).
     tagged: bool,
-    /// Whether a keep-alive that would repeat the last one is left out.
-    quiet: bool,
     /// The index the last keep-alive named.
     kept_alive_at: Option<u64>,
     prefix: String,
@@ -356,7 +351,10 @@ impl Watcher {
             }
         }
         self.cursor = self.cursor.max(applied);
-        if self.quiet && self.kept_alive_at == Some(self.cursor) {
+        // One partition's keep-alives keep the stream alive; the others'
+        // say something only when their index moved.
+        let quiet = self.tagged && self.group != GroupId::ZERO;
+        if quiet && self.kept_alive_at == Some(self.cursor) {
             return Ok(());
         }
         self.kept_alive_at = Some(self.cursor);

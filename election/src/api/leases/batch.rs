@@ -11,8 +11,8 @@ use palisade_serve::policy::Principal;
 
 use super::super::admit::Flow;
 use super::super::extract::CheckedJson;
-use super::super::forward::{ask_node, Asked};
-use super::super::partitions::{partition_of, Caller, PartDeadline, PARTITION_PARAM};
+use super::super::forward::{ask_leader, ask_node, Asked};
+use super::super::partitions::{partition_of, Caller, PartDeadline};
 use super::super::schema::BatchErrors;
 use super::super::state::ApiState;
 use super::bodies::*;
@@ -190,12 +190,25 @@ async fn renew_at(
         parts.into_iter().flat_map(|(_, part)| part).unzip();
     let leases: Vec<LeaseName> = part.iter().map(|r| r.lease.clone()).collect();
     let what = format!("node {leader}, the leader of partitions {}", ids.join(", "));
-    let asked = Asked {
-        node: (leader, &addr),
-        what: &what,
+    let answered = async {
+        let asked = Asked {
+            node: (leader, &addr),
+            what: &what,
+        };
+        let body = Some(batch_body(&part)?);
+        let answer = ask_node(
+            state,
+            caller,
+            asked,
+            (Method::POST, "/v1/renew"),
+            (body, deadline),
+        );
+        results_of(&answer.await?, part.len(), &what)
     };
-    let answered = send_batch(state, caller, asked, "/v1/renew", (&part, deadline)).await;
-    places.into_iter().zip(answers(leases, answered)).collect()
+    places
+        .into_iter()
+        .zip(answers(leases, answered.await))
+        .collect()
 }
 
 /// How much longer than its longest part's deadline a node waits for a
@@ -238,47 +251,17 @@ async fn renew_in(
             .and_then(|v| v.as_array().cloned())
             .ok_or_else(|| ApiError::Internal("renewal results".into()));
     }
-    let Some((leader, addr)) = group.leader().filter(|(l, _)| *l != state.config.id) else {
-        return Err(ApiError::NoQuorum(format!(
-            "partition {id} has no leader known here"
-        )));
-    };
     if !gather {
         return Err(ApiError::NoQuorum(format!(
-            "node {} does not lead partition {id} (any more; node {leader} does): renew again",
+            "node {} does not lead partition {id} (any more): renew again",
             state.config.id
         )));
     }
-    let what = format!("partition {id}'s leader");
-    let asked = Asked {
-        node: (leader, &addr),
-        what: &what,
-    };
-    let uri = format!("/v1/renew?{PARTITION_PARAM}={id}");
     let deadline = part_deadline(group, part.iter());
-    send_batch(state, caller, asked, &uri, (&part, deadline)).await
-}
-
-/// `part` sent to another node as one batch (`uri`), answered within
-/// `deadline`: its results, in order.
-async fn send_batch(
-    state: &ApiState,
-    caller: &Caller,
-    asked: Asked<'_>,
-    uri: &str,
-    (part, deadline): (&[BatchRenewal], Option<PartDeadline>),
-) -> Result<Vec<serde_json::Value>, ApiError> {
-    let what = asked.what;
-    let body = batch_body(part)?;
-    let answer = ask_node(
-        state,
-        caller,
-        asked,
-        (Method::POST, uri),
-        (Some(body), deadline),
-    )
-    .await?;
-    results_of(&answer, part.len(), what)
+    let body = batch_body(&part)?;
+    let route = (Method::POST, "/v1/renew");
+    let answer = ask_leader(state, group, caller, route, (Some(body), deadline)).await?;
+    results_of(&answer, part.len(), &format!("partition {id}'s leader"))
 }
 
 /// A batch request's body of `part`.

@@ -11,7 +11,7 @@ use palisade_names::LeaseName;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::{node, node_with};
+use super::{node, node_with, Node};
 use crate::raft::feed::{Change, FEED_CAPACITY};
 
 /// The lines of `body` until it ends (bounded in time).
@@ -36,9 +36,15 @@ async fn lines(body: Body, wanted: usize) -> Vec<Value> {
     lines
 }
 
-#[tokio::test]
-async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_ends() {
-    let node = node().await;
+/// Grants `jobs.a`, opens the watch `uri`, and reads its first line (the
+/// catch-up's `jobs.a`): that line and the rest of the answer.
+async fn watch_after_a_grant(
+    node: &Node,
+    uri: &str,
+) -> (
+    Value,
+    impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>>,
+) {
     let (status, grant) = node
         .post(
             "/v1/leases/jobs.a/acquire",
@@ -46,9 +52,7 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{grant}");
-    let request = Request::get("/v1/watch?prefix=jobs.")
-        .body(Body::empty())
-        .expect("request");
+    let request = Request::get(uri).body(Body::empty()).expect("request");
     let response = node.app.clone().oneshot(request).await.expect("answer");
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body().into_data_stream();
@@ -59,6 +63,13 @@ async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_end
         .expect("bytes");
     let first: Value = serde_json::from_slice(&first).expect("a JSON line");
     assert_eq!(first["lease"]["lease"], "jobs.a", "{first}");
+    (first, body)
+}
+
+#[tokio::test]
+async fn a_reader_that_falls_behind_the_feed_gets_a_last_line_and_the_stream_ends() {
+    let node = node().await;
+    let (first, body) = watch_after_a_grant(&node, "/v1/watch?prefix=jobs.").await;
 
     // More changes than the feed keeps arrive while the reader reads
     // nothing (as apply sends them: it never waits for a watcher).
@@ -140,26 +151,8 @@ async fn a_watch_of_every_partition_ends_whole_when_one_partition_falls_behind()
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (status, grant) = node
-        .post(
-            "/v1/leases/jobs.a/acquire",
-            json!({"holder": "a", "ttl_ms": 60000}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{grant}");
-    let request = Request::get("/v1/watch?prefix=jobs.&keepalive_ms=60000")
-        .body(Body::empty())
-        .expect("request");
-    let response = node.app.clone().oneshot(request).await.expect("answer");
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body().into_data_stream();
-    let first = tokio::time::timeout(Duration::from_secs(20), body.next())
-        .await
-        .expect("the catch-up in time")
-        .expect("a chunk")
-        .expect("bytes");
-    let first: Value = serde_json::from_slice(&first).expect("a JSON line");
-    assert_eq!(first["lease"]["lease"], "jobs.a", "{first}");
+    let uri = "/v1/watch?prefix=jobs.&keepalive_ms=60000";
+    let (first, body) = watch_after_a_grant(&node, uri).await;
     let home = first["partition"]
         .as_u64()
         .expect("a line names its partition");
