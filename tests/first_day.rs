@@ -52,6 +52,15 @@ fn lines_of(reader: impl Read + Send + 'static) -> Receiver<String> {
 
 /// Waits for a line of `lines` that `wanted` accepts; the lines seen.
 fn wait_for(lines: &Receiver<String>, what: &str, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+    seen_before(lines, wanted).unwrap_or_else(|seen| panic!("never saw {what}: {seen:?}"))
+}
+
+/// [`wait_for`], answering the lines seen as the error when none was
+/// wanted within [`PATIENCE`] (or the lines ended).
+fn seen_before(
+    lines: &Receiver<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, Vec<String>> {
     let started = Instant::now();
     let mut seen = Vec::new();
     while started.elapsed() < PATIENCE {
@@ -60,14 +69,14 @@ fn wait_for(lines: &Receiver<String>, what: &str, wanted: impl Fn(&str) -> bool)
                 let done = wanted(&line);
                 seen.push(line);
                 if done {
-                    return seen;
+                    return Ok(seen);
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    panic!("never saw {what}: {seen:?}");
+    Err(seen)
 }
 
 /// Waits (bounded) for `child` to exit.
@@ -121,9 +130,13 @@ impl Dev {
             .expect("spawn dev");
         let stdout = lines_of(child.stdout.take().expect("stdout"));
         let stderr = lines_of(child.stderr.take().expect("stderr"));
-        let printed = wait_for(&stdout, "the end of dev's walkthrough", |l| {
-            l.contains("Ctrl-C stops everything")
-        });
+        // What dev said on stderr goes with a failure to come up.
+        let printed = seen_before(&stdout, |l| l.contains("Ctrl-C stops everything"))
+            .unwrap_or_else(|seen| {
+                let exited = child.try_wait().ok().flatten();
+                let said: Vec<String> = stderr.try_iter().collect();
+                panic!("dev's walkthrough never ended (exited: {exited:?}): {seen:?}; stderr: {said:?}")
+            });
         let exports = printed
             .iter()
             .find(|l| l.trim_start().starts_with("export PALISADE_ELECTION="))
