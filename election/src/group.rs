@@ -19,6 +19,7 @@ use openraft::async_runtime::WatchReceiver;
 use crate::error::ApiError;
 use crate::group_id::GroupId;
 use crate::leader::lessor::Lessor;
+use crate::peer::settings::PeerSettings;
 use crate::raft::applied::SharedState;
 use crate::raft::lease::{self, Handoff, RaftFacts, Refusal, RenewLease};
 use crate::raft::propose::Proposer;
@@ -62,9 +63,12 @@ pub struct Group {
     /// Set before this node hands the group's leadership over (placement):
     /// renewals stop here for that term.
     pub handoff: Arc<Handoff>,
-    /// When a renewal may be answered on the leader lease
-    /// ([`crate::config::ElectionConfig::renew_lease`]).
+    /// When a renewal may be answered on the leader lease, by this node's
+    /// own settings ([`crate::config::ElectionConfig::renew_lease`]);
+    /// [`Group::renew_lease`] bounds it by every voter's.
     pub rule: RenewLease,
+    /// The timing every peer announced (`peer/settings.rs`).
+    pub settings: Arc<PeerSettings>,
 }
 
 impl Group {
@@ -106,6 +110,12 @@ impl Group {
     /// confirmation is separate: [`Group::confirm_leadership`]).
     pub(crate) fn is_leader(&self) -> bool {
         crate::raft::leads(&self.raft.metrics().borrow_watched())
+    }
+
+    /// The rule renewals are judged by: this node's, inside the shortest
+    /// vote lease and with the largest margin any voter announced.
+    pub(crate) fn renew_lease(&self) -> RenewLease {
+        self.settings.renew_lease(self.rule)
     }
 
     /// openraft's leader lease: `election_timeout_max`.
@@ -162,7 +172,7 @@ impl Group {
     /// patience.
     pub(crate) async fn confirm_lease(&self) -> Result<(), ApiError> {
         let mut facts = RaftFacts::new(&self.raft, &self.handoff);
-        lease::confirm(&self.rule, &mut facts)
+        lease::confirm(&self.renew_lease(), &mut facts)
             .await
             .map_err(|refusal| match refusal {
                 Refusal::Follows => ApiError::NoQuorum(

@@ -29,6 +29,7 @@ use crate::peer::acquaint::{acquaint_peers, forget_removed_nodes};
 use crate::peer::dialer::PeerDialer;
 use crate::peer::incarnation::Incarnations;
 use crate::peer::server::peer_router;
+use crate::peer::settings::{PeerSettings, Settings};
 use crate::peer::standing::Standing;
 use crate::raft::applied::SharedState;
 use crate::raft::durable::Durable;
@@ -82,6 +83,7 @@ struct Storage {
     durable: Durable,
     metrics: Arc<ElectionMetrics>,
     incarnations: Arc<Incarnations>,
+    settings: Arc<PeerSettings>,
     partitions: u32,
 }
 
@@ -98,7 +100,11 @@ impl ElectionNode {
         let storage = open_storage(&config)?;
         let dialer = PeerDialer::new(
             config.id,
-            (storage.incarnations.clone(), storage.metrics.clone()),
+            (
+                storage.incarnations.clone(),
+                storage.settings.clone(),
+                storage.metrics.clone(),
+            ),
             Duration::from_millis(200),
             config.source_ip,
             config.peer_tls.as_ref(),
@@ -127,7 +133,7 @@ impl ElectionNode {
             storage.metrics,
             Arc::new(config),
             dialer,
-            storage.incarnations,
+            (storage.incarnations, storage.settings),
         );
         let status = StatusPage::new(&state.config);
         let mut duties = spawn_duties(&state, &status);
@@ -168,7 +174,7 @@ impl ElectionNode {
             .collect();
         let peers = peer_router(
             &rafts,
-            self.state.incarnations.clone(),
+            (self.state.incarnations.clone(), self.state.settings.clone()),
             api.clone(),
             self.peer_tls.is_some(),
             (
@@ -222,10 +228,17 @@ fn open_storage(config: &ElectionConfig) -> std::io::Result<Storage> {
     let durable = Durable::open(&config.data_dir.join("raft"))?;
     let incarnations = Arc::new(Incarnations::open(&durable)?);
     let partitions = durable.partitions(config.partitions)?;
+    let rule = config.renew_lease();
+    let settings = Arc::new(PeerSettings::new(Settings {
+        partitions,
+        lease_ms: rule.lease.as_millis() as u64,
+        margin_ms: rule.margin.as_millis() as u64,
+    }));
     Ok(Storage {
         durable,
         metrics: Arc::default(),
         incarnations,
+        settings,
         partitions,
     })
 }
@@ -280,6 +293,7 @@ async fn start_group(
         reads,
         handoff: Arc::default(),
         rule: config.renew_lease(),
+        settings: storage.settings.clone(),
     };
     Ok((group, read_rounds))
 }
@@ -372,7 +386,7 @@ fn api_state(
     metrics: Arc<ElectionMetrics>,
     config: Arc<ElectionConfig>,
     dialer: PeerDialer,
-    incarnations: Arc<Incarnations>,
+    (incarnations, settings): (Arc<Incarnations>, Arc<PeerSettings>),
 ) -> ApiState {
     ApiState::new(ApiParts {
         groups,
@@ -382,6 +396,7 @@ fn api_state(
         config,
         dialer,
         incarnations,
+        settings,
         series: Arc::default(),
         // A call over its share is refused before it opens a stream: the
         // pools may take every stream of the connection.
@@ -408,7 +423,10 @@ fn spawn_duties(state: &ApiState, status: &Arc<StatusPage>) -> Duties {
         tokio::spawn(crate::api::sample_status(state.clone(), status.clone())),
         tokio::spawn(forget_removed_nodes(
             zero.raft.clone(),
-            state.incarnations.clone(),
+            (state.incarnations.clone(), state.settings.clone()),
+        )),
+        tokio::spawn(crate::peer::settings::report_differences(
+            state.settings.clone(),
         )),
     ];
     let known = Arc::default();

@@ -46,6 +46,8 @@ mod leader_lease;
 mod lease_history;
 #[path = "../membership.rs"]
 mod membership;
+#[path = "../mismatched_settings.rs"]
+mod mismatched_settings;
 #[path = "../observability.rs"]
 mod observability;
 #[path = "../old_data_dir.rs"]

@@ -58,7 +58,25 @@ pub(super) async fn cluster(State(state): State<ApiState>) -> Json<Value> {
         "snapshot_index": metrics.snapshot.as_ref().map(|id| id.index),
         "purged_index": metrics.purged.as_ref().map(|id| id.index),
         "partitions": partitions(&state),
+        "settings": settings(&state),
     }))
+}
+
+/// This node's settings that must agree across nodes, the renewal lease
+/// it answers under (bounded by every voter's timing), and what its peers
+/// disagree on (`peer/settings.rs`).
+fn settings(state: &ApiState) -> Value {
+    let mine = state.settings.mine();
+    let rule = state.group_zero().renew_lease();
+    let differences = state.settings.differences();
+    json!({
+        "partitions": mine.partitions,
+        "election_timeout_min_ms": mine.lease_ms,
+        "lease_margin_ms": mine.margin_ms,
+        "renewal_lease_ms": rule.usable().as_millis() as u64,
+        "disagreements": differences.refused,
+        "timing_differences": differences.timing,
+    })
 }
 
 /// Every partition as this node sees it: its leader (null when none is
@@ -173,8 +191,8 @@ pub(super) async fn healthz() -> Json<Value> {
 
 /// `GET /readyz`: 200 when this node can serve — it knows a leader, the
 /// cluster has its signing key, it has applied everything it knows
-/// committed, and (if it leads) a quorum acknowledged it within the leader
-/// lease; else 503
+/// committed, (if it leads) a quorum acknowledged it within the leader
+/// lease, and no peer disagrees on a setting that must agree; else 503
 /// naming what is missing.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Object, description = "ready"), (status = 503, body = Object, description = "not ready, with a reason")))]
@@ -186,14 +204,16 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
         .group_zero()
         .applied
         .read(|s| s.table.signing_key.is_some());
-    let problem = state
-        .groups()
-        .iter()
-        .find_map(|group| {
-            let problem = unready(group)?;
-            Some(match state.partitions() {
-                1 => problem,
-                _ => format!("partition {}: {problem}", group.id),
+    let refused = state.settings.differences().refused;
+    let problem = (!refused.is_empty())
+        .then(|| refused.join("; "))
+        .or_else(|| {
+            state.groups().iter().find_map(|group| {
+                let problem = unready(group)?;
+                Some(match state.partitions() {
+                    1 => problem,
+                    _ => format!("partition {}: {problem}", group.id),
+                })
             })
         })
         .or_else(|| (!has_key).then(|| "the cluster has no signing key yet".to_owned()));

@@ -51,6 +51,9 @@ pub struct ApiParts {
     pub series: Arc<crate::series::Series>,
     /// Peers' incarnations (membership changes forget removed nodes').
     pub incarnations: Arc<crate::peer::incarnation::Incarnations>,
+    /// This node's settings and its peers' (`peer/settings.rs`): a peer
+    /// that disagrees is refused, and the leader lease takes the shortest.
+    pub settings: Arc<crate::peer::settings::PeerSettings>,
     /// Permits for blocking calls (waiting acquires, watches): the cap.
     pub waiters: Arc<tokio::sync::Semaphore>,
     /// Request seats per flow on the client API (`api/admit.rs`).

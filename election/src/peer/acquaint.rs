@@ -8,6 +8,7 @@ use openraft::async_runtime::WatchReceiver;
 
 use super::dialer::PeerDialer;
 use super::incarnation::Incarnations;
+use super::settings::PeerSettings;
 use crate::raft::{NodeId, Raft};
 
 /// Learns every member's incarnation as soon as both are up, by calling
@@ -45,9 +46,14 @@ pub async fn acquaint_peers(
     }
 }
 
-/// Forgets the incarnations of nodes that left the membership, so a node
-/// removed and added back (with a fresh data dir) is learned afresh.
-pub async fn forget_removed_nodes(raft: Arc<Raft>, incarnations: Arc<Incarnations>) {
+/// Forgets the incarnations and settings of nodes that left the
+/// membership, so a node removed and added back (with a fresh data dir) is
+/// learned afresh, and a removed node's timing no longer bounds the leader
+/// lease.
+pub async fn forget_removed_nodes(
+    raft: Arc<Raft>,
+    (incarnations, settings): (Arc<Incarnations>, Arc<PeerSettings>),
+) {
     let mut membership = raft.metrics();
     loop {
         let members: Vec<NodeId> = membership
@@ -59,6 +65,7 @@ pub async fn forget_removed_nodes(raft: Arc<Raft>, incarnations: Arc<Incarnation
             .collect();
         if !members.is_empty() {
             incarnations.forget_all_but(&members);
+            settings.forget_all_but(&members);
         }
         if membership.changed().await.is_err() {
             return;

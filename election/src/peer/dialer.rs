@@ -17,6 +17,7 @@ use palisade_serve::certs::node_name;
 
 use super::beats::{Beats, BEATS_ROUTE};
 use super::incarnation::{Incarnations, INCARNATION_HEADER};
+use super::settings::{PeerSettings, SETTINGS_HEADER};
 use super::standing::Standing;
 use crate::config::PeerTls;
 use crate::group_id::GroupId;
@@ -51,6 +52,9 @@ pub struct PeerDialer {
     tls: bool,
     /// This node's incarnation (sent) and its peers' (checked on answers).
     incarnations: Arc<Incarnations>,
+    /// This node's settings, sent with every request; the peers' ones,
+    /// checked on every answer (`settings.rs`).
+    settings: Arc<PeerSettings>,
     /// Answers already logged as coming from a node that lost its data.
     logged: Arc<Mutex<HashSet<NodeId>>>,
     /// Node id -> `host:port`, as the membership names it.
@@ -104,7 +108,11 @@ impl PeerDialer {
     /// The TLS files could not be loaded.
     pub fn new(
         me: NodeId,
-        (incarnations, metrics): (Arc<Incarnations>, Arc<crate::metrics::ElectionMetrics>),
+        (incarnations, settings, metrics): (
+            Arc<Incarnations>,
+            Arc<PeerSettings>,
+            Arc<crate::metrics::ElectionMetrics>,
+        ),
         connect_timeout: Duration,
         source_ip: Option<std::net::IpAddr>,
         tls: Option<&PeerTls>,
@@ -149,6 +157,7 @@ impl PeerDialer {
             me,
             tls: tls.is_some(),
             incarnations,
+            settings,
             logged: Arc::default(),
             book,
             reachability: Arc::default(),
@@ -232,6 +241,7 @@ impl PeerDialer {
             .request(method, self.url(target, addr, path))
             .header(FROM_HEADER, self.me.to_string())
             .header(INCARNATION_HEADER, self.incarnations.mine())
+            .header(SETTINGS_HEADER, self.settings.header())
     }
 
     /// Asks each of `peers` (id, peer address) for its [`Standing`] at
@@ -283,12 +293,19 @@ impl PeerDialer {
             .headers()
             .get(INCARNATION_HEADER)
             .and_then(|v| v.to_str().ok());
-        self.incarnations.check(target, seen).inspect_err(|reason| {
-            let mut logged = palisade_plumbing::sync::lock(&self.logged);
-            if logged.insert(target) {
-                tracing::warn!(target, %reason, "discarding answers from a peer (logged once)");
-            }
-        })
+        let announced = response
+            .headers()
+            .get(SETTINGS_HEADER)
+            .and_then(|v| v.to_str().ok());
+        self.incarnations
+            .check(target, seen)
+            .and_then(|()| self.settings.check(target, announced))
+            .inspect_err(|reason| {
+                let mut logged = palisade_plumbing::sync::lock(&self.logged);
+                if logged.insert(target) {
+                    tracing::warn!(target, %reason, "discarding answers from a peer (logged once)");
+                }
+            })
     }
 }
 

@@ -16,6 +16,7 @@ use palisade_serve::tls::certificate_names;
 use palisade_serve::PeerCertificate;
 
 use super::incarnation::{Incarnations, INCARNATION_HEADER};
+use super::settings::{PeerSettings, SETTINGS_HEADER};
 use crate::error::ApiError;
 use crate::raft::{NodeId, Raft};
 
@@ -30,6 +31,8 @@ pub struct PeerId(pub NodeId);
 pub(super) struct PeerGate {
     raft: Arc<Raft>,
     incarnations: Arc<Incarnations>,
+    /// The settings this node announces and checks (`settings.rs`).
+    settings: Arc<PeerSettings>,
     /// Whether a client certificate must name the sender (mutual TLS).
     tls: bool,
     /// Refusals already logged, one line per (node, reason).
@@ -39,10 +42,15 @@ pub(super) struct PeerGate {
 impl PeerGate {
     /// The gate of a node whose Raft is `raft`; `tls`: a client certificate
     /// must name the sender.
-    pub(super) fn new(raft: Arc<Raft>, incarnations: Arc<Incarnations>, tls: bool) -> Self {
+    pub(super) fn new(
+        raft: Arc<Raft>,
+        (incarnations, settings): (Arc<Incarnations>, Arc<PeerSettings>),
+        tls: bool,
+    ) -> Self {
         Self {
             raft,
             incarnations,
+            settings,
             tls,
             logged: Arc::default(),
         }
@@ -71,9 +79,10 @@ impl PeerGate {
 }
 
 /// Admits a peer request only from a current member (voter or learner)
-/// whose certificate (with TLS) names the node it claims to be, and that is
-/// the incarnation first seen for it (it has not lost its data); answers
-/// carry this node's incarnation.
+/// whose certificate (with TLS) names the node it claims to be, that is
+/// the incarnation first seen for it (it has not lost its data) and whose
+/// settings agree with this node's (`settings.rs`); answers carry this
+/// node's incarnation and settings.
 pub(super) async fn authenticate(
     State(gate): State<PeerGate>,
     mut request: Request,
@@ -106,10 +115,20 @@ pub(super) async fn authenticate(
     if let Err(reason) = gate.incarnations.check(from, incarnation) {
         return gate.refuse(reason);
     }
+    let announced = request
+        .headers()
+        .get(SETTINGS_HEADER)
+        .and_then(|v| v.to_str().ok());
+    if let Err(reason) = gate.settings.check(from, announced) {
+        return gate.refuse(reason);
+    }
     request.extensions_mut().insert(PeerId(from));
     let mut response = next.run(request).await;
     if let Ok(mine) = http::HeaderValue::from_str(gate.incarnations.mine()) {
         response.headers_mut().insert(INCARNATION_HEADER, mine);
     }
+    response
+        .headers_mut()
+        .insert(SETTINGS_HEADER, gate.settings.header());
     response
 }

@@ -17,5 +17,6 @@ pub mod gate;
 pub mod incarnation;
 pub mod reachability;
 pub mod server;
+pub mod settings;
 pub mod snapshot_frame;
 pub mod standing;

@@ -21,6 +21,7 @@ use openraft::Snapshot;
 use super::beats::{Beat, BeatAnswer, BEATS_ROUTE, BEATS_WAIT_HEADER, MAX_BEATS};
 use super::figures::FiguresSource;
 use super::incarnation::Incarnations;
+use super::settings::PeerSettings;
 use super::standing::Standing;
 use crate::error::ApiError;
 use crate::group_id::GroupId;
@@ -38,7 +39,7 @@ use super::snapshot_frame::{parse_snapshot_frame, MAX_SNAPSHOT_BYTES};
 /// page.
 pub fn peer_router(
     groups: &[(GroupId, Arc<Raft>)],
-    incarnations: Arc<Incarnations>,
+    identity: (Arc<Incarnations>, Arc<PeerSettings>),
     api: Router,
     tls: bool,
     (standing, figures): (Standing, FiguresSource),
@@ -48,7 +49,7 @@ pub fn peer_router(
         .find(|(id, _)| *id == GroupId::ZERO)
         .map(|(_, raft)| raft.clone())
         .expect("a node runs group 0");
-    let gate = PeerGate::new(zero, incarnations, tls);
+    let gate = PeerGate::new(zero, identity, tls);
     let every_group: Arc<HashMap<u32, Arc<Raft>>> = Arc::new(
         groups
             .iter()
