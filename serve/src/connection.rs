@@ -68,8 +68,8 @@ impl Connections {
     /// Serves `stream` until it closes or the drain ends it: first the TLS
     /// handshake, if the server has TLS (a refusal logged once per address,
     /// a slow handshake dropped).
-    /// A connection `evicted` (it never sent a request, and a newer one of
-    /// its address needed its place) is closed at once.
+    /// A connection `evicted` (a newcomer needed its place at a cap:
+    /// `server.rs`'s `Table`) is closed at once.
     pub(crate) async fn serve(
         self,
         stream: TcpStream,

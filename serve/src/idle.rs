@@ -52,6 +52,11 @@ impl Liveness {
 }
 
 impl Liveness {
+    /// Its requests in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Whether a whole request has arrived on the connection yet.
     pub(crate) fn has_requested(&self) -> bool {
         self.requested.load(Ordering::Relaxed)

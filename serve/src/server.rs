@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use crate::config::ServeConfig;
 use crate::connection::Connections;
@@ -28,8 +28,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let connections = Connections::new(app, &config);
-    let permits = Arc::new(Semaphore::new(config.max_connections));
-    let per_address = Arc::new(PerAddress::default());
+    let table = Arc::new(Table::default());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -46,29 +45,24 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            if connections.refused.first_time(remote.ip()) {
-                tracing::warn!(server = config.name, %remote, limit = config.max_connections, "connection limit reached; closing new connections");
-            }
-            drop(stream);
-            continue;
-        };
         let liveness = Liveness::new();
-        let Some(address_permit) =
-            per_address.take(remote.ip(), config.max_connections_per_address, &liveness)
-        else {
-            if connections.refused.first_time(remote.ip()) {
-                tracing::warn!(server = config.name, %remote, limit = config.max_connections_per_address, "connection limit per address reached; closing its new connections");
+        let limits = (config.max_connections, config.max_connections_per_address);
+        let permit = match table.take(remote.ip(), limits, &liveness) {
+            Ok(permit) => permit,
+            Err(full) => {
+                if connections.refused.first_time(remote.ip()) {
+                    tracing::warn!(server = config.name, %remote, cap = full.cap, limit = full.limit, "connection limit reached; closing this address's new connections");
+                }
+                drop(stream);
+                continue;
             }
-            drop(stream);
-            continue;
         };
         let _ = stream.set_nodelay(true);
         let connection = connections.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let evicted = address_permit.evicted.clone();
-            let _permit = (permit, address_permit);
+            let evicted = permit.evicted.clone();
+            let _permit = permit;
             connection
                 .serve(stream, remote, watcher, liveness, evicted)
                 .await;
@@ -94,64 +88,171 @@ async fn drain(graceful: GracefulShutdown, config: &ServeConfig) {
     }
 }
 
-/// Connections open per remote address, oldest first.
+/// Every open connection, by remote address, oldest first; and the cap's
+/// choice of which gives way to a newcomer.
+///
+/// At the per-address cap, an address's oldest connection that never sent a
+/// request gives way to its newer one (its silent connections never lock
+/// its own clients out), else the newcomer is closed. At the server's cap,
+/// the heaviest holder gives way: the address whose network (its /24 for
+/// IPv4, /64 for IPv6) holds the most connections, and within it the
+/// address holding the most. Its oldest silent connection goes first, then
+/// its oldest idle one (no request in flight), then its oldest. A newcomer
+/// whose own address is the heaviest may displace only its own silent
+/// connections. So a few addresses that fill the server with idle
+/// keep-alive connections cannot lock a new address out: each new address
+/// displaces one of theirs.
 #[derive(Debug, Default)]
-struct PerAddress(std::sync::Mutex<HashMap<IpAddr, BTreeMap<u64, Held>>>);
+struct Table(std::sync::Mutex<Held>);
 
-/// One open connection of an address, as [`PerAddress`] keeps it.
-#[derive(Debug)]
+/// What [`Table`] guards.
+#[derive(Debug, Default)]
 struct Held {
+    by_address: HashMap<IpAddr, BTreeMap<u64, Open>>,
+    total: usize,
+}
+
+/// One open connection, as [`Table`] keeps it.
+#[derive(Debug)]
+struct Open {
     liveness: Arc<Liveness>,
     evicted: Arc<Notify>,
 }
 
-/// One connection of an address; given back on drop.
+/// Why a newcomer was closed: the cap it met.
+#[derive(Debug)]
+struct Full {
+    cap: &'static str,
+    limit: usize,
+}
+
+/// One connection's place in the [`Table`]; given back on drop.
 #[derive(Debug)]
 struct AddressPermit {
-    counts: Arc<PerAddress>,
+    table: Arc<Table>,
     address: IpAddr,
     number: u64,
-    /// Notified when a newer connection of the address takes its place.
+    /// Notified when a newcomer takes its place.
     evicted: Arc<Notify>,
 }
 
 /// Numbers connections in accept order (oldest lowest).
 static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 
-impl PerAddress {
-    /// A permit for one more connection from `address` (whose requests
-    /// `liveness` sees). At `limit`, the address's oldest connection that
-    /// has not sent a whole request yet gives way (it is closed), so an
-    /// address's silent connections never lock its own real clients out;
-    /// when every one has sent a request, `None`.
+/// The network an address is counted in at the server's cap: its /24
+/// (IPv4) or /64 (IPv6).
+fn network(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(std::net::Ipv4Addr::from(u32::from(v4) & 0xffff_ff00)),
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !((1u128 << 64) - 1),
+        )),
+    }
+}
+
+/// How a connection ranks for giving way: silent first, then idle, then
+/// busy; older before newer within each.
+fn giving_way(open: &Open) -> u8 {
+    if !open.liveness.has_requested() {
+        0
+    } else if open.liveness.in_flight() == 0 {
+        1
+    } else {
+        2
+    }
+}
+
+impl Held {
+    /// The oldest connection of `address` of rank at most `worst`
+    /// ([`giving_way`]), lowest rank first.
+    fn victim(&self, address: IpAddr, worst: u8) -> Option<(IpAddr, u64)> {
+        let open = self.by_address.get(&address)?;
+        (0..=worst).find_map(|rank| {
+            open.iter()
+                .find(|(_, o)| giving_way(o) == rank)
+                .map(|(number, _)| (address, *number))
+        })
+    }
+
+    /// Who gives way to a newcomer from `newcomer` at the server's cap.
+    fn heaviest_victim(&self, newcomer: IpAddr) -> Option<(IpAddr, u64)> {
+        let mut per_network: HashMap<IpAddr, usize> = HashMap::new();
+        for (address, open) in &self.by_address {
+            *per_network.entry(network(*address)).or_default() += open.len();
+        }
+        let weight = |address: IpAddr| {
+            let own = self.by_address.get(&address).map_or(0, BTreeMap::len);
+            (
+                per_network.get(&network(address)).copied().unwrap_or(0),
+                own,
+            )
+        };
+        let heaviest = self
+            .by_address
+            .keys()
+            .copied()
+            .filter(|a| *a != newcomer)
+            .max_by_key(|a| weight(*a));
+        match heaviest {
+            Some(heaviest) if weight(heaviest) > weight(newcomer) => self.victim(heaviest, 2),
+            _ => self.victim(newcomer, 0),
+        }
+    }
+
+    fn evict(&mut self, (address, number): (IpAddr, u64)) {
+        if let Some(open) = self.remove(address, number) {
+            open.evicted.notify_one();
+        }
+    }
+
+    fn remove(&mut self, address: IpAddr, number: u64) -> Option<Open> {
+        let open = self.by_address.get_mut(&address)?;
+        let gone = open.remove(&number)?;
+        if open.is_empty() {
+            self.by_address.remove(&address);
+        }
+        self.total -= 1;
+        Some(gone)
+    }
+}
+
+impl Table {
+    /// A place for one more connection from `address` (whose requests
+    /// `liveness` sees), under `(server cap, per-address cap)`, taken from
+    /// the connection that gives way if a cap is met.
     fn take(
         self: &Arc<Self>,
         address: IpAddr,
-        limit: usize,
+        (cap, per_address): (usize, usize),
         liveness: &Arc<Liveness>,
-    ) -> Option<AddressPermit> {
-        let mut counts = palisade_plumbing::sync::lock(&self.0);
-        let held = counts.entry(address).or_default();
-        if held.len() >= limit {
-            let silent = held
-                .iter()
-                .find(|(_, h)| !h.liveness.has_requested())
-                .map(|(number, _)| *number)?;
-            if let Some(gone) = held.remove(&silent) {
-                gone.evicted.notify_one();
-            }
+    ) -> Result<AddressPermit, Full> {
+        let mut held = palisade_plumbing::sync::lock(&self.0);
+        let own = held.by_address.get(&address).map_or(0, BTreeMap::len);
+        if own >= per_address {
+            let victim = held.victim(address, 0).ok_or(Full {
+                cap: "per address",
+                limit: per_address,
+            })?;
+            held.evict(victim);
+        } else if held.total >= cap {
+            let victim = held.heaviest_victim(address).ok_or(Full {
+                cap: "server",
+                limit: cap,
+            })?;
+            held.evict(victim);
         }
         let number = ACCEPTED.fetch_add(1, Ordering::Relaxed);
         let evicted = Arc::new(Notify::new());
-        held.insert(
+        held.by_address.entry(address).or_default().insert(
             number,
-            Held {
+            Open {
                 liveness: liveness.clone(),
                 evicted: evicted.clone(),
             },
         );
-        Some(AddressPermit {
-            counts: self.clone(),
+        held.total += 1;
+        Ok(AddressPermit {
+            table: self.clone(),
             address,
             number,
             evicted,
@@ -161,12 +262,6 @@ impl PerAddress {
 
 impl Drop for AddressPermit {
     fn drop(&mut self) {
-        let mut counts = palisade_plumbing::sync::lock(&self.counts.0);
-        if let Some(held) = counts.get_mut(&self.address) {
-            held.remove(&self.number);
-            if held.is_empty() {
-                counts.remove(&self.address);
-            }
-        }
+        palisade_plumbing::sync::lock(&self.table.0).remove(self.address, self.number);
     }
 }

@@ -332,7 +332,17 @@ async fn an_addresss_silent_connections_give_way_to_its_new_ones() {
 /// A connection to `addr` that has sent a request, read its answer, and
 /// stays open (HTTP/1.1 keep-alive).
 async fn after_a_request(addr: SocketAddr) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    after_a_request_from([127, 0, 0, 1], addr).await
+}
+
+/// A keep-alive connection from loopback address `source` that has been
+/// answered one request.
+async fn after_a_request_from(source: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::from((source, 0)))
+        .expect("bind a loopback source address");
+    let mut stream = socket.connect(addr).await.expect("connect");
     stream
         .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
@@ -372,6 +382,69 @@ async fn a_third_connection_is_closed_until_two_leave(config: ServeConfig, cap: 
         .expect("served again");
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.text().await.expect("body"), "anonymous");
+    let _ = stop.send(());
+    task.await.expect("stopped");
+}
+
+/// Four addresses fill the server's cap with idle keep-alive connections
+/// (the attack: 4 × 1 024 against 4 096, scaled down): a fifth address is
+/// still served at once, because the heaviest holder's idle connection
+/// gives way; and an address that is itself the heaviest cannot push the
+/// others out with its own newcomers.
+#[tokio::test]
+async fn a_few_addresses_cannot_lock_a_new_one_out() {
+    let mut config = ServeConfig::new("test");
+    config.max_connections = 16;
+    config.max_connections_per_address = 4;
+    let (addr, stop, task) = start(config).await;
+    let mut held = Vec::new();
+    for source in 1..=4u8 {
+        for _ in 0..4 {
+            held.push(after_a_request_from([127, 0, 0, source], addr).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A fifth address: served within a second, again and again.
+    for _ in 0..3 {
+        let mut fifth = after_a_request_from([127, 0, 0, 5], addr).await;
+        let _ = fifth.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(1), fifth.read(&mut buf))
+            .await
+            .expect("answered within a second")
+            .expect("read");
+        assert!(n > 0, "the fifth address's connection was closed");
+        held.push(fifth);
+    }
+    // Three of the four addresses' connections gave way, each the oldest
+    // of a then heaviest address.
+    let mut closed = [0usize; 4];
+    for (i, stream) in held.iter_mut().take(16).enumerate() {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf)).await
+        {
+            closed[i / 4] += 1;
+        }
+    }
+    assert_eq!(closed.iter().sum::<usize>(), 3, "{closed:?}");
+    assert!(closed.iter().all(|c| *c <= 1), "{closed:?}");
+    // The address that kept all four is now the heaviest: its newcomer
+    // cannot push the others out, while one from a lighter address can.
+    let heaviest = 1 + closed.iter().position(|c| *c == 0).expect("one kept four") as u8;
+    let lighter = 1 + closed.iter().position(|c| *c == 1).expect("one gave way") as u8;
+    for (source, served) in [(heaviest, false), (lighter, true)] {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, source], 0)))
+            .expect("bind");
+        let mut more = socket.connect(addr).await.expect("connect");
+        let _ = more.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut buf = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_secs(2), more.read(&mut buf)).await;
+        let answered = matches!(read, Ok(Ok(n)) if n > 0);
+        assert_eq!(answered, served, "127.0.0.{source}: {read:?}");
+    }
     let _ = stop.send(());
     task.await.expect("stopped");
 }
