@@ -93,8 +93,14 @@ impl Client {
         // A dropped handle of this lease and holder may still be releasing.
         let gate = self.transport.release_gate(lease, holder);
         drop(gate.lock().await);
+        let lock_delayed = !options.lock_delay.is_zero();
         let (grant, sent) = acquire(&self.transport, lease, holder, ttl, wait, options).await?;
-        let lease = Lease::start(self.transport.clone(), self.renewals.clone(), grant, sent);
+        let lease = Lease::start(
+            self.transport.clone(),
+            self.renewals.clone(),
+            (grant, sent),
+            lock_delayed,
+        );
         if self.config().fence_on_acquire && self.config().gateway.is_some() {
             // If this fails the lease is released on drop; the error says why.
             lease.fence().await?;

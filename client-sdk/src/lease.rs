@@ -42,6 +42,9 @@ struct Shared {
     /// The ttl of the grant as first acquired (renewals follow the
     /// leader's answer).
     ttl: Duration,
+    /// Taken with a lock-delay: a lapsed grant is left to expire (a
+    /// release would clear the delay the holder asked for).
+    lock_delayed: bool,
     state: Mutex<State>,
     /// The last JWT `palisade.prove` accepted (cached in the database), so
     /// fenced transactions prove each JWT once.
@@ -111,8 +114,8 @@ impl Lease {
     pub(crate) fn start(
         transport: Arc<Transport>,
         renewals: Arc<RenewQueue>,
-        grant: Grant,
-        sent: Instant,
+        (grant, sent): (Grant, Instant),
+        lock_delayed: bool,
     ) -> Self {
         let ttl = Duration::from_millis(grant.ttl_ms);
         let margin = margin_for(&transport.config, ttl);
@@ -123,6 +126,7 @@ impl Lease {
             renewals,
             id: grant.id(),
             ttl,
+            lock_delayed,
             #[cfg(feature = "postgres")]
             proven: Mutex::new(None),
             state: Mutex::new(State {
@@ -352,10 +356,9 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewer.abort();
-        // Only a lease still held is released: once the safe deadline has
-        // passed the leader is expiring it anyway, and a release retried
-        // through an outage could land after this holder acquired the same
-        // token again.
+        // Only a lease still held is released: one lost at its safe
+        // deadline was given back by its renewer already (`lapse`), one
+        // refused or released needs nothing.
         let held = self.shared.held_jwt().is_ok();
         self.shared.mark_let_go("dropped".into());
         if !held {
@@ -387,6 +390,27 @@ fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> +
     }
 }
 
+/// The safe deadline passed with no renewal answered: the lease is lost
+/// here, and its grant is given back (unless taken with a lock-delay).
+///
+/// Without the release, the grant stays in the table until the leader
+/// expires it; but every new leader treats a live grant as renewed at its
+/// takeover, so while leadership moves faster than the ttl (a loaded
+/// machine's elections, a partition's failovers) an abandoned grant never
+/// expires and no one else can be granted the lease. The release frees it
+/// at the next commit instead. It is safe: this holder has stopped
+/// believing it holds the lease before the release is sent, the release
+/// names the grant by token, secret and grant index (a later grant is
+/// never released by it), and it holds the release gate, taken before the
+/// loss is known, so this client's next acquire of the lease waits for it.
+fn lapse(shared: &Arc<Shared>) {
+    let release = (!shared.lock_delayed).then(|| gated_release(shared.clone()));
+    shared.mark_lost("the safe deadline passed without a successful renewal".into());
+    if let Some(release) = release {
+        tokio::spawn(release);
+    }
+}
+
 /// The drift margin for `ttl`: `ttl * drift_margin_ratio`, at least 1 ms.
 fn margin_for(config: &ClientConfig, ttl: Duration) -> Duration {
     ttl.mul_f64(config.drift_margin_ratio.clamp(0.0, 0.9))
@@ -406,7 +430,7 @@ async fn renew_loop(shared: Arc<Shared>) {
             () = tokio::time::sleep_until(next) => {}
             () = tokio::time::sleep_until(deadline) => {
                 if Instant::now() >= shared.state().deadline {
-                    shared.mark_lost("the safe deadline passed without a successful renewal".into());
+                    lapse(&shared);
                     return;
                 }
                 continue;
@@ -414,7 +438,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         }
         let sent = Instant::now();
         if sent >= shared.state().deadline {
-            shared.mark_lost("the safe deadline passed without a successful renewal".into());
+            lapse(&shared);
             return;
         }
         // Each attempt gets a slice of the time left, then another node is
@@ -424,7 +448,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         let renewed = tokio::select! {
             renewed = shared.renewals.renew(&shared.id, deadline) => renewed,
             () = tokio::time::sleep_until(deadline) => {
-                shared.mark_lost("the safe deadline passed without a successful renewal".into());
+                lapse(&shared);
                 return;
             }
         };
