@@ -2,10 +2,14 @@
 //! a key prefix, in key order, and under a policy only those whose lease
 //! the caller may read.
 //!
-//! A page costs at most `limit` keys of the store, whatever the policy
-//! leaves out: `next` is the last key the store gave, so a caller walks
-//! the whole prefix in bounded steps even when most keys are not its to
-//! read (a page may then hold fewer than `limit`, or none, with a `next`).
+//! The scan is confined to what the caller may read: under a policy that
+//! does not give it the whole prefix, the store is asked only for the keys
+//! under each of its read prefixes that lie inside the query's (in key
+//! order: disjoint prefixes order their keys as they order themselves), so
+//! a page costs at most `limit` keys per read prefix, and `next`, the last
+//! key of a full page, is always a key the caller may read. (It once was
+//! the last key the store gave, read or not, and named every key of the
+//! gateway to any principal, one page at a time.)
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -62,19 +66,34 @@ pub async fn list<S: FencedStore>(
     ] {
         check_bound(name, text.map_or("", String::as_str))?;
     }
-    let page = state
-        .store
-        .list(&query.prefix, query.after.as_deref(), limit)
-        .await?;
-    let next = page
-        .more
-        .then(|| page.objects.last().map(|o| o.key.clone()))
-        .flatten();
     let readable = Readable::new(&state, principal.map(|p| p.0), &query.prefix);
-    let objects = page
-        .objects
+    let mut objects = Vec::new();
+    let mut more = false;
+    for prefix in readable.scan(&query.prefix) {
+        let room = limit - objects.len();
+        let after = objects
+            .last()
+            .map(|o: &palisade_store::ObjectSummary| o.key.clone())
+            .or_else(|| query.after.clone());
+        let page = state.store.list(&prefix, after.as_deref(), room).await?;
+        objects.extend(
+            page.objects
+                .into_iter()
+                .filter(|object| readable.may_read(&object.key)),
+        );
+        // A page cut short by the room left, or a full page: more may
+        // follow (the next page may then be empty).
+        if page.more || objects.len() >= limit {
+            more = true;
+            break;
+        }
+    }
+    // Every key here is one the caller may read, so `next` names no other.
+    let next = more
+        .then(|| objects.last().map(|o| o.key.clone()))
+        .flatten();
+    let objects = objects
         .into_iter()
-        .filter(|object| readable.may_read(&object.key))
         .map(|object| ObjectInfo {
             key: object.key,
             version: object.version,
@@ -125,6 +144,43 @@ impl Readable {
             Ok(()) => Readable::All,
             Err(_) => Readable::PerLease(policy, principal),
         }
+    }
+
+    /// The key prefixes to scan for a listing under `asked`, in key order:
+    /// `asked` itself when every key under it may be read; else each of the
+    /// caller's read prefixes that lies inside `asked` (or `asked`, when it
+    /// lies inside one), without those inside another.
+    fn scan(&self, asked: &str) -> Vec<String> {
+        let Readable::PerLease(policy, principal) = self else {
+            return vec![asked.to_owned()];
+        };
+        let mut prefixes: Vec<String> = policy
+            .prefixes(principal, Right::Read)
+            .iter()
+            // A lease name has no '/': such a right covers no lease.
+            .filter(|p| !p.contains('/'))
+            .filter_map(|p| {
+                if p.starts_with(asked) {
+                    Some(p.clone())
+                } else if asked.starts_with(p.as_str()) {
+                    Some(asked.to_owned())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        prefixes.sort();
+        prefixes.dedup();
+        let mut disjoint: Vec<String> = Vec::new();
+        for prefix in prefixes {
+            if !disjoint
+                .last()
+                .is_some_and(|kept| prefix.starts_with(kept.as_str()))
+            {
+                disjoint.push(prefix);
+            }
+        }
+        disjoint
     }
 
     fn may_read(&self, key: &str) -> bool {

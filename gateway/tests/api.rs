@@ -1106,39 +1106,89 @@ async fn head_answers_what_get_would_without_the_bytes() {
 }
 
 /// Under a policy a listing needs a known key, and shows only the keys of
-/// leases the caller may read — yet `next` walks the whole prefix.
+/// leases the caller may read; walking every page of every prefix, `next`
+/// never names another key either (it once named every key of the
+/// gateway, one page at a time).
 async fn a_listing_shows_only_what_the_caller_may_read() {
     use palisade_serve::policy::{key_digest, Policy};
     let orders_key = "pal_orders_test_key_0123456789abcdef";
+    let writer_key = "pal_writer_test_key_0123456789abcdef";
+    let nobody_key = "pal_nobody_test_key_0123456789abcdef";
     let policy = Policy::parse(&format!(
         r#"{{"principals": {{
-            "orders": {{"keys": ["{}"], "acquire": ["orders."], "read": ["orders."]}}
+            "orders": {{"keys": ["{}"], "acquire": ["orders."], "read": ["orders.", "x/"]}},
+            "writer": {{"keys": ["{}"], "acquire": [""], "read": [""]}},
+            "nobody": {{"keys": ["{}"]}}
         }}}}"#,
-        key_digest(orders_key)
+        key_digest(orders_key),
+        key_digest(writer_key),
+        key_digest(nobody_key)
     ))
     .expect("policy");
     let f = fixture_with_policy(GatewayConfig::default(), Some(Arc::new(policy.into()))).await;
-    for key in ["orders.eu/a", "orders.us/a"] {
+    let others = [
+        "a.first/k",
+        "b.secret/payroll-2026.csv",
+        "orders/x",
+        "ordersz/y",
+        "x/k",
+        "zz.last/k",
+    ];
+    for key in others
+        .iter()
+        .chain(["orders.eu/a", "orders.eu/b", "orders.us/a"].iter())
+    {
         let lease = key.split('/').next().expect("lease");
         let put = f
             .call_as(
-                Some(orders_key),
+                Some(writer_key),
                 "PUT",
                 &format!("/v1/objects/{key}"),
                 Some(&format!("Bearer {}", f.token(lease, 2))),
                 "x",
             )
             .await;
-        assert_eq!(put.0, StatusCode::OK);
+        assert_eq!(put.0, StatusCode::OK, "{key}");
     }
-    let (status, page) = f.list(Some(orders_key), "prefix=orders.").await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    assert_eq!(page["objects"].as_array().map(Vec::len), Some(2));
-    // "o" reaches beyond its rights: the keys it may read, and no others.
-    let (status, page) = f.list(Some(orders_key), "prefix=o&limit=1").await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    assert_eq!(page["objects"][0]["key"], "orders.eu/a");
-    assert_eq!(page["next"], "orders.eu/a");
+    for (who, key, readable) in [
+        (
+            "orders",
+            orders_key,
+            vec!["orders.eu/a", "orders.eu/b", "orders.us/a"],
+        ),
+        ("nobody", nobody_key, vec![]),
+    ] {
+        for prefix in ["", "o", "orders", "orders.", "orders.eu/", "b", "x", "zz"] {
+            for limit in [1, 2, 100] {
+                let mut seen = Vec::new();
+                let mut after: Option<String> = None;
+                for _ in 0..20 {
+                    let query = match &after {
+                        Some(a) => format!("prefix={prefix}&limit={limit}&after={a}"),
+                        None => format!("prefix={prefix}&limit={limit}"),
+                    };
+                    let (status, page) = f.list(Some(key), &query).await;
+                    assert_eq!(status, StatusCode::OK, "{who} {query}: {page}");
+                    for object in page["objects"].as_array().expect("objects") {
+                        seen.push(object["key"].as_str().expect("key").to_owned());
+                    }
+                    match page["next"].as_str() {
+                        Some(next) => {
+                            assert!(readable.contains(&next), "{who} {query}: next {next}");
+                            after = Some(next.to_owned());
+                        }
+                        None => break,
+                    }
+                }
+                let wanted: Vec<&str> = readable
+                    .iter()
+                    .copied()
+                    .filter(|k| k.starts_with(prefix))
+                    .collect();
+                assert_eq!(seen, wanted, "{who} prefix={prefix} limit={limit}");
+            }
+        }
+    }
     let (status, body) = f.list(None, "").await;
     assert_eq!(
         (status, &body["error"]),
