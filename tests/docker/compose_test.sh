@@ -3,8 +3,8 @@
 #
 # Builds the static binary and the offline image (no registry needed), brings
 # up docker-compose.yml, then:
-#   1. stale writer: A writes, A's lease expires, B acquires + fences + writes,
-#      A's late write is refused (409);
+#   1. stale writer: A writes, A lets go, B acquires + fences + writes,
+#      A's late write (its JWT still valid) is refused by the fence (409);
 #   2. kill the Raft leader's container: another node leads, the lease survives;
 #   3. docker pause a worker container holding a lease past its ttl: after
 #      unpause its writes are refused and it reports the loss;
@@ -99,10 +99,22 @@ leader() {
   [ "$id" != None ] && echo "$id"
 }
 
+# let_go LEASE TOKEN SECRET: A releases its grant; succeeds once A no
+# longer holds it (a retried release whose first answer was lost is fine).
+let_go() {
+  "$bin" lease release "$1" --holder A --token "$2" --secret "$3" --election "$E" >/dev/null 2>&1 || true
+  [ "$("$bin" lease get "$1" --election "$E" --json | json '["holder"]')" != A ]
+}
+
 step "1. stale writer refused"
-A=$(retry 50 "$bin" lease acquire stale --holder A --ttl-ms 1500 --election "$E" --json)
-JWT_A=$(echo "$A" | json '["jwt"]'); TOKEN_A=$(echo "$A" | json '["token"]')
+# A lets go by releasing (not by expiry): its JWT stays valid for minutes,
+# so the late write can be refused only by the fence, whatever the
+# machine's speed (a 1.5 s lease's JWT once expired first on a loaded
+# machine, and the refusal was a 401).
+A=$(retry 50 "$bin" lease acquire stale --holder A --ttl-ms 600000 --election "$E" --json)
+JWT_A=$(echo "$A" | json '["jwt"]'); TOKEN_A=$(echo "$A" | json '["token"]'); SECRET_A=$(echo "$A" | json '["secret"]')
 retry 50 "$bin" object put stale/x --value fromA --jwt "$JWT_A" --gateway "$G" >/dev/null || fail "A's first write"
+retry 50 let_go stale "$TOKEN_A" "$SECRET_A" || fail "A's release"
 B=$("$bin" lease acquire stale --holder B --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
 JWT_B=$(echo "$B" | json '["jwt"]'); TOKEN_B=$(echo "$B" | json '["token"]'); SECRET_B=$(echo "$B" | json '["secret"]')
 [ "$TOKEN_B" -gt "$TOKEN_A" ] || fail "token $TOKEN_B is not above $TOKEN_A"
@@ -189,9 +201,10 @@ compose up -d postgres gateway-pg1 gateway-pg2
 wait_healthy postgres gateway-pg1 gateway-pg2
 P1=https://127.0.0.1:28081
 P2=https://127.0.0.1:28082
-A=$(retry 50 "$bin" lease acquire pgstale --holder A --ttl-ms 1500 --election "$E" --json)
-JWT_A=$(echo "$A" | json '["jwt"]')
+A=$(retry 50 "$bin" lease acquire pgstale --holder A --ttl-ms 600000 --election "$E" --json)
+JWT_A=$(echo "$A" | json '["jwt"]'); TOKEN_A=$(echo "$A" | json '["token"]'); SECRET_A=$(echo "$A" | json '["secret"]')
 retry 50 "$bin" object put pgstale/x --value fromA --jwt "$JWT_A" --gateway "$P1" >/dev/null || fail "A's write through gateway-pg1"
+retry 50 let_go pgstale "$TOKEN_A" "$SECRET_A" || fail "A's release"
 B=$("$bin" lease acquire pgstale --holder B --ttl-ms 600000 --wait-ms 10000 --election "$E" --json)
 JWT_B=$(echo "$B" | json '["jwt"]')
 "$bin" object put pgstale/x --value fromB --jwt "$JWT_B" --gateway "$P2" >/dev/null
