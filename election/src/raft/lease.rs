@@ -35,8 +35,9 @@ use super::{applied_in_term, leads, NodeId, Raft, TypeConfig};
 pub struct RenewLease {
     /// The shortest vote lease any voter keeps: every voter's openraft
     /// leader lease is its `election_timeout_max`, which is at least the
-    /// configured minimum election timeout (with or without a timing seed),
-    /// when the voters share `--election-timeout-ms`.
+    /// configured minimum election timeout (with or without a timing seed);
+    /// [`crate::peer::settings::PeerSettings::renew_lease`] lowers it to the
+    /// shortest any voter announced.
     pub lease: Duration,
     /// Taken off `lease` for clock-rate drift: the leader measures from its
     /// send, a voter from its receipt, each on its own monotonic clock; a
