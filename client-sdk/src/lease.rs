@@ -377,6 +377,16 @@ impl Drop for Lease {
 /// runs), so this client's next acquire of them waits for it. Spawn it: it
 /// must outlive the handle.
 fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    gated_release_within(shared, Duration::ZERO)
+}
+
+/// [`gated_release`], retried while the cluster answers `Unavailable`
+/// until `patience` has passed (once, with none).
+fn gated_release_within(
+    shared: Arc<Shared>,
+    patience: Duration,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let until = Instant::now() + patience;
     let gate = shared
         .transport
         .release_gate(&shared.id.lease, &shared.id.holder);
@@ -386,7 +396,16 @@ fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> +
             Some(guard) => guard,
             None => gate.lock_owned().await,
         };
-        let _ = shared.transport.release_grant(&shared.id).await;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let released = shared.transport.release_grant(&shared.id).await;
+            if !matches!(released, Err(Error::Unavailable { .. })) || Instant::now() + pause > until
+            {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 }
 
@@ -403,8 +422,15 @@ fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> +
 /// names the grant by token, secret and grant index (a later grant is
 /// never released by it), and it holds the release gate, taken before the
 /// loss is known, so this client's next acquire of the lease waits for it.
+///
+/// The cluster may be unreachable at that moment (the loss is often why the
+/// renewals failed): the release is retried while the answer is
+/// `Unavailable`, for three ttls (at least 5 s, at most a minute), and this
+/// client's next acquire of the lease waits for it meanwhile, as it could
+/// not be granted while the old grant stands anyway.
 fn lapse(shared: &Arc<Shared>) {
-    let release = (!shared.lock_delayed).then(|| gated_release(shared.clone()));
+    let patience = (shared.ttl * 3).clamp(Duration::from_secs(5), Duration::from_secs(60));
+    let release = (!shared.lock_delayed).then(|| gated_release_within(shared.clone(), patience));
     shared.mark_lost("the safe deadline passed without a successful renewal".into());
     if let Some(release) = release {
         tokio::spawn(release);
