@@ -136,3 +136,87 @@ async fn the_gateway_reaches_postgresql_over_verified_tls_only() {
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
     }
 }
+
+/// `palisade sql` reaches PostgreSQL over verified TLS too (it once spoke
+/// plaintext only, so a server that forces TLS refused it, and the key set
+/// it installs could be swapped on the way): `install` and `keys` against
+/// the TLS-only server with `--db-ca`; without it, with another CA, or with
+/// `sslmode=require` and no CA, a one-line error and nothing installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn palisade_sql_reaches_postgresql_over_verified_tls_only() {
+    let dir = tempfile::Builder::new()
+        .prefix("palisade-sql-tls-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let settings = server_tls(dir.path());
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let Some(mut pg) = PgServer::start_with(&settings) else {
+        return;
+    };
+    let ca = dir.path().join("certs/ca.pem").display().to_string();
+    let other = dir.path().join("other");
+    support::make_certs_for(&other, &["127.0.0.1"]);
+    let other_ca = other.join("ca.pem").display().to_string();
+    let url = pg.url();
+    let require = format!("{url}?sslmode=require");
+    for (extra, says) in [
+        (vec!["--url", url.as_str()], "no encryption"),
+        (
+            vec!["--url", url.as_str(), "--db-ca", other_ca.as_str()],
+            "certificate",
+        ),
+        (vec!["--url", require.as_str()], "--db-ca"),
+    ] {
+        let mut args = vec!["sql", "install", "--no-keys"];
+        args.extend(extra.iter().copied());
+        let (code, stderr) = support::run_palisade(&args);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{extra:?} installed: {stderr}"
+        );
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{extra:?}: {stderr}");
+    }
+    let installed = pg
+        .server()
+        .sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'palisade'")
+        .expect("psql");
+    assert_eq!(installed.trim(), "0", "installed without verified TLS");
+
+    // With the CA: the schema, then the cluster's keys (the cluster's own
+    // certificates in a folder of its own: `certs/` is the server's CA).
+    let cluster_dir = dir.path().join("cluster");
+    std::fs::create_dir_all(&cluster_dir).expect("mkdir");
+    let cluster = support::Cluster::start(&cluster_dir);
+    let election = cluster.urls().join(",");
+    let (code, stderr) =
+        support::run_palisade(&["sql", "install", "--no-keys", "--url", &url, "--db-ca", &ca]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut keyed = None;
+    for _ in 0..50 {
+        let (code, stderr) = support::run_palisade(&[
+            "sql",
+            "keys",
+            "--url",
+            &url,
+            "--db-ca",
+            &ca,
+            "--election",
+            &election,
+        ]);
+        if code == Some(0) {
+            keyed = Some(stderr);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(keyed.is_some(), "sql keys never succeeded over TLS");
+    let keys = pg
+        .server()
+        .sql("SELECT count(*) FROM palisade.keys")
+        .expect("psql");
+    assert!(
+        keys.trim().parse::<u32>().is_ok_and(|n| n >= 1),
+        "no key installed: {keys}"
+    );
+}

@@ -85,6 +85,11 @@ pub struct Database {
     /// the command line or in the environment (both readable in /proc).
     #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "url")]
     url_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) that signed the database's certificate: connect over
+    /// TLS only, verifying the certificate and the host name (a URL with
+    /// `sslmode=require` needs it; nothing is trusted unverified).
+    #[arg(long, env = "PGSSLROOTCERT")]
+    db_ca: Option<std::path::PathBuf>,
 }
 
 impl Database {
@@ -95,27 +100,18 @@ impl Database {
             (None, Some(file)) => super::first_line_of(file, "--url-file")?,
             (None, None) => return Err(anyhow!("give --url or --url-file (or DATABASE_URL)")),
         };
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        let ca = match &self.db_ca {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| anyhow!("cannot read --db-ca {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        let client = palisade_store::connect_postgres(&url, ca.as_deref(), "--db-ca")
             .await
-            .map_err(|e| anyhow!("cannot connect to the database: {}", one_line(&e)))?;
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%err, "database connection ended");
-            }
-        });
+            .map_err(|e| anyhow!("cannot connect to the database: {e}"))?;
         Ok(client)
     }
-}
-
-/// A driver error on one line (its sources joined).
-fn one_line(err: &tokio_postgres::Error) -> String {
-    let mut line = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        line.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    line.replace('\n', " ")
 }
 
 pub async fn run(command: SqlCommand) -> anyhow::Result<ExitCode> {

@@ -52,6 +52,7 @@ pub use memory_store::MemoryStore;
 pub use palisade_names as names;
 pub use palisade_names::{FencingToken, LeaseName, NameError, ObjectKey, MAX_KEY_LEN, MAX_TOKEN};
 pub use postgres_store::config::PostgresStoreConfig;
+pub use postgres_store::connect_once as connect_postgres;
 pub use postgres_store::schema::{LEASE_LOCK_CLASS, SCHEMA_VERSION};
 pub use postgres_store::PostgresStore;
 pub use sled_store::config::SledStoreConfig;

@@ -14,6 +14,7 @@
 pub(crate) mod audit;
 pub(crate) mod config;
 mod pool;
+pub use pool::connect_once;
 pub(crate) mod schema;
 #[cfg(test)]
 pub(crate) mod test_server;

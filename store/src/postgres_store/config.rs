@@ -85,26 +85,7 @@ impl PostgresStoreConfig {
                     .into(),
             ));
         }
-        match (&self.ca_pem, config.get_ssl_mode()) {
-            (Some(_), SslMode::Disable) => {
-                return Err(StoreError::Engine(
-                    "the PostgreSQL URL says sslmode=disable, but a CA was given for TLS".into(),
-                ))
-            }
-            (Some(_), _) => {
-                config.ssl_mode(SslMode::Require);
-            }
-            (None, SslMode::Require) => {
-                return Err(StoreError::Engine(
-                    "the PostgreSQL URL asks for TLS (sslmode=require): give the CA that \
-                     signed the server's certificate (--pg-ca)"
-                        .into(),
-                ))
-            }
-            (None, _) => {
-                config.ssl_mode(SslMode::Disable);
-            }
-        }
+        encryption(&mut config, self.ca_pem.is_some(), "--pg-ca")?;
         if config.get_target_session_attrs() == TargetSessionAttrs::Any {
             config.target_session_attrs(TargetSessionAttrs::ReadWrite);
         }
@@ -160,5 +141,37 @@ impl PostgresStoreConfig {
             );
         }
         Ok(())
+    }
+}
+
+/// Settles `config`'s `sslmode` by whether a CA was given (named `ca_flag`
+/// in messages): with one, TLS is required and verified against it alone;
+/// without one, a URL that asks for TLS is refused (nothing here trusts a
+/// server it cannot verify), and any other is plaintext.
+///
+/// # Errors
+/// [`StoreError::Engine`]: a CA with `sslmode=disable`, or `sslmode=require`
+/// without a CA.
+pub(crate) fn encryption(
+    config: &mut tokio_postgres::Config,
+    ca_given: bool,
+    ca_flag: &str,
+) -> Result<(), StoreError> {
+    match (ca_given, config.get_ssl_mode()) {
+        (true, SslMode::Disable) => Err(StoreError::Engine(
+            "the PostgreSQL URL says sslmode=disable, but a CA was given for TLS".into(),
+        )),
+        (true, _) => {
+            config.ssl_mode(SslMode::Require);
+            Ok(())
+        }
+        (false, SslMode::Require) => Err(StoreError::Engine(format!(
+            "the PostgreSQL URL asks for TLS (sslmode=require): give the CA that signed the \
+             server's certificate ({ca_flag})"
+        ))),
+        (false, _) => {
+            config.ssl_mode(SslMode::Disable);
+            Ok(())
+        }
     }
 }

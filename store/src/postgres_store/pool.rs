@@ -157,6 +157,41 @@ where
     })
 }
 
+/// One session of its own, outside any pool (the CLI's `palisade sql`):
+/// over TLS verified against `ca_pem` when given (`ca_flag` names where it
+/// came from, for messages; [`super::config::encryption`]), its connection
+/// driven on its own task.
+///
+/// # Errors
+/// [`StoreError::Engine`] for a URL or CA that cannot be used; the
+/// driver's error otherwise ([`database_error`]).
+pub async fn connect_once(
+    url: &str,
+    ca_pem: Option<&[u8]>,
+    ca_flag: &str,
+) -> Result<tokio_postgres::Client, StoreError> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::Engine(format!("the PostgreSQL URL does not parse: {e}")))?;
+    super::config::encryption(&mut config, ca_pem.is_some(), ca_flag)?;
+    let client = match ca_pem.map(tls_connector).transpose()? {
+        Some(tls) => {
+            let (client, connection) = config.connect(tls).await.map_err(|e| database_error(&e))?;
+            drive(connection);
+            client
+        }
+        None => {
+            let (client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| database_error(&e))?;
+            drive(connection);
+            client
+        }
+    };
+    Ok(client)
+}
+
 /// A TLS connector trusting the CA certificates in `pem` alone (rustls on
 /// ring, as the servers use): the server's certificate must chain to one
 /// and name the host connected to.
