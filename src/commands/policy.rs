@@ -19,8 +19,8 @@ pub enum PolicyCommand {
         #[arg(long)]
         keep_existing: bool,
     },
-    /// Add a principal with a fresh key (DIR/<name>.key, 0600). Servers read
-    /// the policy at start: restart them to apply it.
+    /// Add a principal with a fresh key (DIR/<name>.key, 0600). Running
+    /// servers take the change on SIGHUP (no restart).
     Add(AddArgs),
 }
 

@@ -178,19 +178,41 @@ async fn install(
 
 /// `palisade sql keys [--follow]`.
 async fn keys(db: &Database, endpoints: &Endpoints, every: Option<Duration>) -> anyhow::Result<()> {
-    let client = db.connect().await?;
+    let mut client = Some(db.connect().await?);
     let mut installed: Option<serde_json::Value> = None;
     loop {
-        match cluster_keys(endpoints).await {
+        // Following, a database or cluster that does not answer for a
+        // while is waited for (the session is opened again: a restarted
+        // database ends it); a single run reports it.
+        let outcome = match cluster_keys(endpoints).await {
             Ok(jwks) if installed.as_ref() != Some(&jwks) => {
-                let count = postgres::set_keys(&client, &jwks).await?;
-                say!("{}", keys_line(count, &jwks));
-                installed = Some(jwks);
+                let session = match client.take() {
+                    Some(session) => Ok(session),
+                    None => db.connect().await,
+                };
+                match session {
+                    Ok(session) => {
+                        let set = postgres::set_keys(&session, &jwks).await;
+                        if !session.is_closed() {
+                            client = Some(session);
+                        }
+                        set.map(|count| {
+                            say!("{}", keys_line(count, &jwks));
+                            installed = Some(jwks);
+                        })
+                        .map_err(anyhow::Error::from)
+                    }
+                    Err(err) => Err(err),
+                }
             }
-            Ok(_) => {}
-            // Following, a cluster that does not answer for a while is
-            // waited for; a single run reports it.
-            Err(err) if every.is_some() => tracing::warn!(%err, "cannot read the cluster's keys"),
+            Ok(_) => Ok(()),
+            Err(err) => Err(err),
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(err) if every.is_some() => {
+                tracing::warn!(err = %format!("{err:#}"), "cannot install the cluster's keys yet; retrying");
+            }
             Err(err) => return Err(err),
         }
         let Some(every) = every else {

@@ -78,6 +78,8 @@ mod sdk;
 mod sdk_partitions;
 #[path = "../seed_semantics.rs"]
 mod seed_semantics;
+#[path = "../sql_keys_follow.rs"]
+mod sql_keys_follow;
 #[path = "../status_page.rs"]
 mod status_page;
 #[path = "../ui_sessions.rs"]
