@@ -346,7 +346,10 @@ async fn palisade_sql_installs_and_guards() {
         first,
         "a second install changed the schema"
     );
-    assert_eq!(postgres::installed_version(&db).await, Ok(Some(2)));
+    assert_eq!(
+        postgres::installed_version(&db).await,
+        Ok(Some(postgres::SCHEMA_VERSION))
+    );
     // The URL from a file (no password on the command line).
     let url_file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(url_file.path(), format!("{url}\n")).expect("write url");

@@ -9,11 +9,16 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+mod release;
+mod shared;
+
 use crate::error::Error;
 use crate::model::{Grant, GrantId, Object};
 use crate::renew_queue::RenewQueue;
 use crate::transport::config::ClientConfig;
 use crate::transport::Transport;
+use release::{gated_release, lapse};
+use shared::{Shared, State};
 
 /// A held lease. While [`Lease::is_held`] is true no other holder has been
 /// granted it (S3): the local deadline is the send time of the last
@@ -29,85 +34,6 @@ use crate::transport::Transport;
 pub struct Lease {
     shared: Arc<Shared>,
     renewer: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    /// The client's HTTP client: gateway writes, releases, handovers.
-    transport: Arc<Transport>,
-    /// The client's renewal queue.
-    renewals: Arc<RenewQueue>,
-    /// The grant this handle holds, with its secret and the acquire's index.
-    id: GrantId,
-    /// The ttl of the grant as first acquired (renewals follow the
-    /// leader's answer).
-    ttl: Duration,
-    /// Taken with a lock-delay: a lapsed grant is left to expire (a
-    /// release would clear the delay the holder asked for).
-    lock_delayed: bool,
-    state: Mutex<State>,
-    /// The last JWT `palisade.prove` accepted (cached in the database), so
-    /// fenced transactions prove each JWT once.
-    #[cfg(feature = "postgres")]
-    proven: Mutex<Option<String>>,
-    /// Flips to true once, when the lease is lost or released.
-    lost: watch::Sender<bool>,
-}
-
-#[derive(Debug, Clone)]
-struct State {
-    jwt: String,
-    deadline: Instant,
-    /// Why the lease is lost ([`Error::LeaseLost`] or [`Error::Preempted`]).
-    lost: Option<Error>,
-}
-
-impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-
-    fn mark_lost(&self, reason: String) {
-        self.mark_lost_as(Error::LeaseLost(reason));
-    }
-
-    /// Marks the lease lost with `error` as what later calls answer.
-    fn mark_lost_as(&self, error: Error) {
-        self.mark_gone(error, false);
-    }
-
-    /// Marks the lease let go on purpose (`released`, `dropped`, `handed
-    /// over`): later calls answer it as lost, but it is said at INFO, not
-    /// warned about as a loss.
-    fn mark_let_go(&self, reason: String) {
-        self.mark_gone(Error::LeaseLost(reason), true);
-    }
-
-    fn mark_gone(&self, error: Error, on_purpose: bool) {
-        let mut state = self.state();
-        if state.lost.is_none() {
-            let (lease, token) = (&self.id.lease, self.id.token);
-            match (on_purpose, &error) {
-                (true, Error::LeaseLost(how)) => tracing::info!(%lease, token, "lease {how}"),
-                _ => tracing::warn!(%lease, token, %error, "lease lost"),
-            }
-            state.lost = Some(error);
-        }
-        drop(state);
-        self.lost.send_replace(true);
-    }
-
-    /// The JWT if the lease is held now; the reason otherwise.
-    fn held_jwt(&self) -> Result<String, Error> {
-        let state = self.state();
-        if let Some(error) = &state.lost {
-            return Err(error.clone());
-        }
-        if Instant::now() >= state.deadline {
-            return Err(Error::LeaseLost("the safe deadline has passed".into()));
-        }
-        Ok(state.jwt.clone())
-    }
 }
 
 impl Lease {
@@ -369,71 +295,6 @@ impl Drop for Lease {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(gated_release(self.shared.clone()));
         }
-    }
-}
-
-/// The release of `shared`'s grant, holding the release gate of its lease
-/// and holder from this call on (taken now, not when the future first
-/// runs), so this client's next acquire of them waits for it. Spawn it: it
-/// must outlive the handle.
-fn gated_release(shared: Arc<Shared>) -> impl std::future::Future<Output = ()> + Send + 'static {
-    gated_release_within(shared, Duration::ZERO)
-}
-
-/// [`gated_release`], retried while the cluster answers `Unavailable`
-/// until `patience` has passed (once, with none).
-fn gated_release_within(
-    shared: Arc<Shared>,
-    patience: Duration,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let until = Instant::now() + patience;
-    let gate = shared
-        .transport
-        .release_gate(&shared.id.lease, &shared.id.holder);
-    let taken = gate.clone().try_lock_owned().ok();
-    async move {
-        let _guard = match taken {
-            Some(guard) => guard,
-            None => gate.lock_owned().await,
-        };
-        let mut pause = Duration::from_millis(100);
-        loop {
-            let released = shared.transport.release_grant(&shared.id).await;
-            if !matches!(released, Err(Error::Unavailable { .. })) || Instant::now() + pause > until
-            {
-                return;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
-        }
-    }
-}
-
-/// The safe deadline passed with no renewal answered: the lease is lost
-/// here, and its grant is given back (unless taken with a lock-delay).
-///
-/// Without the release, the grant stays in the table until the leader
-/// expires it; but every new leader treats a live grant as renewed at its
-/// takeover, so while leadership moves faster than the ttl (a loaded
-/// machine's elections, a partition's failovers) an abandoned grant never
-/// expires and no one else can be granted the lease. The release frees it
-/// at the next commit instead. It is safe: this holder has stopped
-/// believing it holds the lease before the release is sent, the release
-/// names the grant by token, secret and grant index (a later grant is
-/// never released by it), and it holds the release gate, taken before the
-/// loss is known, so this client's next acquire of the lease waits for it.
-///
-/// The cluster may be unreachable at that moment (the loss is often why the
-/// renewals failed): the release is retried while the answer is
-/// `Unavailable`, for three ttls (at least 5 s, at most a minute), and this
-/// client's next acquire of the lease waits for it meanwhile, as it could
-/// not be granted while the old grant stands anyway.
-fn lapse(shared: &Arc<Shared>) {
-    let patience = (shared.ttl * 3).clamp(Duration::from_secs(5), Duration::from_secs(60));
-    let release = (!shared.lock_delayed).then(|| gated_release_within(shared.clone(), patience));
-    shared.mark_lost("the safe deadline passed without a successful renewal".into());
-    if let Some(release) = release {
-        tokio::spawn(release);
     }
 }
 

@@ -33,7 +33,7 @@ use crate::error::Error;
 pub const SQL: &str = include_str!("../python/src/palisade/sql/palisade_fence.sql");
 
 /// The schema version [`SQL`] installs.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// `PF001`: the token is below the lease's fence (another holder took over).
 pub const STALE_TOKEN: &str = "PF001";

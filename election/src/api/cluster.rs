@@ -220,7 +220,11 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     let body = json!({
         "ready": problem.is_none(),
         "reason": problem,
-        "leader": metrics.current_leader,
+        // A leader whose lease lapsed names no leader (as `/v1/cluster`).
+        "leader": match crate::raft::acting(&metrics, state.group_zero().leader_lease()) {
+            Acting::Lapsed { .. } => None,
+            _ => metrics.current_leader,
+        },
         "applied_index": applied,
         "commit_index": committed,
     });

@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 #: The schema version of the SQL file this package ships.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: SQLSTATE: the token is below the lease's fence (raised as :class:`palisade.Fenced`).
 STALE_TOKEN = "PF001"

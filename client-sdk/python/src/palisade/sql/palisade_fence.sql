@@ -1,4 +1,4 @@
--- Palisade: fenced transactions in your own PostgreSQL (schema version 2).
+-- Palisade: fenced transactions in your own PostgreSQL (schema version 3).
 --
 -- The one canonical copy: the Python SDK ships this file as package data and
 -- the Rust SDK includes the same file. Run it as it is (psql -f, or as one
@@ -16,7 +16,13 @@
 --                         much as the cluster (see "Unverified mode").
 --   palisade.set_keys(jwks)  installs the cluster's signing keys (GET /v1/jwks);
 --                         `palisade sql keys` does it, and must run again after
---                         `palisade cluster rotate-key` or a retirement.
+--                         `palisade cluster rotate-key` or a retirement. No
+--                         other role can make it wait (it needs no lock a
+--                         caller can hold: proofs a transaction holds are
+--                         left for later), and it waits 5 s at most for any
+--                         lock (lock_timeout, 55P03) rather than hang. It
+--                         refuses a key that is not a canonical encoding of a
+--                         point of Ed25519, or is a point of small order.
 --   palisade.guard / guard_table / unguard: the owner only.
 -- Tables and the secret below are readable by the owner only, so no other
 -- role can read a fence, lock a fence row, or forge a guard mark.
@@ -27,19 +33,25 @@
 --                       per lease; rows are never deleted
 --   palisade.keys       (kid, x, ...): the cluster's Ed25519 public keys
 --   palisade.proofs     a cache of verified JWTs (sha256 of the JWT, its
---                       lease, token, exp and key): a holder pays the
---                       signature check once per JWT (palisade.prove)
+--                       lease, token, exp and key: kid and x): a holder pays
+--                       the signature check once per JWT (palisade.prove).
+--                       A proof counts only while its key (that kid with
+--                       that x) is installed: a retired key's proofs are
+--                       ignored at once, and deleted by set_keys (or the
+--                       lease's next prove) once no transaction holds them.
+--                       No foreign key: nothing a caller does locks a key.
 --   palisade.settings   one row: the guard secret, exp leeway, key set index
 --
 --   palisade.fence(lease text, proof text) -> bigint
 --       Call it inside your transaction, before its writes, with the lease's
 --       JWT as the cluster granted it. It checks the JWT (EdDSA against the
 --       installed keys, iss 'palisade', the lease claim equal to lease, exp
---       plus a leeway not passed), refuses its token if below the lease's
---       fence and otherwise raises the fence to it, in your transaction: the
---       fence and your writes commit or roll back together. A transaction
---       with an older token cannot commit after a newer one raised the fence
---       (Palisade's S6). Answers the token.
+--       plus a leeway not passed; each part canonical base64url, the
+--       signature's S below the group order), refuses its token if below the
+--       lease's fence and otherwise raises the fence to it, in your
+--       transaction: the fence and your writes commit or roll back together.
+--       A transaction with an older token cannot commit after a newer one
+--       raised the fence (Palisade's S6). Answers the token.
 --   palisade.prove(proof text) -> bigint
 --       Checks the JWT's signature and caches the result (committed at once
 --       when called outside a transaction): palisade.fence then pays a hash
@@ -53,18 +65,36 @@
 --   palisade.guard(tbl regclass, lease_column text)
 --   palisade.guard_table(tbl regclass, lease text)
 --   palisade.unguard(tbl regclass)
---       Triggers refusing writes (INSERT/UPDATE/DELETE, and TRUNCATE) from a
---       transaction that did not pass palisade.fence for the lease: the
---       row's lease column (on the new row and on the old one), or one lease
---       for the whole table. Partitioned tables and tables with inheritance
---       children are refused: guard each partition (and any attached later).
+--       Triggers refusing writes (INSERT/UPDATE/DELETE/MERGE/COPY, and
+--       TRUNCATE) from a transaction that did not pass palisade.fence for the
+--       lease: the row's lease column (on the new row and on the old one), or
+--       one lease for the whole table. Each guard has a row trigger, which
+--       fires for the rows of the table itself however they are reached:
+--       named in the statement, or through a partitioned or inheritance
+--       parent (whose statement triggers alone would never see them).
+--       guard_table also checks once per statement naming the table, so a
+--       statement that matches no row is refused too. TRUNCATE of a parent
+--       fires the TRUNCATE triggers of the tables it empties.
+--       A partitioned table may be guarded itself: the guard covers every
+--       partition, those attached later too, and writes straight into a
+--       partition (row triggers of a partitioned table are cloned to every
+--       partition, and TRUNCATE triggers are made on each partition). A
+--       partition made or attached after the guard refuses every write until
+--       palisade.guard (or guard_table) runs again for the partitioned table,
+--       which makes its TRUNCATE trigger. Guard either a partitioned table or
+--       its partitions one by one, not both (refused). A table with
+--       inheritance children is refused (a guard on it would not cover a
+--       write straight into a child): guard each child instead, which holds
+--       for writes through the parent too. A table that gains inheritance
+--       children after its guard does not cover them: guard them too.
 --
 -- SQLSTATEs (class PF, never 40001/40P01, which drivers and ORMs retry)
 --   PF001  stale token: the token is below the lease's fence. Another holder
 --          took over; stop acting as leader. DETAIL: lease=L token=T (the
 --          fence itself is not told).
 --   PF002  guarded write from a transaction that did not pass palisade.fence
---          for the row's (or table's) lease; or a guard that cannot be made.
+--          for the row's (or table's) lease; a write to a partition attached
+--          after its partitioned table's guard; or a guard that cannot be made.
 --   PF003  invalid lease name: [A-Za-z0-9._-]{1,128}, not . or .. (and not null).
 --   PF004  invalid token: must be >= 1 (and not null); above the bigint range
 --          the call is refused by the type (22003).
@@ -78,7 +108,8 @@
 --          keys`), another lease's, or expired. DETAIL: reason=...
 --
 -- Locks (per lease, on its row of palisade.fences, which only the owner can
--- read; no advisory lock, so no other role can take or block them)
+-- read; no advisory lock, so no other role can take or block them; and none
+-- on palisade.keys or palisade.settings, so no caller can block set_keys)
 --   token == fence  FOR SHARE, held to the end of the transaction: the
 --                   holder's transactions do not wait for each other.
 --   token >  fence  FOR UPDATE (waits for every transaction holding the
@@ -113,6 +144,8 @@
 -- of the same query message) passes only while no higher token raised the
 -- fence. The row guard reads only the lease column (never the whole row:
 -- it runs as the schema's owner). It works behind a transaction-mode pooler.
+-- The row triggers repeat the check for each row: some 10 us a row for
+-- guard_table, 20 for guard (which also reads the lease column).
 --
 -- Unverified mode. palisade.fence_unverified believes the token it is given:
 -- a role allowed to call it can write past any guard and raise any fence to
@@ -126,11 +159,21 @@
 -- Upgrading from version 1: version 1's palisade.fence(text, bigint) is
 -- dropped (old SDKs then get "function does not exist"), and its advisory
 -- locks are no longer taken: stop writers of the old SDK while installing.
+-- Upgrading from version 2 (or 1): palisade.proofs loses its foreign key to
+-- palisade.keys and gains x (the install waits for open transactions that
+-- used palisade.prove or palisade.fence to end); every palisade.guard_table
+-- guard gains its row trigger, and a partitioned table guarded by version 1
+-- gains the TRUNCATE triggers of its partitions (the installing role must
+-- still be allowed to make triggers on those tables, as when it guarded
+-- them); other guards keep working as they are.
 
 DO $palisade_install$
 DECLARE
-    v_file CONSTANT integer := 2;
+    v_file CONSTANT integer := 3;
     v_installed integer;
+    v_name name;
+    v_guard record;
+    v_part regclass;
 BEGIN
     -- Concurrent installers take turns (the first creates, the rest find it done).
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('palisade.install', 0));
@@ -227,9 +270,36 @@ BEGIN
             kid text NOT NULL REFERENCES palisade.keys (kid) ON DELETE CASCADE
         );
         CREATE INDEX proofs_by_lease ON palisade.proofs (lease, token);
-        COMMENT ON TABLE palisade.proofs IS
-            'JWTs whose signature palisade.prove checked, until their exp (a key''s retirement deletes them).';
         REVOKE ALL ON TABLE palisade.settings, palisade.keys, palisade.proofs FROM PUBLIC;
+    END IF;
+
+    -- Version 3: proofs hold no lock on keys; guards reach rows through parents
+    IF v_installed IS NULL OR v_installed < 3 THEN
+        -- A proof's foreign key to its key made every transaction that
+        -- cached a proof hold a lock on the key's row, so that any allowed
+        -- role could keep set_keys from retiring it. A proof now names its
+        -- key (kid and x) and counts only while that key is installed.
+        FOR v_name IN
+            SELECT c.conname FROM pg_catalog.pg_constraint c
+            WHERE c.conrelid = 'palisade.proofs'::regclass AND c.contype = 'f'
+        LOOP
+            EXECUTE pg_catalog.format('ALTER TABLE palisade.proofs DROP CONSTRAINT %I', v_name);
+        END LOOP;
+        ALTER TABLE palisade.proofs ADD COLUMN x bytea;
+        UPDATE palisade.proofs c SET x = k.x FROM palisade.keys k WHERE k.kid = c.kid;
+        DELETE FROM palisade.proofs c WHERE c.x IS NULL;
+        ALTER TABLE palisade.proofs ALTER COLUMN x SET NOT NULL;
+        COMMENT ON TABLE palisade.proofs IS
+            'JWTs whose signature palisade.prove checked, until their exp; one counts only while its key (kid and x) is in palisade.keys.';
+        -- verified() answers the key's x too (a new result type).
+        IF pg_catalog.to_regprocedure('palisade.verified(text)') IS NOT NULL THEN
+            DROP FUNCTION palisade.verified(text);
+        END IF;
+    END IF;
+
+    -- The functions, as this version has them: every install and upgrade
+    -- (re)defines them all.
+    IF v_installed IS DISTINCT FROM v_file THEN
 
         -- Ed25519 (RFC 8032) verification over numeric, in PL/pgSQL ----------
         CREATE OR REPLACE FUNCTION palisade.ed_le(b bytea) RETURNS numeric
@@ -339,6 +409,28 @@ BEGIN
             RETURN ARRAY[x, y];
         END
         $decompress$;
+
+        CREATE OR REPLACE FUNCTION palisade.ed_small_order(ax numeric, ay numeric) RETURNS boolean
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+        AS $small$
+        -- Whether the point (ax, ay) is of small order: [8]A is the identity
+        -- (the 8 points of the torsion subgroup). Such a public key accepts
+        -- signatures nobody made: [k]A vanishes in the check. Three doublings
+        -- as in ed_verify (a = -1, complete for doubling).
+        DECLARE
+            p CONSTANT numeric := 57896044618658097711785492504343953926634992332820282019728792003956564819949;
+            ex numeric := ax; ey numeric := ay; ez numeric := 1;
+            fa numeric; fb numeric; fc numeric; fe numeric; ff numeric; fg numeric; fh numeric;
+            i integer;
+        BEGIN
+            FOR i IN 1..3 LOOP
+                fa := mod(ex * ex, p); fb := mod(ey * ey, p); fc := 2 * mod(ez * ez, p);
+                fh := fa + fb; fe := fh - mod((ex + ey) * (ex + ey), p); fg := fa - fb; ff := fc + fg;
+                ex := mod(fe * ff, p); ey := mod(fg * fh, p); ez := mod(ff * fg, p);
+            END LOOP;
+            RETURN mod(ex, p) = 0 AND mod(ey - ez, p) = 0;
+        END
+        $small$;
 
         CREATE OR REPLACE FUNCTION palisade.ed_verify(ax numeric, ay numeric, pk bytea, msg bytea, sig bytea)
         RETURNS boolean
@@ -453,7 +545,11 @@ BEGIN
         CREATE OR REPLACE FUNCTION palisade.b64url(part text) RETURNS bytea
         LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
         AS $b64$
-            SELECT decode(rpad(translate(part, '-_', '+/'), (length(part) + 3) / 4 * 4, '='), 'base64')
+            -- The bytes, or NULL when part is not their canonical encoding
+            -- (unused bits of its last character set: another text for the
+            -- same bytes, which a strict decoder such as the gateway's refuses).
+            SELECT CASE WHEN rtrim(translate(encode(b, 'base64'), E'+/\n', '-_'), '=') = part THEN b END
+            FROM (SELECT decode(rpad(translate(part, '-_', '+/'), (length(part) + 3) / 4 * 4, '='), 'base64') AS b) d
         $b64$;
 
         CREATE OR REPLACE FUNCTION palisade.refuse_proof(reason text) RETURNS void
@@ -467,10 +563,11 @@ BEGIN
         END
         $refuse$;
 
-        -- The claims of a JWT whose signature holds, or PF007. Cached or not.
+        -- The claims of a JWT whose signature holds, or PF007. Cached or not;
+        -- a cached proof only while its key (kid and x) is installed.
         CREATE OR REPLACE FUNCTION palisade.verified(proof text, OUT lease text, OUT token bigint,
                                                      OUT exp bigint, OUT kid text, OUT digest bytea,
-                                                     OUT cached boolean)
+                                                     OUT cached boolean, OUT x bytea)
         LANGUAGE plpgsql STABLE
         AS $verified$
         #variable_conflict use_variable
@@ -479,6 +576,8 @@ BEGIN
             v_header jsonb;
             v_claims jsonb;
             v_key record;
+            v_header_bytes bytea;
+            v_claims_bytes bytea;
             v_sig bytea;
             v_token numeric;
             v_exp numeric;
@@ -487,8 +586,9 @@ BEGIN
                 PERFORM palisade.refuse_proof('not a JWT (null, or longer than 4096 bytes)');
             END IF;
             digest := sha256(convert_to(proof, 'UTF8'));
-            SELECT c.lease, c.token, c.exp, c.kid INTO lease, token, exp, kid
-                FROM palisade.proofs c WHERE c.digest = digest;
+            SELECT c.lease, c.token, c.exp, c.kid, c.x INTO lease, token, exp, kid, x
+                FROM palisade.proofs c JOIN palisade.keys k ON k.kid = c.kid AND k.x = c.x
+                WHERE c.digest = digest;
             IF FOUND THEN
                 cached := true;
                 RETURN;
@@ -499,12 +599,18 @@ BEGIN
                 PERFORM palisade.refuse_proof('not a JWT (three base64url parts joined by dots)');
             END IF;
             BEGIN
-                v_header := convert_from(palisade.b64url(v_parts[1]), 'UTF8')::jsonb;
-                v_claims := convert_from(palisade.b64url(v_parts[2]), 'UTF8')::jsonb;
+                v_header_bytes := palisade.b64url(v_parts[1]);
+                v_claims_bytes := palisade.b64url(v_parts[2]);
                 v_sig := palisade.b64url(v_parts[3]);
+                v_header := convert_from(v_header_bytes, 'UTF8')::jsonb;
+                v_claims := convert_from(v_claims_bytes, 'UTF8')::jsonb;
             EXCEPTION WHEN OTHERS THEN
                 PERFORM palisade.refuse_proof('not a JWT (its header or claims are not base64url JSON)');
             END;
+            -- One text per JWT: another spelling of the same bytes is refused.
+            IF v_header_bytes IS NULL OR v_claims_bytes IS NULL OR v_sig IS NULL THEN
+                PERFORM palisade.refuse_proof('not a JWT (a part is not canonical base64url)');
+            END IF;
             IF jsonb_typeof(v_header) IS DISTINCT FROM 'object' OR v_header ->> 'alg' IS DISTINCT FROM 'EdDSA'
                OR jsonb_typeof(v_header -> 'kid') IS DISTINCT FROM 'string' THEN
                 PERFORM palisade.refuse_proof('not signed with EdDSA by a named key (header alg, kid)');
@@ -515,6 +621,7 @@ BEGIN
                 PERFORM palisade.refuse_proof(format('signed by key %s, which this database does not trust (unknown or retired)',
                                                      quote_literal(left(kid, 64))));
             END IF;
+            x := v_key.x;
             IF palisade.ed_verify(v_key.ax, v_key.ay, v_key.x,
                                   convert_to(v_parts[1] || '.' || v_parts[2], 'UTF8'), v_sig) IS NOT TRUE THEN
                 PERFORM palisade.refuse_proof('bad signature');
@@ -549,12 +656,18 @@ BEGIN
             SELECT * INTO v FROM palisade.verified(proof);
             SELECT s.exp_leeway_secs INTO v_leeway FROM palisade.settings s;
             IF NOT v.cached AND v.exp + v_leeway >= extract(epoch FROM clock_timestamp()) THEN
-                INSERT INTO palisade.proofs AS c (digest, lease, token, exp, kid)
-                    VALUES (v.digest, v.lease, v.token, v.exp, v.kid)
+                INSERT INTO palisade.proofs AS c (digest, lease, token, exp, kid, x)
+                    VALUES (v.digest, v.lease, v.token, v.exp, v.kid, v.x)
                     ON CONFLICT ON CONSTRAINT proofs_pkey DO NOTHING;
-                -- The lease's expired proofs go as a new one comes.
-                DELETE FROM palisade.proofs c
-                    WHERE c.lease = v.lease AND c.exp + v_leeway < extract(epoch FROM clock_timestamp());
+                -- The lease's expired proofs (and those of retired keys) go as
+                -- a new one comes; rows another transaction holds are left
+                -- for later, never waited for.
+                DELETE FROM palisade.proofs c WHERE c.digest IN (
+                    SELECT o.digest FROM palisade.proofs o
+                    WHERE o.lease = v.lease
+                      AND (o.exp + v_leeway < extract(epoch FROM clock_timestamp())
+                           OR NOT EXISTS (SELECT 1 FROM palisade.keys k WHERE k.kid = o.kid AND k.x = o.x))
+                    FOR UPDATE OF o SKIP LOCKED);
             END IF;
             RETURN v.token;
         END
@@ -612,12 +725,16 @@ BEGIN
             -- stale too: the cluster granted a newer one. Refusing it at once
             -- lets a raise in waiting through (row locks do not queue: the
             -- old holder's new transactions would otherwise keep passing).
+            -- A proof counts only while its key is installed.
             SELECT (SELECT f.fence FROM palisade.fences f WHERE f.lease = v_lease),
-                   (SELECT max(p.token) FROM palisade.proofs p WHERE p.lease = v_lease),
+                   (SELECT max(p.token) FROM palisade.proofs p
+                    WHERE p.lease = v_lease
+                      AND EXISTS (SELECT 1 FROM palisade.keys pk WHERE pk.kid = p.kid AND pk.x = p.x)),
                    s.secret, s.exp_leeway_secs, c.lease, c.token, c.exp
                 INTO v_fence, v_announced, v_secret, v_leeway, v_proven, v_proven_token, v_exp
                 FROM palisade.settings s
-                LEFT JOIN palisade.proofs c ON proof IS NOT NULL AND octet_length(proof) <= 4096
+                LEFT JOIN (palisade.proofs c JOIN palisade.keys ck ON ck.kid = c.kid AND ck.x = c.x)
+                    ON proof IS NOT NULL AND octet_length(proof) <= 4096
                     AND c.digest = sha256(convert_to(proof, 'UTF8'));
             IF proof IS NOT NULL THEN
                 IF v_proven IS NULL THEN  -- not proven before: the full check
@@ -783,6 +900,41 @@ BEGIN
         COMMENT ON FUNCTION palisade.fenced_here(text) IS
             'Whether this transaction passed palisade.fence for the lease (what the guard triggers check).';
 
+        -- Whether a guard's row trigger, fired on a partition of the table it
+        -- guards (a clone: a partitioned table's row triggers are cloned to
+        -- every partition, those attached later too), may go on: only when
+        -- the partition has the TRUNCATE trigger the guard makes on each
+        -- partition (or a guard of its own), else PF002. A partition attached
+        -- after the guard has none: every write to it is refused until the
+        -- guard runs again, so no row written under the guard sits in a
+        -- partition whose TRUNCATE is not refused.
+        CREATE OR REPLACE FUNCTION palisade.partition_guarded(op text, rel oid, guarded text) RETURNS void
+        LANGUAGE plpgsql STABLE
+        AS $partition$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_trigger t
+                           WHERE t.tgrelid = rel AND NOT t.tgisinternal AND t.tgparentid = 0
+                             AND t.tgname IN ('palisade_guard_partition', 'palisade_guard_truncate', 'palisade_guard_table')) THEN
+                RAISE EXCEPTION 'palisade: % on %, a partition of guarded table % attached after the guard was made: run the guard of % again',
+                        op, rel::regclass, guarded::oid::regclass, guarded::oid::regclass
+                    USING ERRCODE = 'PF002',
+                          DETAIL = format('table=%s guarded=%s', rel::regclass, guarded::oid::regclass),
+                          HINT = 'palisade.guard (or guard_table) of a partitioned table makes a TRUNCATE trigger on each of its partitions; one attached later has none until the guard runs again.';
+            END IF;
+        END
+        $partition$;
+
+        -- The partitioned table whose guard covers tbl (a partition), or NULL.
+        CREATE OR REPLACE FUNCTION palisade.guarded_ancestor(tbl regclass) RETURNS regclass
+        LANGUAGE sql STABLE
+        AS $ancestor$
+            SELECT a.relid::regclass FROM pg_partition_ancestors(tbl) a
+            JOIN pg_trigger t ON t.tgrelid = a.relid
+            WHERE a.relid <> tbl AND NOT t.tgisinternal AND t.tgparentid = 0
+              AND t.tgname IN ('palisade_guard', 'palisade_guard_table')
+            LIMIT 1
+        $ancestor$;
+
         CREATE OR REPLACE FUNCTION palisade.guard_row_trigger() RETURNS trigger
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
@@ -803,6 +955,11 @@ BEGIN
                 RAISE EXCEPTION 'palisade: the lease column % of %.% is no longer text or varchar; guard the table again',
                         quote_ident(v_column), quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
                     USING ERRCODE = 'PF002';
+            END IF;
+            -- TG_ARGV[1]: the guarded table's oid. Fired on another table,
+            -- this is a clone on a partition, which needs its TRUNCATE trigger.
+            IF TG_NARGS > 1 AND TG_RELID::text <> TG_ARGV[1] THEN
+                PERFORM palisade.partition_guarded(TG_OP, TG_RELID, TG_ARGV[1]);
             END IF;
             IF TG_OP <> 'DELETE' THEN
                 EXECUTE format('SELECT ($1).%I', v_column) INTO v_new USING NEW;
@@ -852,43 +1009,111 @@ BEGIN
         END
         $guard_table$;
 
+        -- guard_table's row trigger (TG_ARGV: the lease, the guarded table's
+        -- oid): a statement trigger fires only for the table a statement
+        -- names, never for rows reached through a partitioned or inheritance
+        -- parent; this fires for each row, however it is reached.
+        CREATE OR REPLACE FUNCTION palisade.guard_lease_row_trigger() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $guard_rows$
+        BEGIN
+            IF TG_RELID::text <> TG_ARGV[1] THEN
+                PERFORM palisade.partition_guarded(TG_OP, TG_RELID, TG_ARGV[1]);
+            END IF;
+            IF palisade.fenced_here(TG_ARGV[0]) IS NOT TRUE THEN
+                RAISE EXCEPTION 'palisade: % on %.% (guarded by lease %) in a transaction that did not call palisade.fence for it',
+                        TG_OP, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME), quote_literal(TG_ARGV[0])
+                    USING ERRCODE = 'PF002',
+                          DETAIL = format('table=%I.%I lease=%s', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]),
+                          HINT = 'Call palisade.fence(lease, proof) first in this transaction.';
+            END IF;
+            IF TG_OP = 'DELETE' THEN
+                RETURN OLD;
+            END IF;
+            RETURN NEW;
+        END
+        $guard_rows$;
+
         CREATE OR REPLACE FUNCTION palisade.unguard(tbl regclass) RETURNS void
         LANGUAGE plpgsql
         SET search_path = pg_catalog, pg_temp
         AS $unguard$
         DECLARE
+            v_rel regclass;
             v_name name;
+            v_cover regclass;
         BEGIN
-            FOR v_name IN
-                SELECT t.tgname FROM pg_trigger t
-                WHERE t.tgrelid = tbl AND NOT t.tgisinternal AND t.tgparentid = 0
-                  AND t.tgname IN ('palisade_guard', 'palisade_guard_truncate', 'palisade_guard_table')
+            v_cover := palisade.guarded_ancestor(tbl);
+            IF v_cover IS NOT NULL THEN
+                RAISE EXCEPTION 'palisade.unguard: % is a partition of %, whose guard covers it; unguard % instead', tbl, v_cover, v_cover
+                    USING ERRCODE = 'PF002';
+            END IF;
+            -- The table's own triggers (dropping a partitioned table's row
+            -- trigger drops its clones too), and the TRUNCATE triggers its
+            -- guard made on its partitions.
+            FOR v_rel, v_name IN
+                SELECT t.tgrelid::regclass, t.tgname FROM pg_trigger t
+                WHERE NOT t.tgisinternal AND t.tgparentid = 0
+                  AND ((t.tgrelid = tbl
+                        AND t.tgname IN ('palisade_guard', 'palisade_guard_truncate', 'palisade_guard_table',
+                                         'palisade_guard_rows', 'palisade_guard_partition'))
+                       OR (t.tgname = 'palisade_guard_partition'
+                           AND t.tgrelid IN (SELECT pt.relid FROM pg_partition_tree(tbl) pt)))
             LOOP
-                EXECUTE format('DROP TRIGGER %I ON %s', v_name, tbl);
+                EXECUTE format('DROP TRIGGER %I ON %s', v_name, v_rel);
             END LOOP;
         END
         $unguard$;
-        COMMENT ON FUNCTION palisade.unguard(regclass) IS 'Removes the palisade guard triggers of the table.';
+        COMMENT ON FUNCTION palisade.unguard(regclass) IS
+            'Removes the palisade guard triggers of the table (and those its guard made on its partitions).';
 
         CREATE OR REPLACE FUNCTION palisade.guardable(tbl regclass) RETURNS void
         LANGUAGE plpgsql
         SET search_path = pg_catalog, pg_temp
         AS $guardable$
+        DECLARE
+            v_kind "char";
+            v_other regclass;
         BEGIN
             IF tbl IS NULL THEN
                 RAISE EXCEPTION 'palisade.guard: the table must not be null' USING ERRCODE = '22004';
             END IF;
-            IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) = 'p' THEN
-                RAISE EXCEPTION 'palisade.guard: % is partitioned; guard each of its partitions instead (and every partition attached later)', tbl
-                    USING ERRCODE = 'PF002',
-                          HINT = 'Statement and TRUNCATE triggers of a partitioned table do not reach its partitions.';
-            END IF;
-            IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) <> 'r' THEN
+            SELECT c.relkind INTO v_kind FROM pg_class c WHERE c.oid = tbl;
+            IF v_kind IS DISTINCT FROM 'r' AND v_kind IS DISTINCT FROM 'p' THEN
                 RAISE EXCEPTION 'palisade.guard: % is not a table', tbl USING ERRCODE = '42809';
             END IF;
-            IF EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = tbl) THEN
-                RAISE EXCEPTION 'palisade.guard: % has inheritance children, whose writes its triggers would not see; guard each table instead', tbl
+            IF v_kind = 'r' AND EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = tbl) THEN
+                RAISE EXCEPTION 'palisade.guard: % has inheritance children, which a guard on it would not cover (a write straight into a child); guard each child instead: its guard holds for writes through % too',
+                        tbl, tbl
+                    USING ERRCODE = 'PF002',
+                          HINT = 'Triggers of an inheritance parent never fire for a write that names a child.';
+            END IF;
+            v_other := palisade.guarded_ancestor(tbl);
+            IF v_other IS NOT NULL THEN
+                RAISE EXCEPTION 'palisade.guard: % is a partition of %, whose guard covers it; to guard its partitions one by one, palisade.unguard % first',
+                        tbl, v_other, v_other
                     USING ERRCODE = 'PF002';
+            END IF;
+            IF v_kind = 'p' THEN
+                SELECT pt.relid::regclass INTO v_other FROM pg_partition_tree(tbl) pt
+                    JOIN pg_class c ON c.oid = pt.relid
+                    WHERE c.relkind NOT IN ('r', 'p') LIMIT 1;
+                IF v_other IS NOT NULL THEN
+                    RAISE EXCEPTION 'palisade.guard: partition % of % is not a table (a foreign table?), whose TRUNCATE a guard cannot refuse',
+                            v_other, tbl
+                        USING ERRCODE = 'PF002';
+                END IF;
+                SELECT t.tgrelid::regclass INTO v_other FROM pg_partition_tree(tbl) pt
+                    JOIN pg_trigger t ON t.tgrelid = pt.relid
+                    WHERE pt.relid <> tbl AND NOT t.tgisinternal AND t.tgparentid = 0
+                      AND t.tgname IN ('palisade_guard', 'palisade_guard_table')
+                    LIMIT 1;
+                IF v_other IS NOT NULL THEN
+                    RAISE EXCEPTION 'palisade.guard: partition % of % is guarded on its own; palisade.unguard it first (the guard of % covers it)',
+                            v_other, tbl, tbl
+                        USING ERRCODE = 'PF002';
+                END IF;
             END IF;
         END
         $guardable$;
@@ -901,6 +1126,7 @@ BEGIN
             v_column_type oid;
             v_type oid;
             v_base oid;
+            v_part regclass;
         BEGIN
             PERFORM palisade.guardable(tbl);
             IF lease_column IS NULL THEN
@@ -924,34 +1150,62 @@ BEGIN
                     USING ERRCODE = '42804';
             END IF;
             PERFORM palisade.unguard(tbl);
+            -- A row trigger: it fires for the table's rows however they are
+            -- reached (through a parent too); on a partitioned table it is
+            -- cloned to every partition, those attached later too.
             EXECUTE format('CREATE TRIGGER palisade_guard AFTER INSERT OR UPDATE OR DELETE ON %s '
-                           'FOR EACH ROW EXECUTE FUNCTION palisade.guard_row_trigger(%L)', tbl, lease_column);
+                           'FOR EACH ROW EXECUTE FUNCTION palisade.guard_row_trigger(%L, %L)',
+                           tbl, lease_column, tbl::oid::text);
             EXECUTE format('CREATE TRIGGER palisade_guard_truncate BEFORE TRUNCATE ON %s '
                            'FOR EACH STATEMENT EXECUTE FUNCTION palisade.guard_table_trigger(''column'', %L)', tbl, lease_column);
+            -- A TRUNCATE that names a partition fires only that partition's
+            -- TRUNCATE triggers: each gets one.
+            FOR v_part IN SELECT pt.relid::regclass FROM pg_partition_tree(tbl) pt WHERE pt.relid <> tbl LOOP
+                EXECUTE format('CREATE TRIGGER palisade_guard_partition BEFORE TRUNCATE ON %s '
+                               'FOR EACH STATEMENT EXECUTE FUNCTION palisade.guard_table_trigger(''column'', %L)', v_part, lease_column);
+            END LOOP;
         END
         $guard$;
         COMMENT ON FUNCTION palisade.guard(regclass, text) IS
-            'Refuses writes to the table (PF002) unless the transaction called palisade.fence for the row''s lease (in lease_column; the old row''s too). TRUNCATE is refused.';
+            'Refuses writes to the table, or to every partition of a partitioned table (PF002), unless the transaction called palisade.fence for the row''s lease (in lease_column; the old row''s too). TRUNCATE is refused.';
 
         CREATE OR REPLACE FUNCTION palisade.guard_table(tbl regclass, lease text) RETURNS void
         LANGUAGE plpgsql
         SET search_path = pg_catalog, pg_temp
         AS $guard_table_fn$
+        DECLARE
+            v_part regclass;
         BEGIN
             PERFORM palisade.guardable(tbl);
             PERFORM palisade.check_lease(lease);
             PERFORM palisade.unguard(tbl);
+            -- Once per statement that names the table (TRUNCATE too), and for
+            -- each row however it is reached (through a parent too; cloned to
+            -- every partition of a partitioned table, those attached later too).
             EXECUTE format('CREATE TRIGGER palisade_guard_table BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
                            'FOR EACH STATEMENT EXECUTE FUNCTION palisade.guard_table_trigger(%L)', tbl, lease);
+            EXECUTE format('CREATE TRIGGER palisade_guard_rows BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                           'FOR EACH ROW EXECUTE FUNCTION palisade.guard_lease_row_trigger(%L, %L)',
+                           tbl, lease, tbl::oid::text);
+            FOR v_part IN SELECT pt.relid::regclass FROM pg_partition_tree(tbl) pt WHERE pt.relid <> tbl LOOP
+                EXECUTE format('CREATE TRIGGER palisade_guard_partition BEFORE TRUNCATE ON %s '
+                               'FOR EACH STATEMENT EXECUTE FUNCTION palisade.guard_table_trigger(%L)', v_part, lease);
+            END LOOP;
         END
         $guard_table_fn$;
         COMMENT ON FUNCTION palisade.guard_table(regclass, text) IS
-            'Refuses every write to the table (PF002) unless the transaction called palisade.fence for this lease.';
+            'Refuses every write to the table, or to every partition of a partitioned table (PF002), unless the transaction called palisade.fence for this lease.';
 
         -- Keys and roles ------------------------------------------------------------
+        -- No caller can hold a lock this needs: no foreign key points at
+        -- palisade.keys, no caller locks palisade.settings, and proofs held
+        -- by a transaction are skipped. Should anything still make it wait
+        -- (another set_keys, the owner's own locks), it fails after 5 s
+        -- (55P03) rather than hang.
         CREATE OR REPLACE FUNCTION palisade.set_keys(jwks jsonb) RETURNS integer
         LANGUAGE plpgsql VOLATILE
         SET search_path = pg_catalog, pg_temp
+        SET lock_timeout = '5s'
         AS $set_keys$
         DECLARE
             v_index numeric := COALESCE((jwks ->> 'applied_index')::numeric, 0);
@@ -975,9 +1229,18 @@ BEGIN
                             left(v_key::text, 200) USING ERRCODE = '22023';
                 END IF;
                 v_x := palisade.b64url(v_key ->> 'x');
+                IF v_x IS NULL THEN
+                    RAISE EXCEPTION 'palisade.set_keys: key %: x is not canonical base64url', v_key ->> 'kid'
+                        USING ERRCODE = '22023';
+                END IF;
                 v_point := palisade.ed_decompress(v_x);
                 IF v_point IS NULL THEN
                     RAISE EXCEPTION 'palisade.set_keys: key % is not a point of Ed25519', v_key ->> 'kid'
+                        USING ERRCODE = '22023';
+                END IF;
+                IF palisade.ed_small_order(v_point[1], v_point[2]) THEN
+                    RAISE EXCEPTION 'palisade.set_keys: key % is a point of small order, which would accept signatures nobody made',
+                            v_key ->> 'kid'
                         USING ERRCODE = '22023';
                 END IF;
                 INSERT INTO palisade.keys AS k (kid, x, ax, ay) VALUES (v_key ->> 'kid', v_x, v_point[1], v_point[2])
@@ -985,14 +1248,21 @@ BEGIN
                     WHERE k.x IS DISTINCT FROM EXCLUDED.x;
                 v_kids := v_kids || (v_key ->> 'kid');
             END LOOP;
-            -- Retired keys go, and with them the proofs they signed.
+            -- Retired keys go. The proofs they signed count no more (a proof
+            -- counts only while its key is installed); they are deleted here
+            -- unless a transaction holds them (skipped, never waited for:
+            -- the lease's next palisade.prove or set_keys deletes them).
             DELETE FROM palisade.keys k WHERE k.kid <> ALL (v_kids);
+            DELETE FROM palisade.proofs c WHERE c.digest IN (
+                SELECT o.digest FROM palisade.proofs o
+                WHERE NOT EXISTS (SELECT 1 FROM palisade.keys k WHERE k.kid = o.kid AND k.x = o.x)
+                FOR UPDATE OF o SKIP LOCKED);
             UPDATE palisade.settings SET keys_index = v_index::bigint;
             RETURN cardinality(v_kids);
         END
         $set_keys$;
         COMMENT ON FUNCTION palisade.set_keys(jsonb) IS
-            'Installs the cluster''s JWKS (GET /v1/jwks) as the keys proofs are checked against; keys not in it are retired. An older set (applied_index) changes nothing.';
+            'Installs the cluster''s JWKS (GET /v1/jwks) as the keys proofs are checked against; keys not in it are retired, with the proofs they signed. An older set (applied_index) changes nothing. Waits 5 s at most for a lock.';
 
         CREATE OR REPLACE FUNCTION palisade.allow(role name) RETURNS void
         LANGUAGE plpgsql VOLATILE
@@ -1016,10 +1286,64 @@ BEGIN
         $trust$;
         COMMENT ON FUNCTION palisade.trust(name) IS
             'Lets a role call palisade.fence_unverified, which believes any token: only for roles trusted as much as the cluster.';
-
-        -- Nothing is callable but by the owner until palisade.allow / trust.
-        REVOKE ALL ON ALL FUNCTIONS IN SCHEMA palisade FROM PUBLIC;
     END IF;
+
+    -- Version 3: guards made by older versions. A guard_table guard had only
+    -- its statement trigger, which rows reached through a parent never fire:
+    -- it gains its row trigger. Version 1 also guarded partitioned tables,
+    -- whose TRUNCATE triggers never fired for a TRUNCATE naming a partition:
+    -- their partitions gain theirs, and a palisade.guard row trigger there is
+    -- made again to refuse partitions attached later. (Version 2 refused
+    -- partitioned tables and tables with inheritance children; a version 1
+    -- guard on a table with children still covers no child: guard them.)
+    IF v_installed < 3 THEN
+        FOR v_guard IN
+            SELECT t.tgrelid::regclass AS tbl, t.tgname AS kind, t.tgnargs AS nargs, c.relkind AS relkind,
+                   pg_catalog.convert_from(pg_catalog.substr(t.tgargs, 1, pg_catalog.position(t.tgargs, '\x00'::bytea) - 1),
+                                           'UTF8') AS arg
+            FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+            WHERE t.tgname IN ('palisade_guard', 'palisade_guard_table') AND NOT t.tgisinternal AND t.tgparentid = 0
+              AND t.tgfoid IN ('palisade.guard_row_trigger()'::pg_catalog.regprocedure,
+                               'palisade.guard_table_trigger()'::pg_catalog.regprocedure)
+            -- partitioned tables first, outermost first: their row triggers'
+            -- clones make those of the tables below them
+            ORDER BY c.relkind <> 'p', (SELECT pg_catalog.count(*) FROM pg_catalog.pg_partition_ancestors(t.tgrelid))
+        LOOP
+            IF v_guard.kind = 'palisade_guard_table'
+               AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger r
+                               WHERE r.tgrelid = v_guard.tbl AND r.tgname = 'palisade_guard_rows') THEN
+                EXECUTE pg_catalog.format('CREATE TRIGGER palisade_guard_rows BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                                          'FOR EACH ROW EXECUTE FUNCTION palisade.guard_lease_row_trigger(%L, %L)',
+                                          v_guard.tbl, v_guard.arg, v_guard.tbl::oid::text);
+            END IF;
+            IF v_guard.relkind = 'p' THEN
+                IF v_guard.kind = 'palisade_guard' AND v_guard.nargs = 1 THEN
+                    EXECUTE pg_catalog.format('DROP TRIGGER palisade_guard ON %s', v_guard.tbl);
+                    EXECUTE pg_catalog.format('CREATE TRIGGER palisade_guard AFTER INSERT OR UPDATE OR DELETE ON %s '
+                                              'FOR EACH ROW EXECUTE FUNCTION palisade.guard_row_trigger(%L, %L)',
+                                              v_guard.tbl, v_guard.arg, v_guard.tbl::oid::text);
+                END IF;
+                FOR v_part IN
+                    SELECT pt.relid::regclass FROM pg_catalog.pg_partition_tree(v_guard.tbl) pt
+                    JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid
+                    WHERE pt.relid <> v_guard.tbl AND pc.relkind IN ('r', 'p')
+                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger r
+                                      WHERE r.tgrelid = pt.relid AND r.tgname = 'palisade_guard_partition')
+                LOOP
+                    IF v_guard.kind = 'palisade_guard' THEN
+                        EXECUTE pg_catalog.format('CREATE TRIGGER palisade_guard_partition BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
+                                                  'EXECUTE FUNCTION palisade.guard_table_trigger(''column'', %L)', v_part, v_guard.arg);
+                    ELSE
+                        EXECUTE pg_catalog.format('CREATE TRIGGER palisade_guard_partition BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
+                                                  'EXECUTE FUNCTION palisade.guard_table_trigger(%L)', v_part, v_guard.arg);
+                    END IF;
+                END LOOP;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- Nothing is callable but by the owner until palisade.allow / trust.
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA palisade FROM PUBLIC;
 
     INSERT INTO palisade.version AS v (part, version) VALUES ('fence', v_file)
         ON CONFLICT (part) DO UPDATE SET version = EXCLUDED.version, installed_at = pg_catalog.now();
