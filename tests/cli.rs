@@ -163,6 +163,75 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         "{}",
         String::from_utf8_lossy(&granted.stderr)
     );
+    // A plain acquire naming the gateway raises its fence: after A lets
+    // go and B acquires, A's late write (its JWT still valid) is refused.
+    let gateway = format!("http://127.0.0.1:{}", ports[3]);
+    let run = |args: &[&str]| {
+        let mut command = palisade();
+        command.args(args).args(["--gateway", &gateway]);
+        if args[0] == "lease" {
+            command.args(["--election", &election]);
+        }
+        command
+            .args(["--api-key-file", key_file.to_str().expect("utf8")])
+            .output()
+            .expect("run the CLI")
+    };
+    let grant = |holder: &str| -> serde_json::Value {
+        let out = run(&[
+            "lease",
+            "acquire",
+            "fenced",
+            "--holder",
+            holder,
+            "--ttl-ms",
+            "60000",
+            "--wait-ms",
+            "10000",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let grant: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(grant["fence"], grant["token"], "the fence raised: {grant}");
+        grant
+    };
+    let a = grant("A");
+    let jwt_a = a["jwt"].as_str().expect("jwt").to_owned();
+    let put_as_a = |value: &str| {
+        run(&[
+            "object", "put", "fenced/x", "--value", value, "--jwt", &jwt_a,
+        ])
+    };
+    assert!(put_as_a("a").status.success());
+    let token_a = a["token"].to_string();
+    let released = run(&[
+        "lease",
+        "release",
+        "fenced",
+        "--holder",
+        "A",
+        "--token",
+        &token_a,
+        "--secret",
+        a["secret"].as_str().expect("secret"),
+    ]);
+    assert!(
+        released.status.success(),
+        "{}",
+        String::from_utf8_lossy(&released.stderr)
+    );
+    grant("B");
+    let late = put_as_a("late");
+    let stderr = String::from_utf8_lossy(&late.stderr);
+    assert!(
+        !late.status.success(),
+        "A's late write accepted after B's plain acquire"
+    );
+    assert!(stderr.contains("stale_token"), "{stderr}");
     // `cluster status`: one row per node, each from its own view.
     let all: Vec<String> = (0..3)
         .map(|i| format!("http://127.0.0.1:{}", ports[0] + i))

@@ -73,3 +73,61 @@ async fn following_keys_survives_a_database_restart() {
     let _ = follower.kill();
     let _ = follower.wait();
 }
+
+/// A rebuilt cluster's key set (a lower index than the one installed) is
+/// not installed silently over, nor silently ignored: `sql keys` exits 1
+/// naming `--replace`, and with it the new cluster's keys take the old
+/// ones' place (the old set once pinned the database's keys for good while
+/// `sql keys` exited 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_clusters_keys_replace_the_old_ones_when_asked() {
+    let Some(mut pg) = PgServer::start() else {
+        return;
+    };
+    let url = pg.url();
+    let old_dir = tempfile::tempdir().expect("tempdir");
+    let old = Cluster::start(old_dir.path());
+    old.leader(&support::http_client()).await;
+    let client = sdk(&old, None);
+    // A key set index well above a fresh cluster's.
+    for _ in 0..8 {
+        client.rotate_key().await.expect("rotate");
+    }
+    let old_urls = old.urls().join(",");
+    let (code, stderr) =
+        support::run_palisade(&["sql", "install", "--url", &url, "--election", &old_urls]);
+    assert_eq!(code, Some(0), "{stderr}");
+    drop(old);
+
+    let new_dir = tempfile::tempdir().expect("tempdir");
+    let new = Cluster::start(new_dir.path());
+    new.leader(&support::http_client()).await;
+    let new_urls = new.urls().join(",");
+    let jwks = sdk(&new, None).jwks().await.expect("jwks");
+    let new_kids = support::kids_of(&jwks);
+    let (code, stderr) =
+        support::run_palisade(&["sql", "keys", "--url", &url, "--election", &new_urls]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--replace"), "{stderr}");
+    let (code, stderr) = support::run_palisade(&[
+        "sql",
+        "keys",
+        "--replace",
+        "--url",
+        &url,
+        "--election",
+        &new_urls,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let installed = pg
+        .server()
+        .sql("SELECT string_agg(kid, ',' ORDER BY kid) FROM palisade.keys")
+        .expect("psql");
+    let mut wanted = new_kids.clone();
+    wanted.sort();
+    assert_eq!(
+        installed.trim(),
+        wanted.join(","),
+        "the new cluster's keys alone"
+    );
+}

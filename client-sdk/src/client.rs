@@ -141,6 +141,27 @@ impl Client {
             .0)
     }
 
+    /// Raises the gateway's fence of `grant`'s lease to its token (what a
+    /// [`Lease`] does on acquire with `fence_on_acquire`), so a late write
+    /// of an earlier holder is refused from now on; the fence.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] without a gateway; [`Error::Fenced`] if a newer
+    /// token fenced already; the gateway's refusal or unavailability.
+    pub async fn fence_grant(&self, grant: &Grant) -> Result<u64, Error> {
+        let answer = self
+            .transport
+            .gateway_write(
+                &grant.jwt,
+                reqwest::Method::POST,
+                &format!("/v1/fences/{}", checked(&grant.lease)?),
+                &[],
+                None,
+            )
+            .await?;
+        Ok(answer["fence"].as_u64().unwrap_or(0))
+    }
+
     /// Renews a grant once (see [`Lease`] for the automatic way); with
     /// `batch_renewals`, in one request with the client's other renewals
     /// due at the same moment.

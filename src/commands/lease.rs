@@ -14,6 +14,7 @@ use serde_json::json;
 use super::endpoints::Endpoints;
 use super::lease_view::{
     describe, describe_history, fail, fail_acquire, info_json, print, print_grant,
+    print_grant_fenced,
 };
 
 #[derive(Debug, Subcommand)]
@@ -282,7 +283,22 @@ async fn acquire(asked: &Asked<'_>, endpoints: &Endpoints) -> anyhow::Result<Exi
         .await;
     Ok(match granted {
         Ok(grant) => {
-            print_grant(endpoints.json, &grant, "granted");
+            // A gateway named: its fence is raised to the new token at once,
+            // so an earlier holder's late write is refused from now on (as
+            // `--hold`, `run`, `proxy` and the SDKs do). A grant whose fence
+            // could not be raised is still printed, with why.
+            let fence = match endpoints.gateway {
+                Some(_) => Some(client.fence_grant(&grant).await),
+                None => None,
+            };
+            print_grant_fenced(endpoints.json, &grant, "granted", fence.as_ref());
+            if let Some(Err(err)) = &fence {
+                complain!(
+                    "granted, but the gateway fence was not raised ({err}): an earlier holder's \
+                     late write is not refused until `palisade fence bump` or this holder's \
+                     first write"
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(err) => fail_acquire(&err, asked.lease, asked.holder),

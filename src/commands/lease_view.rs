@@ -127,7 +127,22 @@ pub(crate) fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value 
 
 /// Prints a grant: readable (`verb` says what happened) or as JSON.
 pub(crate) fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str) {
-    let value = serde_json::to_value(grant).unwrap_or_default();
+    print_grant_fenced(json, grant, verb, None);
+}
+
+/// [`print_grant`], with what raising the gateway's fence gave (`None`: no
+/// gateway was named): `"fence"` in JSON (null when it was not raised), a
+/// line in text.
+pub(crate) fn print_grant_fenced(
+    json: bool,
+    grant: &palisade_client::Grant,
+    verb: &str,
+    fence: Option<&Result<u64, palisade_client::Error>>,
+) {
+    let mut value = serde_json::to_value(grant).unwrap_or_default();
+    if let Some(fence) = fence {
+        value["fence"] = fence.as_ref().ok().copied().into();
+    }
     let mut readable = format!(
         "{verb} {} for {} with token {}\njwt: {}",
         grant.lease, grant.holder, grant.token, grant.jwt
@@ -139,6 +154,11 @@ pub(crate) fn print_grant(json: bool, grant: &palisade_client::Grant, verb: &str
             secret.expose(),
             grant.grant_index.unwrap_or_default()
         ));
+    }
+    match fence {
+        Some(Ok(fence)) => readable.push_str(&format!("\ngateway fence raised to {fence}")),
+        Some(Err(err)) => readable.push_str(&format!("\ngateway fence NOT raised: {err}")),
+        None => {}
     }
     print(json, &value, readable);
 }

@@ -48,6 +48,11 @@ pub enum SqlCommand {
         follow: bool,
         #[arg(long, default_value_t = 5_000, requires = "follow")]
         every_ms: u64,
+        /// Install the cluster's keys even over a newer key set (a higher
+        /// index: a cluster rebuilt from scratch or restored): the old
+        /// cluster's keys go, and every JWT they signed is refused.
+        #[arg(long)]
+        replace: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -127,12 +132,14 @@ pub async fn run(command: SqlCommand) -> anyhow::Result<ExitCode> {
             db,
             follow,
             every_ms,
+            replace,
             endpoints,
         } => {
             keys(
                 &db,
                 &endpoints,
                 follow.then(|| Duration::from_millis(every_ms.max(100))),
+                replace,
             )
             .await?
         }
@@ -163,7 +170,7 @@ async fn install(
     if let Some(endpoints) = keys_from {
         let jwks = cluster_keys(endpoints).await?;
         let count = postgres::set_keys(&client, &jwks).await?;
-        say!("{}", keys_line(count, &jwks));
+        say!("{}", keys_line(count, &jwks)?);
     }
     for role in grant {
         postgres::allow(&client, role).await?;
@@ -177,7 +184,12 @@ async fn install(
 }
 
 /// `palisade sql keys [--follow]`.
-async fn keys(db: &Database, endpoints: &Endpoints, every: Option<Duration>) -> anyhow::Result<()> {
+async fn keys(
+    db: &Database,
+    endpoints: &Endpoints,
+    every: Option<Duration>,
+    mut replace: bool,
+) -> anyhow::Result<()> {
     let mut client = Some(db.connect().await?);
     let mut installed: Option<serde_json::Value> = None;
     loop {
@@ -192,15 +204,28 @@ async fn keys(db: &Database, endpoints: &Endpoints, every: Option<Duration>) -> 
                 };
                 match session {
                     Ok(session) => {
-                        let set = postgres::set_keys(&session, &jwks).await;
+                        let set = match replace {
+                            // Once: what follows is this cluster's own.
+                            true => forget_key_index(&session).await,
+                            false => Ok(()),
+                        };
+                        let set = match set {
+                            Ok(()) => postgres::set_keys(&session, &jwks)
+                                .await
+                                .map_err(Into::into),
+                            Err(err) => Err(err),
+                        };
                         if !session.is_closed() {
                             client = Some(session);
                         }
-                        set.map(|count| {
-                            say!("{}", keys_line(count, &jwks));
+                        set.and_then(|count| {
+                            // An older set is reported once, not every poll.
+                            let line = keys_line(count, &jwks);
                             installed = Some(jwks);
+                            replace = false;
+                            say!("{}", line?);
+                            Ok(())
                         })
-                        .map_err(anyhow::Error::from)
                     }
                     Err(err) => Err(err),
                 }
@@ -231,13 +256,24 @@ async fn cluster_keys(endpoints: &Endpoints) -> anyhow::Result<serde_json::Value
         .map_err(|e| anyhow!("cannot read the cluster's keys (GET /v1/jwks): {e}"))
 }
 
-/// What `set_keys` did, on one line.
-fn keys_line(count: i32, jwks: &serde_json::Value) -> String {
+/// Lets the next `set_keys` install any key set, older ones too
+/// (`--replace`).
+async fn forget_key_index(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    client
+        .batch_execute("UPDATE palisade.settings SET keys_index = 0")
+        .await
+        .map_err(|e| anyhow!("cannot reset the database's key set index: {e}"))
+}
+
+/// What `set_keys` did, on one line; an error when it changed nothing.
+fn keys_line(count: i32, jwks: &serde_json::Value) -> anyhow::Result<String> {
     let index = &jwks["applied_index"];
     if count == 0 {
-        return format!(
-            "the database holds a newer key set than the cluster's (index {index}): unchanged"
-        );
+        return Err(anyhow!(
+            "the database holds a newer key set than the cluster's (index {index}), so its keys \
+             are unchanged: if this cluster was rebuilt or restored, run `palisade sql keys \
+             --replace` to install its keys in place of the old cluster's"
+        ));
     }
     let kids: Vec<&str> = jwks["keys"]
         .as_array()
@@ -245,10 +281,10 @@ fn keys_line(count: i32, jwks: &serde_json::Value) -> String {
         .flatten()
         .filter_map(|k| k["kid"].as_str())
         .collect();
-    format!(
+    Ok(format!(
         "{count} signing key(s) installed (index {index}): {}",
         kids.join(", ")
-    )
+    ))
 }
 
 /// `palisade sql guard`.
