@@ -241,17 +241,25 @@ pub async fn run(args: EtcdBench) -> anyhow::Result<ExitCode> {
 
     let single = Etcd::start(1)?;
     Failover::leader(&single, &client).await;
+    let single_pid: Vec<u32> = single.nodes[0]
+        .0
+        .as_ref()
+        .map(Child::id)
+        .into_iter()
+        .collect();
     for &concurrency in &args.load.concurrency {
-        results.push(single_put_row(&client, &single.url(0), concurrency, duration, &value).await);
+        let base = single.url(0);
+        let row = single_put_row(&client, &base, concurrency, duration, &value);
+        results.push(crate::load::measured_cpu(&single_pid, row).await);
     }
 
     #[cfg(feature = "etcd-grpc")]
     results.extend(
         crate::etcd_grpc::put_rows(
             &single.url(0),
+            &single_pid,
             &args.load.concurrency,
-            duration,
-            args.value_bytes,
+            (duration, args.value_bytes),
         )
         .await?,
     );
@@ -399,17 +407,18 @@ async fn grpc_rows(
     // As `compare.sh` users connect (all endpoints: most calls reach a
     // follower, which forwards them), and at etcd's best: the leader
     // alone.
+    let pid = cluster.nodes[leader].0.as_ref().map(Child::id);
+    let leader_pid: Vec<u32> = pid.into_iter().collect();
     for (label, given) in [
         ("etcd grpc", endpoints.clone()),
         ("etcd grpc@leader", vec![cluster.url(leader)]),
     ] {
         results.extend(
             crate::etcd_grpc::cluster_rows(
-                &given,
+                (&given, &leader_pid),
                 label,
                 &args.load.concurrency,
-                duration,
-                args.value_bytes,
+                (duration, args.value_bytes),
             )
             .await?,
         );
@@ -417,7 +426,6 @@ async fn grpc_rows(
     if args.hold_leases == 0 {
         return Ok(Value::Null);
     }
-    let pid = cluster.nodes[leader].0.as_ref().map(Child::id);
     crate::etcd_grpc::hold(
         &endpoints,
         args.hold_leases,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
 use serde_json::json;
 
-use crate::load::{load, Figures, OpResult};
+use crate::load::{load, measured_cpu, Figures, OpResult};
 
 /// Connects one client (the way users do: all endpoints, one channel).
 async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
@@ -45,11 +45,10 @@ async fn keep_alive(keeper: &mut LeaseKeeper, stream: &mut LeaseKeepAliveStream)
 /// named `<label> lease keepalive` and `<label> grant+put+revoke cycle`
 /// (the client is given `endpoints`: all three, or the leader alone).
 pub async fn cluster_rows(
-    endpoints: &[String],
+    (endpoints, leader_pid): (&[String], &[u32]),
     label: &str,
     concurrency: &[usize],
-    duration: Duration,
-    value_bytes: usize,
+    (duration, value_bytes): (Duration, usize),
 ) -> anyhow::Result<Vec<Figures>> {
     let client = connect(endpoints).await?;
     let value = Arc::new(vec![b'v'; value_bytes]);
@@ -63,38 +62,44 @@ pub async fn cluster_rows(
         }
         let streams = Arc::new(streams);
         rows.push(
-            load(
-                &format!("{label} lease keepalive"),
-                concurrency,
-                duration,
-                move |task, _| {
-                    let streams = streams.clone();
-                    async move {
-                        let mut guard = streams[task].lock().await;
-                        let (keeper, stream) = &mut *guard;
-                        keep_alive(keeper, stream).await
-                    }
-                },
+            measured_cpu(
+                leader_pid,
+                load(
+                    &format!("{label} lease keepalive"),
+                    concurrency,
+                    duration,
+                    move |task, _| {
+                        let streams = streams.clone();
+                        async move {
+                            let mut guard = streams[task].lock().await;
+                            let (keeper, stream) = &mut *guard;
+                            keep_alive(keeper, stream).await
+                        }
+                    },
+                ),
             )
             .await,
         );
         let (c, v) = (client.clone(), value.clone());
         rows.push(
-            load(
-                &format!("{label} grant+put+revoke cycle"),
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (mut c, v) = (c.clone(), v.clone());
-                    async move {
-                        let id = c.lease_grant(10, None).await.map_err(|e| kind(&e))?.id();
-                        let key = format!("grpc-cycle-{task}-{}", i % 64);
-                        c.put(key, v.as_slice(), Some(PutOptions::new().with_lease(id)))
-                            .await
-                            .map_err(|e| kind(&e))?;
-                        c.lease_revoke(id).await.map(drop).map_err(|e| kind(&e))
-                    }
-                },
+            measured_cpu(
+                leader_pid,
+                load(
+                    &format!("{label} grant+put+revoke cycle"),
+                    concurrency,
+                    duration,
+                    move |task, i| {
+                        let (mut c, v) = (c.clone(), v.clone());
+                        async move {
+                            let id = c.lease_grant(10, None).await.map_err(|e| kind(&e))?.id();
+                            let key = format!("grpc-cycle-{task}-{}", i % 64);
+                            c.put(key, v.as_slice(), Some(PutOptions::new().with_lease(id)))
+                                .await
+                                .map_err(|e| kind(&e))?;
+                            c.lease_revoke(id).await.map(drop).map_err(|e| kind(&e))
+                        }
+                    },
+                ),
             )
             .await,
         );
@@ -105,9 +110,9 @@ pub async fn cluster_rows(
 /// Single-node puts at each concurrency.
 pub async fn put_rows(
     endpoint: &str,
+    pid: &[u32],
     concurrency: &[usize],
-    duration: Duration,
-    value_bytes: usize,
+    (duration, value_bytes): (Duration, usize),
 ) -> anyhow::Result<Vec<Figures>> {
     let client = connect(&[endpoint.to_owned()]).await?;
     let value = Arc::new(vec![b'v'; value_bytes]);
@@ -115,19 +120,22 @@ pub async fn put_rows(
     for &concurrency in concurrency {
         let (c, v) = (client.clone(), value.clone());
         rows.push(
-            load(
-                "etcd grpc single-node put",
-                concurrency,
-                duration,
-                move |task, i| {
-                    let (mut c, v) = (c.clone(), v.clone());
-                    async move {
-                        c.put(format!("grpc/{task}/{}", i % 100), v.as_slice(), None)
-                            .await
-                            .map(drop)
-                            .map_err(|e| kind(&e))
-                    }
-                },
+            measured_cpu(
+                pid,
+                load(
+                    "etcd grpc single-node put",
+                    concurrency,
+                    duration,
+                    move |task, i| {
+                        let (mut c, v) = (c.clone(), v.clone());
+                        async move {
+                            c.put(format!("grpc/{task}/{}", i % 100), v.as_slice(), None)
+                                .await
+                                .map(drop)
+                                .map_err(|e| kind(&e))
+                        }
+                    },
+                ),
             )
             .await,
         );

@@ -24,7 +24,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use palisade_local_cluster::{GatewayKeys, Logs, Node, NodeSpec};
 use palisade_names::{LeaseClaims, ISSUER};
 
-use crate::load::{figures, load, print_table, Figures, LoadArgs};
+use crate::load::{figures, load, measured_cpu, print_table, Figures, LoadArgs};
 
 #[derive(Debug, Args)]
 pub struct GatewayBench {
@@ -77,9 +77,12 @@ pub async fn run(args: GatewayBench, palisade: &Path) -> anyhow::Result<ExitCode
     let mut token = 1;
     for &concurrency in &args.load.concurrency {
         token += 1;
-        results.push(put_load(&url, &encoding, token, concurrency, duration, &value).await);
+        let gateway_pid = [gateway.pid()];
+        let put = put_load(&url, &encoding, token, concurrency, duration, &value);
+        results.push(measured_cpu(&gateway_pid, put).await);
         let jwt = bench_jwt(&encoding, token);
-        results.push(conditional_load(&url, &jwt, concurrency, duration, &value).await);
+        let conditional = conditional_load(&url, &jwt, concurrency, duration, &value);
+        results.push(measured_cpu(&gateway_pid, conditional).await);
     }
     // Once every PUT row has written its keys: `bench/{task}/{0..100}` for
     // every task of the largest row.

@@ -44,6 +44,11 @@ pub struct Figures {
     /// Each node's CPU over the run, in percent of one core (when measured).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     node_cpu_percent: Vec<f64>,
+    /// Each server process's CPU time per operation, in microseconds (when
+    /// measured): what an operation costs, whatever the machine's other
+    /// load did to its throughput.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cpu_us_per_op: Vec<f64>,
 }
 
 impl Figures {
@@ -121,6 +126,7 @@ pub fn figures(
         p99_us: pick(0.99),
         p999_us: pick(0.999),
         node_cpu_percent: Vec::new(),
+        cpu_us_per_op: Vec::new(),
     }
 }
 
@@ -134,18 +140,54 @@ impl Figures {
         self
     }
 
-    /// The same, with each node's CPU over the run (percent of one core).
+    /// The same, with each process's CPU time used over the run (`before`
+    /// and `after` it, `wall` long): in percent of one core, and per
+    /// operation.
     #[must_use]
-    pub fn with_node_cpu(mut self, percent: Vec<f64>) -> Self {
-        self.node_cpu_percent = percent;
+    pub fn with_process_cpu(
+        mut self,
+        before: &[Duration],
+        after: &[Duration],
+        wall: Duration,
+    ) -> Self {
+        let used: Vec<Duration> = before
+            .iter()
+            .zip(after)
+            .map(|(b, a)| a.saturating_sub(*b))
+            .collect();
+        let wall = wall.as_secs_f64().max(1e-9);
+        let ops = self.ops.max(1) as f64;
+        self.node_cpu_percent = used
+            .iter()
+            .map(|u| 100.0 * u.as_secs_f64() / wall)
+            .collect();
+        self.cpu_us_per_op = used.iter().map(|u| u.as_secs_f64() * 1e6 / ops).collect();
         self
     }
+}
+
+/// Runs `row` and adds the CPU time the processes `pids` used meanwhile
+/// ([`Figures::with_process_cpu`]; a process that cannot be read counts
+/// none).
+pub async fn measured_cpu(
+    pids: &[u32],
+    row: impl std::future::Future<Output = Figures>,
+) -> Figures {
+    let cpu = || -> Vec<Duration> {
+        pids.iter()
+            .map(|pid| crate::hold::cpu_time(*pid).unwrap_or_default())
+            .collect()
+    };
+    let (before, started) = (cpu(), std::time::Instant::now());
+    let figures = row.await;
+    let wall = started.elapsed();
+    figures.with_process_cpu(&before, &cpu(), wall)
 }
 
 /// Prints figures as an aligned table.
 pub fn print_table(results: &[Figures]) {
     println!(
-        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}  node CPU %",
+        "{:<36} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}  node CPU %  CPU us/op",
         "what", "conc", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors"
     );
     for r in results {
@@ -154,8 +196,9 @@ pub fn print_table(results: &[Figures]) {
             .iter()
             .map(|p| format!("{p:.0}"))
             .collect();
+        let per_op: Vec<String> = r.cpu_us_per_op.iter().map(|u| format!("{u:.1}")).collect();
         println!(
-            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}  {}",
+            "{:<36} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>7}  {:<10} {}",
             r.what,
             r.concurrency,
             r.ops_per_sec,
@@ -163,7 +206,8 @@ pub fn print_table(results: &[Figures]) {
             r.p99_us,
             r.p999_us,
             r.errors,
-            cpu.join("/")
+            cpu.join("/"),
+            per_op.join("/")
         );
         for (kind, count) in &r.errors_by_kind {
             println!("    {count} x {kind}");

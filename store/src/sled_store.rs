@@ -112,7 +112,7 @@ impl SledStore {
         when: Option<(&ObjectKey, Precondition)>,
         effect: impl FnOnce(&sled::Tree) -> Result<T, sled::Error>,
     ) -> Result<T, StoreError> {
-        let pending = self.commit.begin_write()?;
+        let mut pending = self.commit.begin_write()?;
         let value = {
             let _inserting = self.commit.inserting().await;
             let _lease_lock = self.locks.lock(lease.as_str());
@@ -141,6 +141,7 @@ impl SledStore {
         };
         // Whatever reached the trees (even a failed effect's fence) stays
         // pending for readers until durable, even if this future is dropped.
+        pending.wrote();
         pending.durable().await?;
         Ok(value?)
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use palisade_local_cluster::Cluster;
 use serde_json::{json, Value};
 
-use super::partitions::{cpu_percent, node_cpu, Map};
+use super::partitions::{node_cpu, Map};
 use super::requests::{
     batch_leases, call, cycle, grant_id, holder_token, post, renew, renew_batch, renew_lease,
     sdk_client,
@@ -75,7 +75,7 @@ impl Rows<'_> {
         let (before, started) = (node_cpu(self.cluster), std::time::Instant::now());
         let figures = row.await;
         let wall = started.elapsed();
-        figures.with_node_cpu(cpu_percent(&before, &node_cpu(self.cluster), wall))
+        figures.with_process_cpu(&before, &node_cpu(self.cluster), wall)
     }
 
     async fn cycles(&self, concurrency: usize) -> Figures {

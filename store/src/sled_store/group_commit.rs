@@ -2,7 +2,7 @@
 //!
 //! A writer finishes its in-memory transaction, then waits for a flush that
 //! *started after* its transaction finished; such a flush covers its write. One
-//! flusher task runs flushes back to back while anybody waits, so under load each
+//! flusher thread runs flushes back to back while anybody waits, so under load each
 //! fsync carries every write that finished while the previous one was running.
 //!
 //! Readers use the same mechanism: a read that may have seen a write not yet
@@ -18,10 +18,11 @@
 //! lost acknowledged fences so, with 160 KiB objects).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use palisade_plumbing::sled_files::SledFiles;
-use tokio::sync::{watch, Notify, RwLock, RwLockReadGuard};
+use palisade_plumbing::sync::lock;
+use tokio::sync::{watch, RwLock, RwLockReadGuard};
 
 use crate::error::StoreError;
 
@@ -32,8 +33,9 @@ pub(crate) struct GroupCommit {
     started: AtomicU64,
     /// The number of the last finished flush, watched by waiters.
     finished: watch::Sender<u64>,
-    /// Wakes the flusher when somebody waits.
-    wanted: Notify,
+    /// Whether somebody waits for a flush (and whether the flusher should
+    /// stop), with the condition the flusher thread sleeps on.
+    wanted: (Mutex<Wanted>, Condvar),
     /// Writes between the start of their transaction and the end of their
     /// durability wait. Zero means every write a reader can see is durable.
     pending_writes: AtomicU64,
@@ -43,13 +45,25 @@ pub(crate) struct GroupCommit {
     barrier: Arc<RwLock<()>>,
 }
 
-/// Owns the flusher task; dropping it stops the task.
+/// What the flusher thread is asked.
+#[derive(Debug, Default)]
+struct Wanted {
+    /// A waiter needs a flush that starts from now.
+    flush: bool,
+    /// The store is gone: end the thread.
+    stop: bool,
+}
+
+/// Owns the flusher thread; dropping it ends the thread (after the flush
+/// under way, if any).
 #[derive(Debug)]
-pub(crate) struct FlusherTask(tokio::task::JoinHandle<()>);
+pub(crate) struct FlusherTask(Arc<GroupCommit>);
 
 impl Drop for FlusherTask {
     fn drop(&mut self) {
-        self.0.abort();
+        let (wanted, wake) = &self.0.wanted;
+        lock(wanted).stop = true;
+        wake.notify_one();
     }
 }
 
@@ -57,34 +71,61 @@ impl Drop for FlusherTask {
 /// is owned (not borrowed), so the durability wait can outlive the request
 /// that started the write: a writer that disconnects, or whose request hits
 /// its deadline, while waiting for the flush must not let readers see its
-/// write before it is on disk.
+/// write before it is on disk (dropped early, the guard waits for the flush
+/// in a task of its own).
 #[derive(Debug)]
-pub(crate) struct PendingWrite(Arc<GroupCommit>);
+pub(crate) struct PendingWrite {
+    commit: Arc<GroupCommit>,
+    /// Something may have reached the trees: readers wait for its flush.
+    wrote: bool,
+    /// Its flush finished (or it wrote nothing): readers need not wait.
+    settled: bool,
+}
 
 impl PendingWrite {
-    /// Waits until the write is durable, in a task of its own: the wait
-    /// (and this guard) end with the flush, not with the caller's future.
-    pub(crate) async fn durable(self) -> Result<(), StoreError> {
-        let wait = tokio::spawn(async move {
-            let result = self.0.wait_durable().await;
-            drop(self);
-            result
-        });
-        wait.await
-            .map_err(|e| StoreError::Engine(format!("durability wait failed: {e}")))?
+    /// Something may have reached the trees (even a failed effect's fence):
+    /// it stays pending for readers until a flush covers it.
+    pub(crate) fn wrote(&mut self) {
+        self.wrote = true;
+    }
+
+    /// Waits until the write is durable. Its caller's future may be dropped
+    /// meanwhile: the guard then keeps readers waiting until the flush.
+    pub(crate) async fn durable(mut self) -> Result<(), StoreError> {
+        let result = self.commit.wait_durable().await;
+        self.settled = true;
+        result
     }
 }
 
 impl Drop for PendingWrite {
     fn drop(&mut self) {
-        self.0.pending_writes.fetch_sub(1, Ordering::SeqCst);
+        if self.wrote && !self.settled {
+            // Dropped before its flush: readers go on waiting for it, in a
+            // task of its own (with no runtime left, nobody reads either).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let commit = self.commit.clone();
+                runtime.spawn(async move {
+                    let _ = commit.wait_durable().await;
+                    commit.pending_writes.fetch_sub(1, Ordering::SeqCst);
+                });
+                return;
+            }
+        }
+        self.commit.pending_writes.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl GroupCommit {
-    /// Starts the flusher task for `db`, whose `files` are synced after
-    /// each flush (sled's own flush is not an fsync). The
-    /// task stops when the returned [`FlusherTask`] is dropped.
+    /// Starts the flusher for `db`, whose `files` are synced after each
+    /// flush (sled's own flush is not an fsync): an OS thread of its own,
+    /// so a flush is one wake of that thread and one of its waiters, not a
+    /// hop through tokio's blocking pool and back (each PUT took some 21
+    /// futex calls that way). It stops when the returned [`FlusherTask`] is
+    /// dropped.
+    ///
+    /// # Panics
+    /// If the thread cannot be spawned.
     pub(crate) fn start(
         db: sled::Db,
         files: Arc<SledFiles>,
@@ -94,48 +135,67 @@ impl GroupCommit {
         let this = Arc::new(Self {
             started: AtomicU64::new(0),
             finished,
-            wanted: Notify::new(),
+            wanted: (Mutex::default(), Condvar::new()),
             pending_writes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             barrier: Arc::new(RwLock::new(())),
         });
         let shared = this.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                shared.wanted.notified().await;
-                let number = shared.started.fetch_add(1, Ordering::SeqCst) + 1;
-                let (db, files) = (db.clone(), files.clone());
-                let barrier = shared.barrier.clone();
-                let started = std::time::Instant::now();
-                let result = tokio::task::spawn_blocking(move || {
-                    let _no_inserts = barrier.blocking_write();
-                    db.flush()?;
-                    files.sync().map_err(sled::Error::Io)
-                })
-                .await;
-                if let Some(on_flush) = &on_flush {
-                    on_flush(started.elapsed());
+        std::thread::Builder::new()
+            .name("store-flusher".into())
+            .spawn(move || shared.flush_while_wanted(&db, &files, on_flush.as_deref()))
+            .expect("spawn the store's flusher thread");
+        (this.clone(), FlusherTask(this))
+    }
+
+    /// The flusher thread: a flush whenever one is wanted, until stopped.
+    fn flush_while_wanted(
+        &self,
+        db: &sled::Db,
+        files: &SledFiles,
+        on_flush: Option<&(dyn Fn(std::time::Duration) + Send + Sync)>,
+    ) {
+        loop {
+            {
+                let (wanted, wake) = &self.wanted;
+                let mut wanted = lock(wanted);
+                while !wanted.flush && !wanted.stop {
+                    wanted = wake
+                        .wait(wanted)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
-                let failure = match result {
-                    Ok(Ok(_)) => None,
-                    Ok(Err(err)) => Some(err.to_string()),
-                    Err(err) => Some(err.to_string()),
-                };
-                if let Some(err) = failure {
-                    tracing::error!(%err, "flush failed; refusing all further writes");
-                    shared.failed.store(true, Ordering::SeqCst);
+                if wanted.stop {
+                    return;
                 }
-                shared.finished.send_replace(number);
+                wanted.flush = false;
             }
-        });
-        (this, FlusherTask(task))
+            let number = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+            let started = std::time::Instant::now();
+            let result = {
+                let _no_inserts = self.barrier.blocking_write();
+                db.flush()
+                    .and_then(|_| files.sync().map_err(sled::Error::Io))
+            };
+            if let Some(on_flush) = on_flush {
+                on_flush(started.elapsed());
+            }
+            if let Err(err) = result {
+                tracing::error!(%err, "flush failed; refusing all further writes");
+                self.failed.store(true, Ordering::SeqCst);
+            }
+            self.finished.send_replace(number);
+        }
     }
 
     /// Marks a write as started; keep the guard until it is durable
     /// ([`PendingWrite::durable`]).
     pub(crate) fn begin_write(self: &Arc<Self>) -> Result<PendingWrite, StoreError> {
         self.pending_writes.fetch_add(1, Ordering::SeqCst);
-        let guard = PendingWrite(self.clone());
+        let guard = PendingWrite {
+            commit: self.clone(),
+            wrote: false,
+            settled: false,
+        };
         self.check_healthy()?;
         Ok(guard)
     }
@@ -156,7 +216,14 @@ impl GroupCommit {
     pub(crate) async fn wait_durable(&self) -> Result<(), StoreError> {
         let needed = self.started.load(Ordering::SeqCst) + 1;
         let mut finished = self.finished.subscribe();
-        self.wanted.notify_one();
+        {
+            let (wanted, wake) = &self.wanted;
+            let mut wanted = lock(wanted);
+            if !wanted.flush {
+                wanted.flush = true;
+                wake.notify_one();
+            }
+        }
         finished
             .wait_for(|&done| done >= needed)
             .await
