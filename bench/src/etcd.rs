@@ -431,7 +431,7 @@ async fn grpc_rows(
         args.hold_leases,
         args.hold_ttl_secs,
         args.hold_seconds,
-        || crate::hold::cpu_time(pid?),
+        || crate::cpu::cpu_time(pid?),
     )
     .await
 }

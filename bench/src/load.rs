@@ -175,7 +175,7 @@ pub async fn measured_cpu(
 ) -> Figures {
     let cpu = || -> Vec<Duration> {
         pids.iter()
-            .map(|pid| crate::hold::cpu_time(*pid).unwrap_or_default())
+            .map(|pid| crate::cpu::cpu_time(*pid).unwrap_or_default())
             .collect()
     };
     let (before, started) = (cpu(), std::time::Instant::now());

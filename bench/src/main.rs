@@ -12,6 +12,7 @@
 //!   SDK client keeping many leases) uses the SDK itself. Palisade's processes come from
 //!   `palisade-local-cluster`, started from the binary `--palisade` names.
 
+mod cpu;
 mod election;
 mod etcd;
 #[cfg(feature = "etcd-grpc")]

@@ -9,7 +9,7 @@ use palisade_local_cluster::Cluster;
 use serde_json::{json, Value};
 
 use super::requests::post;
-use crate::hold::cpu_time;
+use crate::cpu::cpu_time;
 
 /// Each partition's leader, and the URL its calls go to.
 pub(super) struct Map {
