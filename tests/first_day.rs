@@ -565,7 +565,9 @@ fn the_readme_proxy_line_runs_and_answers_numbers() {
 
 /// `cluster status` asks every node at once: three endpoints that accept
 /// connections and never answer cost one node timeout (2 s), not three;
-/// they show as unreachable beside the real nodes.
+/// they show as unreachable beside the real nodes, and the status exits 1
+/// naming each (a script can tell; it exited 0 with members down). The
+/// healthy cluster alone exits 0.
 #[test]
 fn cluster_status_asks_nodes_at_once() {
     let dev = Dev::start(&[]);
@@ -582,16 +584,24 @@ fn cluster_status_asks_nodes_at_once() {
             .iter()
             .map(|l| format!("http://{}", l.local_addr().expect("addr"))),
     );
+    let healthy = dev.var("PALISADE_ELECTION").to_owned();
+    dev.ok(&["cluster", "status", "--election", &healthy]);
     let started = Instant::now();
-    let table = dev.ok(&["cluster", "status", "--election", &endpoints.join(",")]);
+    let stderr = dev.refused(&["cluster", "status", "--election", &endpoints.join(",")]);
     let took = started.elapsed();
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("did not answer")).count(),
+        3,
+        "{stderr}"
+    );
+    let table = text(&dev.cli(&["cluster", "status", "--election", &endpoints.join(",")]).stdout);
     assert_eq!(
         table.lines().filter(|l| l.contains("unreachable")).count(),
         3,
         "{table}"
     );
     // One after another they took at least 3 x 2 s.
-    assert!(took < Duration::from_millis(5_500), "{took:?}\n{table}");
+    assert!(took < Duration::from_millis(5_500), "{took:?}\n{stderr}");
 }
 
 /// With the leader and a follower down, a refused acquire names the

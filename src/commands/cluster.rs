@@ -120,7 +120,7 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
             })
             .collect();
         say!("{document}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(health(&views));
     }
     let commit = answered
         .iter()
@@ -148,10 +148,16 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
                     .find(|m| m["id"].as_u64() == Some(id))
                     .and_then(|m| m["addr"].as_str())
                     .unwrap_or("-");
+                // A node whose Raft state says Leader but that no quorum
+                // acknowledges does not act as one.
+                let role = match (view["state"].as_str(), view["leading"].as_bool()) {
+                    (Some("Leader"), Some(false)) => "Leader?",
+                    (state, _) => state.unwrap_or("?"),
+                };
                 say!(
                     "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} {peer}",
                     id,
-                    view["state"].as_str().unwrap_or("?"),
+                    role,
                     view["term"].as_u64().unwrap_or(0),
                     applied,
                     commit.saturating_sub(applied),
@@ -170,7 +176,60 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
     if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
         print_members(view);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(health(&views))
+}
+
+/// Exit 0 only for a healthy cluster: every endpoint answered, a leader
+/// acts for every partition, no node names a setting its peers disagree
+/// on. Otherwise each problem on stderr (`Leader?` in the table: a node in
+/// Raft's Leader state that no quorum acknowledges) and exit 1, as
+/// `etcdctl endpoint health` fails with a member down or no quorum.
+fn health(views: &[(String, Result<serde_json::Value, Error>)]) -> ExitCode {
+    let mut problems = Vec::new();
+    let answered: Vec<&serde_json::Value> =
+        views.iter().filter_map(|(_, v)| v.as_ref().ok()).collect();
+    for (url, view) in views {
+        if let Err(err) = view {
+            problems.push(format!("{url} did not answer: {err}"));
+        }
+    }
+    let partitions = answered
+        .iter()
+        .filter_map(|v| v["partitions"].as_array().map(Vec::len))
+        .max()
+        .unwrap_or(1);
+    for k in 0..partitions {
+        let led = answered.iter().any(|v| {
+            let partition = &v["partitions"][k];
+            match partition.is_null() {
+                true => k == 0 && v["leader"].is_u64(),
+                false => partition["leader"].is_u64(),
+            }
+        });
+        if !led {
+            problems.push(match partitions {
+                1 => "no node knows a leader acting with a quorum".to_owned(),
+                _ => format!("partition {k}: no node knows a leader acting with a quorum"),
+            });
+        }
+    }
+    for view in &answered {
+        for differs in view["settings"]["disagreements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let id = view["node_id"].as_u64().unwrap_or(0);
+            problems.push(format!("node {id}: {}", differs.as_str().unwrap_or("?")));
+        }
+    }
+    if problems.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for problem in &problems {
+        complain!("unhealthy: {problem}");
+    }
+    ExitCode::from(1)
 }
 
 /// With more than one partition: each partition's leader and term, as the

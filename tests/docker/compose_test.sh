@@ -95,7 +95,8 @@ retry() { # retry N CMD...: run CMD until it succeeds, at most N times, 0.2 s ap
 # callers retry it rather than read "None".
 leader() {
   local id
-  id=$("$bin" cluster status --election "$E" --json | json '["leader"]') || return 1
+  # (status exits 1 while a node is down: its document still names the leader)
+  id=$({ "$bin" cluster status --election "$E" --json || true; } | json '["leader"]') || return 1
   [ "$id" != None ] && echo "$id"
 }
 
@@ -166,14 +167,14 @@ l=$(retry 50 leader) || fail "no node names a leader"; f=$(( l % 3 + 1 ))
 container=$(compose ps -q "election$f")
 docker network disconnect "${project}_default" "$container"
 for i in 1 2 3 4 5; do retry 50 "$bin" lease acquire "partition-$i" --holder P --ttl-ms 600000 --election "$E" >/dev/null || fail "acquire with a node cut off"; done
-target=$("$bin" cluster status --election "$E" --json | json '["commit_index"]')
+target=$({ "$bin" cluster status --election "$E" --json || true; } | json '["commit_index"]')
 # Reconnect under the service name: compose's DNS alias is not restored otherwise.
 docker network connect --alias "election$f" "${project}_default" "$container"
 # Ask the node itself (from inside its container: published ports may not
 # follow a container that was disconnected and reconnected).
 caught_up() {
-  applied=$(docker exec "$container" /palisade cluster status --election https://127.0.0.1:7001 \
-    --ca /certs/ca.pem --api-key-file /certs/admin.key --json 2>/dev/null \
+  applied=$({ docker exec "$container" /palisade cluster status --election https://127.0.0.1:7001 \
+    --ca /certs/ca.pem --api-key-file /certs/admin.key --json 2>/dev/null || true; } \
     | json '["applied_index"]' 2>/dev/null || echo 0)
   [ "${applied:-0}" != None ] && [ "${applied:-0}" -ge "$target" ]
 }
