@@ -127,6 +127,23 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         .filter_map(|v| v["commit_index"].as_u64())
         .max()
         .unwrap_or(0);
+    print_nodes(&views, commit);
+    let leader = answered
+        .iter()
+        .find_map(|v| v["leader"].as_u64())
+        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
+    say!("leader: {leader}; commit index {commit}");
+    print_partitions(&answered);
+    if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
+        print_members(view);
+    }
+    Ok(health(&views))
+}
+
+/// One row per endpoint, from its own view: node, role, term, applied
+/// index, lag behind `commit` (the highest commit index seen), client and
+/// peer address; an endpoint that did not answer says why.
+fn print_nodes(views: &[(String, Result<serde_json::Value, Error>)], commit: u64) {
     say!(
         "{:<5} {:<11} {:>6} {:>10} {:>6}  {:<28} PEER",
         "NODE",
@@ -136,7 +153,7 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
         "LAG",
         "CLIENT"
     );
-    for (url, view) in &views {
+    for (url, view) in views {
         match view {
             Ok(view) => {
                 let id = view["node_id"].as_u64().unwrap_or(0);
@@ -167,16 +184,6 @@ async fn status(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
             Err(err) => say!("{:<5} {:<11} {url}: {err}", "-", "unreachable"),
         }
     }
-    let leader = answered
-        .iter()
-        .find_map(|v| v["leader"].as_u64())
-        .map_or_else(|| "none".to_owned(), |id| format!("node {id}"));
-    say!("leader: {leader}; commit index {commit}");
-    print_partitions(&answered);
-    if let Some(view) = answered.iter().find(|v| v["leading"] == true) {
-        print_members(view);
-    }
-    Ok(health(&views))
 }
 
 /// Exit 0 only for a healthy cluster: every endpoint answered, a leader
