@@ -75,7 +75,11 @@ func (c *Client) Acquire(ctx context.Context, lease, holder string, ttl time.Dur
 	if err != nil {
 		return nil, err
 	}
-	l := startLease(c.t, grant, sent)
+	var asked acquireOptions
+	for _, opt := range opts {
+		opt(&asked)
+	}
+	l := startLease(c.t, grant, sent, asked.lockDelay > 0)
 	if err := l.Err(); err != nil { // closed meanwhile
 		c.t.releaseInBackground(l.id)
 		return nil, err

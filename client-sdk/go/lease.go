@@ -31,11 +31,14 @@ const (
 // releases the leases still held); a Lease dropped without either keeps
 // renewing.
 type Lease struct {
-	t         *transport
-	id        GrantID
-	ttl       time.Duration
-	done      chan struct{}
-	closeOnce sync.Once
+	t   *transport
+	id  GrantID
+	ttl time.Duration
+	// lockDelayed: taken with a lock-delay, so a lapsed grant is left to
+	// expire (a release would clear the delay the holder asked for).
+	lockDelayed bool
+	done        chan struct{}
+	closeOnce   sync.Once
 
 	mu       sync.Mutex
 	jwt      string
@@ -53,15 +56,16 @@ func marginFor(ratio float64, ttl time.Duration) time.Duration {
 	return margin
 }
 
-func startLease(t *transport, g *Grant, sent time.Time) *Lease {
+func startLease(t *transport, g *Grant, sent time.Time, lockDelayed bool) *Lease {
 	ttl := g.TTL()
 	l := &Lease{
-		t:        t,
-		id:       g.ID(),
-		ttl:      ttl,
-		done:     make(chan struct{}),
-		jwt:      g.JWT,
-		deadline: sent.Add(ttl - marginFor(t.cfg.DriftMarginRatio, ttl)),
+		t:           t,
+		id:          g.ID(),
+		ttl:         ttl,
+		lockDelayed: lockDelayed,
+		done:        make(chan struct{}),
+		jwt:         g.JWT,
+		deadline:    sent.Add(ttl - marginFor(t.cfg.DriftMarginRatio, ttl)),
 	}
 	if !t.track(l) {
 		l.markLost(&LeaseLostError{Reason: "the client was closed"}, true)

@@ -92,16 +92,15 @@ func TestAReaderListsOnlyItsLeasesAndNextWalksTheWholePrefix(t *testing.T) {
 	if got := keysOf(pages); !reflect.DeepEqual(got, mine) {
 		t.Fatalf("the reader listed %v, want %v", got, mine)
 	}
-	short, throughB := false, false
+	// The scan is confined to what the reader may read: no Next names a
+	// key of golist-b, the lease it may not read.
 	for _, p := range pages {
-		short = short || (len(p.Objects) < 2 && p.More)
-		throughB = throughB || strings.HasPrefix(p.Next, "golist-b/")
-	}
-	if !short || !throughB {
-		t.Fatalf("no short page with Next set, or Next never in golist-b: %+v", pages)
+		if strings.HasPrefix(p.Next, "golist-b/") {
+			t.Fatalf("Next names a key the reader may not read: %+v", pages)
+		}
 	}
 	every := listPages(t, admin, "golist-", 2)
-	if got := keysOf(every); !reflect.DeepEqual(got, policyKeys) || len(every) != len(pages) {
+	if got := keysOf(every); !reflect.DeepEqual(got, policyKeys) || len(every) <= len(pages) {
 		t.Fatalf("the admin listed %v in %d pages (the reader's: %d)", got, len(every), len(pages))
 	}
 

@@ -29,7 +29,7 @@ func (l *Lease) renewLoop(sent time.Time) {
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
-			l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
+			l.lapse()
 			return
 		}
 		if now.Before(next) {
@@ -51,6 +51,43 @@ func (l *Lease) renewLoop(sent time.Time) {
 		}
 		next = sent.Add(time.Duration(float64(ttl) * ratio))
 	}
+}
+
+// lapse: the safe deadline passed with no renewal answered. The lease is
+// lost here, and its grant is given back (unless taken with a lock-delay):
+// every new leader treats a live grant as renewed at its takeover, so while
+// leadership moves faster than the ttl an abandoned grant would never
+// expire and no one else could be granted the lease. The release names the
+// grant by token, secret and grant index, so it frees nothing else, and is
+// sent after this holder stopped believing it holds the lease. Retried
+// while the cluster is unavailable, for three ttls (5 s..60 s).
+func (l *Lease) lapse() {
+	l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
+	if l.lockDelayed {
+		return
+	}
+	patience := 3 * l.ttl
+	if patience < 5*time.Second {
+		patience = 5 * time.Second
+	} else if patience > time.Minute {
+		patience = time.Minute
+	}
+	go func() {
+		until := time.Now().Add(patience)
+		pause := 100 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), l.t.cfg.RequestTimeout+l.t.cfg.RetryBudget)
+			err := l.t.releaseGrant(ctx, l.id)
+			cancel()
+			if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().Add(pause).After(until) {
+				return
+			}
+			time.Sleep(pause)
+			if pause *= 2; pause > time.Second {
+				pause = time.Second
+			}
+		}
+	}()
 }
 
 // renewRatio is RenewRatio clamped to 0.05..0.9.
@@ -110,7 +147,7 @@ func (l *Lease) renewalFailed(err error) bool {
 		return true
 	}
 	if !time.Now().Before(l.Deadline()) {
-		l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
+		l.lapse()
 		return true
 	}
 	l.t.logf("palisade: renewal of %s failed; retrying: %v", l.id.Lease, err)
@@ -141,7 +178,7 @@ func (l *Lease) extend(grant *Grant, sent time.Time) (time.Duration, bool) {
 	if passed {
 		// Once the deadline has passed the lease stays lost, even if
 		// the renewal made it in time at the leader.
-		l.markLost(&LeaseLostError{Reason: reasonDeadline}, false)
+		l.lapse()
 		return ttl, false
 	}
 	return ttl, true

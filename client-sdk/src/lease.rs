@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+#[cfg(feature = "postgres")]
 use palisade_plumbing::sync::lock;
 use serde_json::Value;
 use tokio::sync::watch;

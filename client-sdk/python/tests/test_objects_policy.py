@@ -81,6 +81,7 @@ def test_a_reader_lists_only_its_leases_and_next_walks_the_whole_prefix(
     try:
         every = pages(admin, "plist-", limit=2)
         assert [o.key for p in every for o in p.objects] == KEYS
-        assert len(every) == len(walked)
+        # The reader's walk scans only its own keys: fewer pages.
+        assert len(walked) < len(every)
     finally:
         admin.close()

@@ -49,7 +49,8 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
-from ._lease import Lease, OnLost
+from ._lease import Lease
+from ._shared import OnLost
 from ._model import (
     Deleted,
     Grant,

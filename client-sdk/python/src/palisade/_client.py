@@ -12,7 +12,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, U
 from urllib.parse import quote
 
 from ._errors import BadRequest, Held, LockDelay, PalisadeError, ProtocolError
-from ._lease import Lease, OnLost
+from ._lease import Lease
+from ._shared import OnLost
 from ._model import (
     Grant,
     GrantId,
@@ -213,7 +214,8 @@ class Client:
         bad name, holder, ttl or option, :class:`Unauthorized`/
         :class:`Forbidden` under a policy."""
         grant, sent = self._acquire(lease, holder, ttl, wait, options)
-        handle = Lease(self._transport, grant, sent, on_lost)
+        lock_delayed = options is not None and options.lock_delay > 0
+        handle = Lease(self._transport, grant, sent, on_lost, lock_delayed=lock_delayed)
         if self.config.fence_on_acquire and self.config.gateway:
             try:
                 handle.fence()

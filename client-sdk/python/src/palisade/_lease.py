@@ -11,174 +11,17 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, Union
 
-from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError, Preempted
+from ._errors import BadRequest, Fenced, LeaseLost, PalisadeError
 from ._gateway import IfMatch, precondition
 from ._model import Deleted, Grant, GrantId, JsonObject, Object, Written, encode_key
+from ._renew import _renew_loop
+from ._shared import _DROPPED, _RELEASED, OnLost, _Shared
 from ._transport import Transport
 
 if TYPE_CHECKING:  # psycopg is optional: only palisade.postgres imports it
     import psycopg
 
 log = logging.getLogger("palisade")
-
-#: Called once, with the reason, when a lease is lost (not when released).
-OnLost = Callable[[str], None]
-
-_DEADLINE_PASSED = "the safe deadline passed without a successful renewal"
-_RELEASED = "released"
-_DROPPED = "dropped"
-
-
-def margin_for(ratio: float, ttl: float) -> float:
-    """The drift margin for ``ttl`` seconds: ``ttl * ratio`` (ratio clamped to
-    0..0.9), at least 1 ms."""
-    return max(ttl * min(max(ratio, 0.0), 0.9), 0.001)
-
-
-class _Shared:
-    """What the handle and its renew thread share (the thread holds no
-    reference to the :class:`Lease`, so dropping the handle stops it)."""
-
-    def __init__(
-        self, transport: Transport, grant: Grant, sent: float, on_lost: Optional[OnLost]
-    ) -> None:
-        self.transport = transport
-        self.id: GrantId = grant.id()
-        self.ttl = grant.ttl_ms / 1000.0
-        self.lock = threading.Lock()
-        self.jwt = grant.jwt
-        margin = margin_for(transport.config.drift_margin_ratio, self.ttl)
-        self.deadline = sent + self.ttl - margin
-        self.lost_reason: Optional[str] = None
-        #: Lost to a preemption: writes raise :class:`Preempted`.
-        self.preempted = False
-        self.lost = threading.Event()
-        self.stop = threading.Event()
-        self.on_lost = on_lost
-
-    def mark_lost(self, reason: str, quiet: bool = False) -> bool:
-        """Marks the lease lost (once); calls ``on_lost`` for a real loss
-        (not for a release, a drop or a ``quiet`` one: the holder's own
-        doing, or one whose caller calls :meth:`notify_lost` itself).
-        Whether this call marked it."""
-        with self.lock:
-            first = self.lost_reason is None
-            if first:
-                self.lost_reason = reason
-        self.stop.set()
-        self.lost.set()
-        if first and not quiet and reason not in (_RELEASED, _DROPPED):
-            self.notify_lost(reason)
-        return first
-
-    def notify_lost(self, reason: str) -> None:
-        """Logs a real loss and calls ``on_lost``."""
-        log.warning("lease %s (token %d) lost: %s", self.id.lease, self.id.token, reason)
-        if self.on_lost is not None:
-            try:
-                self.on_lost(reason)
-            except Exception:  # a callback's bug must not kill the renew thread
-                log.exception("on_lost callback of lease %s failed", self.id.lease)
-
-    def held_jwt(self) -> str:
-        """The JWT if the lease is held now; raises :class:`LeaseLost`
-        otherwise (and marks it lost once the deadline has passed: a lease
-        whose deadline passed is never held again)."""
-        with self.lock:
-            reason = self.lost_reason
-            expired = time.monotonic() >= self.deadline
-            jwt = self.jwt
-        if reason is not None:
-            raise Preempted(reason) if self.preempted else LeaseLost(reason)
-        if expired:
-            self.mark_lost(_DEADLINE_PASSED)
-            raise LeaseLost("the safe deadline has passed")
-        return jwt
-
-    def is_held(self) -> bool:
-        try:
-            self.held_jwt()
-        except LeaseLost:
-            return False
-        return True
-
-
-def _renew_loop(shared: _Shared) -> None:
-    """Renews every ``ttl * renew_ratio`` (the ttl the leader answered);
-    retries failures every 50 ms until the deadline; marks the lease lost on
-    refusal or when the deadline passes."""
-    config = shared.transport.config
-    ratio = min(max(config.renew_ratio, 0.05), 0.9)
-    every = shared.ttl * ratio
-    next_at = time.monotonic() + every
-    while True:
-        with shared.lock:
-            deadline = shared.deadline
-        now = time.monotonic()
-        if shared.stop.wait(max(0.0, min(next_at, deadline) - now)):
-            return
-        now = time.monotonic()
-        if now >= deadline:
-            shared.mark_lost(_DEADLINE_PASSED)
-            return
-        if now < next_at:
-            continue
-        sent = time.monotonic()
-        try:
-            # Retries end at the deadline, and each attempt's timeout is cut
-            # to it: a renewal stuck on a frozen node cannot hide the loss.
-            grant = shared.transport.renew_grant(shared.id, until=deadline)
-        except Preempted as err:
-            # Let go at once: the preemptor waits for this release, not for
-            # the grant's deadline (and the cluster keeps the lease for the
-            # preemptor, so a new acquire by this holder waits behind it).
-            # Marked lost (no more writes) before the release, and on_lost
-            # called after it, so a slow callback does not hold the
-            # preemptor up.
-            with shared.lock:
-                shared.preempted = True
-            reason = f"preempted: {err.reason}"
-            first = shared.mark_lost(reason, quiet=True)
-            try:
-                shared.transport.release_grant(shared.id)
-            except PalisadeError as release_err:
-                log.debug("release of preempted %s failed: %s", shared.id.lease, release_err)
-            if first:
-                shared.notify_lost(reason)
-            return
-        except LeaseLost as err:
-            shared.mark_lost(f"renewal refused: {err.reason}")
-            return
-        except PalisadeError as err:
-            if time.monotonic() >= deadline:
-                shared.mark_lost(_DEADLINE_PASSED)
-                return
-            log.debug("renewal of %s failed; retrying: %s", shared.id.lease, err)
-            next_at = time.monotonic() + 0.05
-            continue
-        except Exception:  # never die silently while the lease looks held
-            log.exception("renew thread of lease %s failed", shared.id.lease)
-            shared.mark_lost("the renew thread failed")
-            return
-        ttl = grant.ttl_ms / 1000.0
-        margin = margin_for(config.drift_margin_ratio, ttl)
-        with shared.lock:
-            if shared.lost_reason is not None:
-                return
-            passed = time.monotonic() >= shared.deadline
-            if not passed:
-                # The leader extended the grant by the ttl it answered: that,
-                # from the send time, bounds the deadline; never move it back.
-                shared.deadline = max(shared.deadline, sent + ttl - margin)
-                shared.jwt = grant.jwt
-        if passed:
-            # Once the deadline has passed the lease stays lost, even if the
-            # renewal made it in time at the leader.
-            shared.mark_lost(_DEADLINE_PASSED)
-            return
-        every = ttl * ratio
-        next_at = sent + every
-
 
 def _finalize(shared: _Shared) -> None:
     """When a handle is garbage-collected: stop renewing and release a lease
@@ -224,10 +67,12 @@ class Lease:
         grant: Grant,
         sent: float,
         on_lost: Optional[OnLost] = None,
+        lock_delayed: bool = False,
     ) -> None:
         """Starts renewing ``grant``, acquired by a request sent at ``sent``
         (a :func:`time.monotonic` time). Internal: use ``Client.acquire``."""
         self._shared = _Shared(transport, grant, sent, on_lost)
+        self._shared.lock_delayed = lock_delayed
         self._released = False
         self._thread = threading.Thread(
             target=_renew_loop,
