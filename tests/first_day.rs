@@ -590,11 +590,17 @@ fn cluster_status_asks_nodes_at_once() {
     let stderr = dev.refused(&["cluster", "status", "--election", &endpoints.join(",")]);
     let took = started.elapsed();
     assert_eq!(
-        stderr.lines().filter(|l| l.contains("did not answer")).count(),
+        stderr
+            .lines()
+            .filter(|l| l.contains("did not answer"))
+            .count(),
         3,
         "{stderr}"
     );
-    let table = text(&dev.cli(&["cluster", "status", "--election", &endpoints.join(",")]).stdout);
+    let table = text(
+        &dev.cli(&["cluster", "status", "--election", &endpoints.join(",")])
+            .stdout,
+    );
     assert_eq!(
         table.lines().filter(|l| l.contains("unreachable")).count(),
         3,
