@@ -277,7 +277,19 @@ impl PeerDialer {
         if !response.status().is_success() {
             return Err(format!("node {target} answered {}", response.status()));
         }
-        self.answer_is_trusted(target, &response)?;
+        // Its settings are recorded, but a standing is read whatever they
+        // are: it is how `cluster add` names a node that runs another
+        // partition count (`settings.rs` refuses every other exchange).
+        let seen = response
+            .headers()
+            .get(INCARNATION_HEADER)
+            .and_then(|v| v.to_str().ok());
+        self.incarnations.check(target, seen)?;
+        let announced = response
+            .headers()
+            .get(SETTINGS_HEADER)
+            .and_then(|v| v.to_str().ok());
+        let _ = self.settings.check(target, announced);
         response.json().await.map_err(|e| e.to_string())
     }
 

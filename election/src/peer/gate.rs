@@ -119,8 +119,14 @@ pub(super) async fn authenticate(
         .headers()
         .get(SETTINGS_HEADER)
         .and_then(|v| v.to_str().ok());
-    if let Err(reason) = gate.settings.check(from, announced) {
-        return gate.refuse(reason);
+    // Recorded either way; refused, except the standing exchange, which is
+    // how `cluster add` and a peer meeting this node learn what it runs
+    // (and name the difference) before anything else is allowed.
+    let settled = gate.settings.check(from, announced);
+    if let Err(reason) = settled {
+        if request.uri().path() != "/raft/standing" {
+            return gate.refuse(reason);
+        }
     }
     request.extensions_mut().insert(PeerId(from));
     let mut response = next.run(request).await;
