@@ -114,7 +114,24 @@ impl Page {
         let until = Instant::now() + Duration::from_secs(10);
         let script = format!("document.readyState === 'complete' && ({condition})");
         loop {
-            if self.eval(&script).await == "true" {
+            // A page navigating (a form just submitted) answers an
+            // evaluation with "Inspected target navigated or closed": not
+            // yet, ask again.
+            let answer = self
+                .call_answer(
+                    "Runtime.evaluate",
+                    json!({"expression": script, "returnByValue": true}),
+                )
+                .await;
+            let navigating = answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("navigated or closed"));
+            assert!(
+                navigating || answer["error"].is_null(),
+                "Runtime.evaluate failed: {}",
+                answer["error"]
+            );
+            if answer["result"]["result"]["value"] == true {
                 let href = self.eval("location.href").await;
                 self.visited.push(href);
                 return;
@@ -158,6 +175,17 @@ impl Page {
     /// Sends `method` and returns its result (events in between are
     /// skipped); panics on a protocol error or after 10 s.
     async fn call(&mut self, method: &str, params: Value) -> Value {
+        let answer = self.call_answer(method, params).await;
+        assert!(
+            answer["error"].is_null(),
+            "{method} failed: {}",
+            answer["error"]
+        );
+        answer["result"].clone()
+    }
+
+    /// [`Page::call`]'s whole answer, an `error` included.
+    async fn call_answer(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let command = json!({"id": id, "method": method, "params": params});
@@ -165,7 +193,7 @@ impl Page {
             .send(Message::text(command.to_string()))
             .await
             .expect("send to chromium");
-        let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::time::timeout(Duration::from_secs(10), async {
             while let Some(message) = self.socket.next().await {
                 let Ok(Message::Text(text)) = message else {
                     continue;
@@ -178,13 +206,7 @@ impl Page {
             panic!("chromium closed the connection during {method}")
         })
         .await
-        .unwrap_or_else(|_| panic!("chromium did not answer {method}"));
-        assert!(
-            answer["error"].is_null(),
-            "{method} failed: {}",
-            answer["error"]
-        );
-        answer["result"].clone()
+        .unwrap_or_else(|_| panic!("chromium did not answer {method}"))
     }
 }
 
