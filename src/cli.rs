@@ -13,7 +13,7 @@ use crate::logging::LogFormat;
 
 /// Leases with fencing tokens, and a storage gateway that enforces them.
 #[derive(Debug, Parser)]
-#[command(name = "palisade", version, about)]
+#[command(name = "palisade", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Log lines as `text` (colour only on a terminal) or `json` (one
     /// object per line, for log shippers).
@@ -22,6 +22,11 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// What `palisade --help` says of exit codes (`exit.rs`, README).
+const EXIT_CODES: &str = "Exit codes: 0 done, 1 other failure, 2 usage or bad request, 3 lease \
+lost, 4 not found, 5 held or conflict, 6 stale token, 7 precondition failed, 8 unauthorized or \
+forbidden, 9 unavailable (no quorum, unreachable, unhealthy), 130 interrupted.";
 
 #[derive(Debug, Subcommand)]
 enum Command {

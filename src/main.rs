@@ -9,6 +9,7 @@
 
 mod cli;
 mod commands;
+mod exit;
 mod logging;
 mod output;
 mod shutdown;
@@ -33,22 +34,19 @@ fn main() -> ExitCode {
             use clap::error::ErrorKind;
             if matches!(
                 err.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
             ) {
                 let _ = err.print();
                 return ExitCode::SUCCESS;
             }
-            let rendered = err.render().to_string();
-            // clap's message runs until the first blank line; keep it on one line.
-            let line: Vec<&str> = rendered
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            complain!("{} (see --help)", line.join(" "));
-            return ExitCode::from(2);
+            // `palisade` or `palisade lease` alone did nothing: the help, and
+            // a usage error (a script must not read it as done).
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = err.print();
+                return ExitCode::from(exit::USAGE);
+            }
+            complain!("{} (see --help)", one_line(&err.render().to_string()));
+            return ExitCode::from(exit::USAGE);
         }
     };
     logging::init_tracing(cli.log_format);
@@ -63,7 +61,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             complain!("error: {err:#}");
-            ExitCode::FAILURE
+            // A server that could not be reached: retry later.
+            let unreachable = err.chain().any(|cause| cause.is::<reqwest::Error>());
+            ExitCode::from(if unreachable {
+                exit::UNAVAILABLE
+            } else {
+                exit::FAILED
+            })
         }
     }
+}
+
+/// clap's message on one line: its first paragraph, and its `tip:` lines
+/// ("a similar subcommand exists: 'acquire'"), which follow a blank line.
+fn one_line(rendered: &str) -> String {
+    let mut first_paragraph = true;
+    let mut kept = Vec::new();
+    for line in rendered.lines().map(str::trim) {
+        if line.is_empty() {
+            first_paragraph = false;
+        } else if first_paragraph || line.starts_with("tip:") {
+            kept.push(line);
+        }
+    }
+    kept.join(" ")
 }

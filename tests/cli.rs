@@ -58,6 +58,25 @@ fn bad_flags_are_one_line_and_exit_2() {
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
     }
+    // clap's "did you mean" stays on the one line.
+    for (args, tip) in [
+        (vec!["lease", "aquire", "x"], "'acquire'"),
+        (
+            vec!["lease", "acquire", "x", "--holder", "a", "--ttl", "5"],
+            "--ttl-ms",
+        ),
+    ] {
+        let output = palisade().args(&args).output().expect("run");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(tip), "{args:?}: {stderr}");
+    }
+    // A command that does nothing is not a success: the help, exit 2.
+    for args in [vec![], vec!["lease"]] {
+        let output = palisade().args(&args).output().expect("run");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+    }
 }
 
 #[test]
@@ -155,7 +174,7 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
     };
     let refused = acquire(&[]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert_eq!(refused.status.code(), Some(8), "{stderr}");
     assert!(stderr.contains("unauthorized"), "{stderr}");
     let granted = acquire(&["--api-key-file", key_file.to_str().expect("utf8")]);
     assert!(
@@ -259,7 +278,7 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         .filter(|l| l.contains(" voter ") && l.contains(" yes "))
         .count();
     assert_eq!(members, 3, "{table}");
-    // A wrong key is an error (exit 1, one line), not a table of zeros.
+    // A wrong key is an error (exit 8, one line), not a table of zeros.
     let wrong = palisade()
         .args(["cluster", "status", "--election", &all.join(",")])
         .env("PALISADE_API_KEY", "not-a-key")
@@ -267,7 +286,7 @@ fn dev_starts_a_cluster_and_stops_it_on_sigterm() {
         .output()
         .expect("run the CLI");
     let stderr = String::from_utf8_lossy(&wrong.stderr);
-    assert_eq!(wrong.status.code(), Some(1), "{stderr}");
+    assert_eq!(wrong.status.code(), Some(8), "{stderr}");
     assert!(stderr.contains("unauthorized"), "{stderr}");
     assert!(
         wrong.stdout.is_empty(),

@@ -187,12 +187,13 @@ impl Dev {
         text(&out.stdout)
     }
 
-    /// As [`Dev::cli`], which must fail with exit code 1; its stderr.
-    fn refused(&self, args: &[&str]) -> String {
+    /// As [`Dev::cli`], which must fail with exit code `code` (README,
+    /// "Exit codes"); its stderr.
+    fn refused(&self, args: &[&str], code: i32) -> String {
         let out = self.cli(args);
         assert_eq!(
             out.status.code(),
-            Some(1),
+            Some(code),
             "{args:?}: {}{}",
             text(&out.stdout),
             text(&out.stderr)
@@ -273,7 +274,7 @@ fn the_export_line_dev_prints_is_all_the_cli_needs() {
     );
     // And the wrong key alone is refused (so the cases above chose).
     let (code, said) = run(&[("PALISADE_API_KEY", "pal_wrong")], &[]);
-    assert_eq!(code, Some(1), "{said}");
+    assert_eq!(code, Some(8), "unauthorized: {said}");
     assert!(said.contains("unauthorized"), "{said}");
 }
 
@@ -282,18 +283,18 @@ fn the_export_line_dev_prints_is_all_the_cli_needs() {
 #[test]
 fn refusals_name_their_cause_and_what_to_do() {
     let dev = Dev::start(&[]);
-    let said = dev.refused(&["lease", "get", "orders/state"]);
+    let said = dev.refused(&["lease", "get", "orders/state"], 2);
     assert!(
         said.contains("'/'") && !said.contains("no such route"),
         "{said}"
     );
     let first = dev.acquire("orders", "A");
     // The same holder name from another process: a hint to release it.
-    let said = dev.refused(&["lease", "acquire", "orders", "--holder", "A"]);
+    let said = dev.refused(&["lease", "acquire", "orders", "--holder", "A"], 5);
     assert!(said.contains("held by \"A\""), "{said}");
     assert!(said.contains("hint:") && said.contains("release"), "{said}");
     // Another holder: a hint to wait.
-    let said = dev.refused(&["lease", "acquire", "orders", "--holder", "B"]);
+    let said = dev.refused(&["lease", "acquire", "orders", "--holder", "B"], 5);
     assert!(
         said.contains("hint:") && said.contains("--wait-ms"),
         "{said}"
@@ -346,19 +347,22 @@ fn a_release_with_the_token_as_grant_index_says_what_differs() {
     let b = dev.acquire("orders", "B");
     let (token, index) = (field(&b, "token"), field(&b, "grant_index"));
     assert_ne!(token, index, "a handover's grant: {b}");
-    let said = dev.refused(&[
-        "lease",
-        "release",
-        "orders",
-        "--holder",
-        "B",
-        "--token",
-        &token,
-        "--secret",
-        &field(&b, "secret"),
-        "--grant-index",
-        &token,
-    ]);
+    let said = dev.refused(
+        &[
+            "lease",
+            "release",
+            "orders",
+            "--holder",
+            "B",
+            "--token",
+            &token,
+            "--secret",
+            &field(&b, "secret"),
+            "--grant-index",
+            &token,
+        ],
+        3,
+    );
     assert!(
         said.contains("does hold orders") && said.contains("grant_index"),
         "{said}"
@@ -565,7 +569,7 @@ fn the_readme_proxy_line_runs_and_answers_numbers() {
 
 /// `cluster status` asks every node at once: three endpoints that accept
 /// connections and never answer cost one node timeout (2 s), not three;
-/// they show as unreachable beside the real nodes, and the status exits 1
+/// they show as unreachable beside the real nodes, and the status exits 9
 /// naming each (a script can tell; it exited 0 with members down). The
 /// healthy cluster alone exits 0.
 #[test]
@@ -587,7 +591,10 @@ fn cluster_status_asks_nodes_at_once() {
     let healthy = dev.var("PALISADE_ELECTION").to_owned();
     dev.ok(&["cluster", "status", "--election", &healthy]);
     let started = Instant::now();
-    let stderr = dev.refused(&["cluster", "status", "--election", &endpoints.join(",")]);
+    let stderr = dev.refused(
+        &["cluster", "status", "--election", &endpoints.join(",")],
+        9,
+    );
     let took = started.elapsed();
     assert_eq!(
         stderr
@@ -635,7 +642,7 @@ async fn without_quorum_the_cli_names_no_quorum() {
         .output()
         .expect("run");
     let said = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert_eq!(refused.status.code(), Some(9), "unavailable: {said}");
     assert!(said.contains("no_quorum"), "{said}");
 }
 
@@ -754,7 +761,7 @@ fn store_from_the_cli(dev: &Dev) {
         serde_json::from_str(&text(&out.stdout)).expect("JSON")
     };
     let precondition_failed = |out: Output| {
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+        assert_eq!(out.status.code(), Some(7), "{}", text(&out.stdout));
         let said = text(&out.stderr);
         assert!(said.contains("412 precondition_failed"), "{said}");
     };
@@ -795,7 +802,7 @@ fn store_from_the_cli(dev: &Dev) {
     precondition_failed(write(&["delete", "shelf/a", "--if-match", &v1]));
     assert_eq!(dev.ok(&["object", "get", "shelf/a"]), "two\n");
     write(&["delete", "shelf/a", "--if-match", &v2]);
-    let said = dev.refused(&["object", "head", "shelf/a"]);
+    let said = dev.refused(&["object", "head", "shelf/a"], 4);
     assert!(said.contains("404 not_found"), "{said}");
 
     for key in ["shelf/b", "shelf/c", "shelf/d"] {
@@ -878,7 +885,8 @@ async fn the_gateway_is_a_store_from_the_sdk() {
 }
 
 /// A closed stderr is not a crash either: a refused command whose stderr
-/// reader is gone ends with its own exit code (1), not a panic's (101).
+/// reader is gone ends with its own exit code (2, a bad lease name), not a
+/// panic's (101).
 #[test]
 fn a_closed_stderr_does_not_panic() {
     let mut child = palisade()
@@ -889,5 +897,5 @@ fn a_closed_stderr_does_not_panic() {
         .expect("spawn");
     drop(child.stderr.take());
     let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(status.code(), Some(2), "{status:?}");
 }

@@ -189,8 +189,9 @@ fn print_nodes(views: &[(String, Result<serde_json::Value, Error>)], commit: u64
 /// Exit 0 only for a healthy cluster: every endpoint answered, a leader
 /// acts for every partition, no node names a setting its peers disagree
 /// on. Otherwise each problem on stderr (`Leader?` in the table: a node in
-/// Raft's Leader state that no quorum acknowledges) and exit 1, as
-/// `etcdctl endpoint health` fails with a member down or no quorum.
+/// Raft's Leader state that no quorum acknowledges) and exit 9
+/// (unavailable), as `etcdctl endpoint health` fails with a member down or
+/// no quorum.
 fn health(views: &[(String, Result<serde_json::Value, Error>)]) -> ExitCode {
     let mut problems = Vec::new();
     let answered: Vec<&serde_json::Value> =
@@ -236,7 +237,7 @@ fn health(views: &[(String, Result<serde_json::Value, Error>)]) -> ExitCode {
     for problem in &problems {
         complain!("unhealthy: {problem}");
     }
-    ExitCode::from(1)
+    ExitCode::from(crate::exit::UNAVAILABLE)
 }
 
 /// With more than one partition: each partition's leader and term, as the

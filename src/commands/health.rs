@@ -27,11 +27,11 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<ExitCode> {
         Ok(response) if response.status().is_success() => ExitCode::SUCCESS,
         Ok(response) => {
             complain!("error: {} answered {}", args.url, response.status());
-            ExitCode::FAILURE
+            ExitCode::from(crate::exit::UNAVAILABLE)
         }
         Err(err) => {
             complain!("error: {}: {err}", args.url);
-            ExitCode::FAILURE
+            ExitCode::from(crate::exit::UNAVAILABLE)
         }
     })
 }

@@ -213,7 +213,10 @@ pub async fn report(
         say!("{body}");
     }
     complain!("{}", error_line(status, &body));
-    Ok(ExitCode::FAILURE)
+    Ok(crate::exit::of_status(
+        status.as_u16(),
+        body["error"].as_str().unwrap_or(""),
+    ))
 }
 
 pub fn error_line(status: reqwest::StatusCode, body: &serde_json::Value) -> String {

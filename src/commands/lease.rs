@@ -187,10 +187,10 @@ impl GrantArgs {
 async fn fail_release(err: &Error, client: &Client, grant: &GrantArgs) -> ExitCode {
     complain!("error: {err}");
     let (Error::LeaseLost(_), Some(index)) = (err, grant.grant_index) else {
-        return ExitCode::FAILURE;
+        return crate::exit::of(err);
     };
     let Ok(info) = client.get(&grant.lease).await else {
-        return ExitCode::FAILURE;
+        return crate::exit::of(err);
     };
     if info.holder.as_deref() == Some(grant.holder.as_str()) && info.token == grant.token {
         complain!(
@@ -204,7 +204,7 @@ async fn fail_release(err: &Error, client: &Client, grant: &GrantArgs) -> ExitCo
             grant.token
         );
     }
-    ExitCode::FAILURE
+    crate::exit::of(err)
 }
 
 pub async fn run(command: LeaseCommand) -> anyhow::Result<ExitCode> {
@@ -349,7 +349,7 @@ async fn acquire_and_hold(
             }
             () = held.lost() => {
                 say!("lost token={}", held.token());
-                return Ok(ExitCode::from(3));
+                return Ok(ExitCode::from(crate::exit::LOST));
             }
             () = &mut shutdown => {
                 let token = held.token();

@@ -9,7 +9,7 @@ use palisade_client::Error;
 
 pub(crate) fn fail(err: &Error) -> ExitCode {
     complain!("error: {err}");
-    ExitCode::FAILURE
+    crate::exit::of(err)
 }
 
 /// As [`fail`], for an acquire of `lease` as `holder`: a lease held says
@@ -19,7 +19,7 @@ pub(crate) fn fail_acquire(err: &Error, lease: &str, holder: &str) -> ExitCode {
     if let Some(hint) = held_hint(err, lease, holder) {
         complain!("hint: {hint}");
     }
-    ExitCode::FAILURE
+    crate::exit::of(err)
 }
 
 /// What to do about an acquire of `lease` as `holder` refused with `err`

@@ -192,9 +192,10 @@ async fn get(key: &str, raw: bool, target: &GatewayTarget) -> anyhow::Result<Exi
         .with_context(|| format!("cannot reach the gateway at {}", target.gateway))?;
     let status = response.status();
     if !status.is_success() {
-        let body = response.json().await.unwrap_or_default();
+        let body: Value = response.json().await.unwrap_or_default();
         complain!("{}", error_line(status, &body));
-        return Ok(ExitCode::FAILURE);
+        let code = body["error"].as_str().unwrap_or("");
+        return Ok(crate::exit::of_status(status.as_u16(), code));
     }
     let (version, token) = (
         number(&response, "etag"),
@@ -241,7 +242,7 @@ async fn head(key: &str, target: &GatewayTarget) -> anyhow::Result<ExitCode> {
             json!({"error": status.canonical_reason().unwrap_or("error")})
         };
         complain!("{}", error_line(status, &reason));
-        return Ok(ExitCode::FAILURE);
+        return Ok(crate::exit::of_status(status.as_u16(), ""));
     }
     let object = json!({
         "key": key,
@@ -318,7 +319,8 @@ async fn list(
             .with_context(|| format!("the gateway answered {status} without JSON"))?;
         if !status.is_success() {
             complain!("{}", error_line(status, &page));
-            return Ok(ExitCode::FAILURE);
+            let code = page["error"].as_str().unwrap_or("");
+            return Ok(crate::exit::of_status(status.as_u16(), code));
         }
         if target.json {
             say!("{page}");

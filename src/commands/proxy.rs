@@ -85,7 +85,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     // Released now, though open connections may still hold the handle
     // (dropped later, it would be released after the runtime is gone).
     let _ = lease.release_shared().await;
-    Ok(ExitCode::from(if lost { 3 } else { 0 }))
+    Ok(ExitCode::from(if lost { crate::exit::LOST } else { 0 }))
 }
 
 /// Serves the sidecar for `lease` on `listen` (loopback); the address it

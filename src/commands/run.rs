@@ -109,7 +109,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     stop_child(&mut child, Duration::from_millis(args.grace_ms)).await;
     release(lease).await;
     Ok(ExitCode::from(if stop_reason == "lease lost" {
-        3
+        crate::exit::LOST
     } else {
         0
     }))
