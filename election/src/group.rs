@@ -113,7 +113,8 @@ impl Group {
     }
 
     /// The rule renewals are judged by: this node's, inside the shortest
-    /// vote lease and with the largest margin any voter announced.
+    /// vote lease any voter announced, less the margin the most drift any
+    /// assumed asks of it.
     pub(crate) fn renew_lease(&self) -> RenewLease {
         self.settings.renew_lease(self.rule)
     }
@@ -172,7 +173,7 @@ impl Group {
     /// patience.
     pub(crate) async fn confirm_lease(&self) -> Result<(), ApiError> {
         let mut facts = RaftFacts::new(&self.raft, &self.handoff);
-        lease::confirm(&self.renew_lease(), &mut facts)
+        lease::confirm(|| self.renew_lease(), &mut facts)
             .await
             .map_err(|refusal| match refusal {
                 Refusal::Follows => ApiError::NoQuorum(

@@ -259,6 +259,8 @@ async fn runs_as_many_partitions(state: &ApiState, body: AddMember) -> Result<Ad
                     .map(|(id, _)| *id)
                     .collect();
                 state.incarnations.forget_all_but(&members);
+                // Nor do its settings bound or trouble this node.
+                state.settings.forget_all_but(&members);
                 return Err(ApiError::Conflict(format!(
                     "node {} at {} runs {} partition(s) and this cluster {}; start it with \
                      --partitions {} (on an empty data dir) and add it again",
@@ -270,12 +272,18 @@ async fn runs_as_many_partitions(state: &ApiState, body: AddMember) -> Result<Ad
                 )));
             }
             Err(why) if left.is_zero() => {
+                let members: Vec<NodeId> = membership_of(state.group_zero())
+                    .membership()
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect();
+                state.settings.forget_all_but(&members);
                 return Err(ApiError::NotCaughtUp(format!(
                     "node {} at {} never answered within the change's wait ({why}): is it \
                      started, and is the address right? Nothing changed: the voters are \
                      unchanged",
                     body.id, body.addr
-                )))
+                )));
             }
             Err(_) => tokio::time::sleep(left.min(Duration::from_millis(200))).await,
         }

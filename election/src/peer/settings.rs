@@ -11,8 +11,9 @@
 //! - **May differ during a rolling change**: the minimum election timeout
 //!   (the vote lease every voter keeps) and the lease margin. A leader
 //!   answers renewals only inside the *shortest* vote lease any voter has
-//!   announced, less the *largest* margin any has announced
-//!   ([`PeerSettings::renew_lease`]). Why that is safe: a renewal is
+//!   announced, less the margin the most pessimistic drift any node assumed
+//!   asks of it (the largest margin-to-lease ratio, over the shortest
+//!   lease; [`PeerSettings::renew_lease`]). Why that is safe: a renewal is
 //!   answered only while a quorum acknowledged an append sent less than
 //!   `lease − margin` ago; each acknowledging voter refuses every other
 //!   candidate for at least its own minimum election timeout after it
@@ -84,10 +85,15 @@ pub struct PeerSettings {
     /// The header value this node sends.
     header: http::HeaderValue,
     seen: RwLock<BTreeMap<NodeId, Settings>>,
-    /// The shortest lease and the largest margin of this node and every
-    /// peer seen, kept beside `seen` so a renewal reads two atomics.
-    shortest_lease_ms: AtomicU64,
-    largest_margin_ms: AtomicU64,
+    /// The shortest lease (high 32 bits) and the margin over it (low 32
+    /// bits), in ms, of this node and every peer seen: one atomic, so a
+    /// renewal never reads one peer's new lease with another's old margin.
+    bound: AtomicU64,
+}
+
+/// `(lease_ms, margin_ms)` in one word (each clamped to 32 bits: 49 days).
+fn pack(lease_ms: u64, margin_ms: u64) -> u64 {
+    (lease_ms.min(u64::from(u32::MAX)) << 32) | margin_ms.min(u64::from(u32::MAX))
 }
 
 impl PeerSettings {
@@ -99,8 +105,7 @@ impl PeerSettings {
             mine,
             header,
             seen: RwLock::default(),
-            shortest_lease_ms: AtomicU64::new(mine.lease_ms),
-            largest_margin_ms: AtomicU64::new(mine.margin_ms),
+            bound: AtomicU64::new(pack(mine.lease_ms, mine.margin_ms)),
         }
     }
 
@@ -141,7 +146,7 @@ impl PeerSettings {
                     their_election_timeout_min_ms = theirs.lease_ms,
                     their_lease_margin_ms = theirs.margin_ms,
                     "a peer's election timing differs from this node's: renewals are answered \
-                     inside the shortest vote lease less the largest margin any voter announced"
+                     inside the shortest vote lease any voter announced, less the margin the most drift asks"
                 );
             }
         }
@@ -155,14 +160,20 @@ impl PeerSettings {
             .chain([self.mine.lease_ms])
             .min()
             .unwrap_or(self.mine.lease_ms);
+        // Each node's margin covers the clock drift it assumes over its own
+        // lease (m = 2·L·rate): the most pessimistic rate any node assumed,
+        // over the shortest lease, rounded up.
         let margin = seen
             .values()
-            .map(|s| s.margin_ms)
-            .chain([self.mine.margin_ms])
+            .chain([&self.mine])
+            .map(|s| {
+                let scaled = u128::from(lease) * u128::from(s.margin_ms);
+                let own = u128::from(s.lease_ms.max(1));
+                u64::try_from(scaled.div_ceil(own)).unwrap_or(u64::MAX)
+            })
             .max()
             .unwrap_or(self.mine.margin_ms);
-        self.shortest_lease_ms.store(lease, Ordering::Release);
-        self.largest_margin_ms.store(margin, Ordering::Release);
+        self.bound.store(pack(lease, margin), Ordering::Release);
     }
 
     fn disagreement(&self, from: NodeId, theirs: &Settings) -> Option<String> {
@@ -184,14 +195,18 @@ impl PeerSettings {
         self.recompute(&seen);
     }
 
-    /// `base` (this node's own rule) with the shortest lease and the
-    /// largest margin any peer announced.
+    /// `base` (this node's own rule) with the shortest lease any peer
+    /// announced, and over it the margin of the most pessimistic drift any
+    /// node assumed (the largest margin-to-lease ratio: a margin covers the
+    /// drift over its own lease, so a 500 ms margin of a 5 s lease asks 30
+    /// ms of a 300 ms one).
     pub fn renew_lease(&self, base: RenewLease) -> RenewLease {
-        let lease = Duration::from_millis(self.shortest_lease_ms.load(Ordering::Acquire));
-        let margin = Duration::from_millis(self.largest_margin_ms.load(Ordering::Acquire));
+        let bound = self.bound.load(Ordering::Acquire);
+        let lease = Duration::from_millis(bound >> 32);
+        let margin = Duration::from_millis(bound & u64::from(u32::MAX));
         RenewLease {
             lease: base.lease.min(lease),
-            margin: base.margin.max(margin),
+            margin,
             ..base
         }
     }
@@ -301,9 +316,9 @@ mod tests {
     }
 
     #[test]
-    fn the_leader_lease_takes_the_shortest_vote_lease_and_largest_margin() {
+    fn the_leader_lease_takes_the_shortest_vote_lease_and_the_most_drift() {
         // Node 1 runs 5000 ms; a voter runs 300 ms: renewals are answered
-        // inside 300 ms less the larger margin, never 5000.
+        // inside 300 ms less its margin, never 5000.
         let peers = PeerSettings::new(settings(1, 5000, 500));
         assert_eq!(
             peers.renew_lease(rule(5000, 500)).usable(),
@@ -312,8 +327,17 @@ mod tests {
         peers
             .check(2, Some(&settings(1, 300, 30).encode()))
             .expect("agrees");
+        // Both assume the same drift (a tenth of the lease): 300 less 30.
         let usable = peers.renew_lease(rule(5000, 500)).usable();
-        assert_eq!(usable, Duration::ZERO, "300 ms less a 500 ms margin");
+        assert_eq!(usable, Duration::from_millis(270));
+        // A voter assuming more drift (a fifth) raises the margin.
+        peers
+            .check(3, Some(&settings(1, 1000, 200).encode()))
+            .expect("agrees");
+        assert_eq!(
+            peers.renew_lease(rule(5000, 500)).margin,
+            Duration::from_millis(60)
+        );
         peers
             .check(3, Some(&settings(1, 300, 600).encode()))
             .expect("agrees");
@@ -321,6 +345,7 @@ mod tests {
             peers.renew_lease(rule(5000, 500)).margin,
             Duration::from_millis(600)
         );
+        assert_eq!(peers.renew_lease(rule(5000, 500)).usable(), Duration::ZERO);
         // The other way round: a leader at 300 ms keeps its own.
         let short = PeerSettings::new(settings(1, 300, 30));
         short

@@ -144,17 +144,22 @@ pub trait FactSource {
     fn changed(&mut self) -> impl std::future::Future<Output = ()> + Send;
 }
 
-/// Waits until a renewal may be answered under `rule` (at once on a
-/// leader whose lease holds), or says why not.
+/// Waits until a renewal may be answered under the rule `rule` gives at
+/// that moment (at once on a leader whose lease holds), or says why not.
 ///
 /// # Errors
 /// The [`Refusal`]: not the leader, handing leadership off, or no quorum
 /// acknowledgement within the leader's patience.
-pub async fn confirm(rule: &RenewLease, source: &mut impl FactSource) -> Result<(), Refusal> {
+pub async fn confirm(
+    rule: impl Fn() -> RenewLease,
+    source: &mut impl FactSource,
+) -> Result<(), Refusal> {
     let mut until: Option<Instant> = None;
     loop {
         let facts = source.facts();
-        let at_most = match rule.judge(facts) {
+        // Asked again on every turn: the voters' announced timing may have
+        // shortened the lease while this renewal waited.
+        let at_most = match rule().judge(facts) {
             Standing::Holds => return Ok(()),
             Standing::Refused(refusal) => return Err(refusal),
             Standing::Waits { at_most } => at_most,

@@ -138,7 +138,7 @@ async fn a_stale_ack_waits_for_the_next_heartbeat_and_no_longer() {
     tokio::time::advance(Duration::from_millis(70)).await;
     let waiting = tokio::spawn(async move {
         let began = Instant::now();
-        let outcome = confirm(&RULE, &mut Fake(rx)).await;
+        let outcome = confirm(|| RULE, &mut Fake(rx)).await;
         (outcome, began.elapsed())
     });
     // The renewal arrives (the task runs until it waits).
@@ -168,7 +168,7 @@ async fn a_leader_no_quorum_acknowledges_is_refused_at_its_patience() {
         }
         acks
     });
-    let outcome = confirm(&RULE, &mut Fake(rx)).await;
+    let outcome = confirm(|| RULE, &mut Fake(rx)).await;
     assert_eq!(
         outcome,
         Err(Refusal::Lapsed {
@@ -181,7 +181,7 @@ async fn a_leader_no_quorum_acknowledges_is_refused_at_its_patience() {
     let mut late = Fake(acks.subscribe());
     let began = Instant::now();
     assert!(matches!(
-        confirm(&RULE, &mut late).await,
+        confirm(|| RULE, &mut late).await,
         Err(Refusal::Lapsed { .. })
     ));
     assert_eq!(began.elapsed(), Duration::ZERO);
@@ -191,7 +191,7 @@ async fn a_leader_no_quorum_acknowledges_is_refused_at_its_patience() {
 async fn a_handoff_begun_while_a_renewal_waits_refuses_it() {
     let (node, rx) = watch::channel(Node::leader_acked_at(Instant::now()));
     tokio::time::advance(Duration::from_millis(60)).await;
-    let waiting = tokio::spawn(async move { confirm(&RULE, &mut Fake(rx)).await });
+    let waiting = tokio::spawn(async move { confirm(|| RULE, &mut Fake(rx)).await });
     tokio::task::yield_now().await;
     tokio::time::advance(Duration::from_millis(5)).await;
     tokio::task::yield_now().await;
