@@ -47,7 +47,9 @@ pub async fn serve(
         };
         let liveness = Liveness::new();
         let limits = (config.max_connections, config.max_connections_per_address);
-        let permit = match table.take(remote.ip(), limits, &liveness) {
+        // An IPv4 client of a dual-stack listener arrives as ::ffff:a.b.c.d:
+        // counted as the IPv4 address it is (else every one shares ::/64).
+        let permit = match table.take(remote.ip().to_canonical(), limits, &liveness) {
             Ok(permit) => permit,
             Err(full) => {
                 if connections.refused.first_time(remote.ip()) {
@@ -96,10 +98,11 @@ async fn drain(graceful: GracefulShutdown, config: &ServeConfig) {
 /// its own clients out), else the newcomer is closed. At the server's cap,
 /// the heaviest holder gives way: the address whose network (its /24 for
 /// IPv4, /64 for IPv6) holds the most connections, and within it the
-/// address holding the most. Its oldest silent connection goes first, then
-/// its oldest idle one (no request in flight), then its oldest. A newcomer
-/// whose own address is the heaviest may displace only its own silent
-/// connections. So a few addresses that fill the server with idle
+/// address holding the most, of those that hold a connection that may give
+/// way: its oldest silent one first, then its oldest idle one (no request in
+/// flight). A connection with a request in flight (a renewal, a peer's
+/// append, a watch) never gives way to a newcomer. A newcomer whose own
+/// address is the heaviest may displace only its own silent connections. So a few addresses that fill the server with idle
 /// keep-alive connections cannot lock a new address out: each new address
 /// displaces one of theirs.
 #[derive(Debug, Default)]
@@ -191,11 +194,12 @@ impl Held {
             .by_address
             .keys()
             .copied()
-            .filter(|a| *a != newcomer)
-            .max_by_key(|a| weight(*a));
+            .filter(|a| *a != newcomer && weight(*a) > weight(newcomer))
+            .filter_map(|a| Some((weight(a), self.victim(a, 1)?)))
+            .max_by_key(|(weight, _)| *weight);
         match heaviest {
-            Some(heaviest) if weight(heaviest) > weight(newcomer) => self.victim(heaviest, 2),
-            _ => self.victim(newcomer, 0),
+            Some((_, victim)) => Some(victim),
+            None => self.victim(newcomer, 0),
         }
     }
 
