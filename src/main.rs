@@ -61,8 +61,12 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             complain!("error: {err:#}");
-            // A server that could not be reached: retry later.
-            let unreachable = err.chain().any(|cause| cause.is::<reqwest::Error>());
+            // A server that could not be reached in time: retry later.
+            let unreachable = err.chain().any(|cause| {
+                cause
+                    .downcast_ref::<reqwest::Error>()
+                    .is_some_and(|e| e.is_connect() || e.is_timeout())
+            });
             ExitCode::from(if unreachable {
                 exit::UNAVAILABLE
             } else {

@@ -206,14 +206,10 @@ async fn keys(
                     Ok(session) => {
                         let set = match replace {
                             // Once: what follows is this cluster's own.
-                            true => forget_key_index(&session).await,
-                            false => Ok(()),
-                        };
-                        let set = match set {
-                            Ok(()) => postgres::set_keys(&session, &jwks)
+                            true => replace_keys(&session, &jwks).await,
+                            false => postgres::set_keys(&session, &jwks)
                                 .await
                                 .map_err(Into::into),
-                            Err(err) => Err(err),
                         };
                         if !session.is_closed() {
                             client = Some(session);
@@ -256,13 +252,30 @@ async fn cluster_keys(endpoints: &Endpoints) -> anyhow::Result<serde_json::Value
         .map_err(|e| anyhow!("cannot read the cluster's keys (GET /v1/jwks): {e}"))
 }
 
-/// Lets the next `set_keys` install any key set, older ones too
-/// (`--replace`).
-async fn forget_key_index(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+/// Installs `jwks` whatever the index of the set installed (`--replace`):
+/// the index is forgotten and the set installed in one transaction, so a
+/// failed install leaves the old set and its index as they were.
+async fn replace_keys(
+    client: &tokio_postgres::Client,
+    jwks: &serde_json::Value,
+) -> anyhow::Result<i32> {
     client
-        .batch_execute("UPDATE palisade.settings SET keys_index = 0")
+        .batch_execute("BEGIN; UPDATE palisade.settings SET keys_index = 0")
         .await
-        .map_err(|e| anyhow!("cannot reset the database's key set index: {e}"))
+        .map_err(|e| anyhow!("cannot reset the database's key set index: {e}"))?;
+    match postgres::set_keys(client, jwks).await {
+        Ok(count) => {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| anyhow!("cannot commit the key set: {e}"))?;
+            Ok(count)
+        }
+        Err(err) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(err.into())
+        }
+    }
 }
 
 /// What `set_keys` did, on one line; an error when it changed nothing.
