@@ -37,8 +37,11 @@ type Lease struct {
 	// lockDelayed: taken with a lock-delay, so a lapsed grant is left to
 	// expire (a release would clear the delay the holder asked for).
 	lockDelayed bool
-	done        chan struct{}
-	closeOnce   sync.Once
+	// giveBack releases a lapsed grant once, whichever path saw the
+	// deadline pass first.
+	giveBack  sync.Once
+	done      chan struct{}
+	closeOnce sync.Once
 
 	mu       sync.Mutex
 	jwt      string

@@ -25,6 +25,11 @@ func (l *Lease) renewLoop(sent time.Time) {
 			wake = deadline
 		}
 		if !l.sleepUntil(timer, wake) {
+			// Let go, or lost: at its deadline (the holder saw it first),
+			// the grant is still given back.
+			if l.lostAtDeadline() {
+				l.lapse()
+			}
 			return
 		}
 		now := time.Now()
@@ -66,6 +71,21 @@ func (l *Lease) lapse() {
 	if l.lockDelayed {
 		return
 	}
+	l.giveBack.Do(l.releaseLapsed)
+}
+
+// lostAtDeadline: the lease was marked lost because its safe deadline
+// passed (by the renewer, or by a write or IsHeld that saw it first).
+func (l *Lease) lostAtDeadline() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lost, ok := l.lost.(*LeaseLostError)
+	return ok && lost.Reason == reasonDeadline
+}
+
+// releaseLapsed releases the lapsed grant in the background, retried while
+// the cluster is unavailable for three ttls (5 s..60 s).
+func (l *Lease) releaseLapsed() {
 	patience := 3 * l.ttl
 	if patience < 5*time.Second {
 		patience = 5 * time.Second
@@ -125,6 +145,9 @@ func (l *Lease) sleepUntil(timer *time.Timer, wake time.Time) bool {
 func (l *Lease) renewalFailed(err error) bool {
 	select {
 	case <-l.done:
+		if l.lostAtDeadline() {
+			l.lapse()
+		}
 		return true
 	default:
 	}

@@ -283,9 +283,15 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewer.abort();
-        // Only a lease still held is released: one lost at its safe
-        // deadline was given back by its renewer already (`lapse`), one
-        // refused or released needs nothing.
+        // A lease whose deadline passed unnoticed (the holder saw the loss
+        // first) is given back as its renewer would have (`lapse`).
+        if self.shared.lapsed_unmarked() && tokio::runtime::Handle::try_current().is_ok() {
+            lapse(&self.shared);
+            return;
+        }
+        // Otherwise only a lease still held is released: one lost at its
+        // safe deadline was given back by its renewer already, one refused
+        // or released needs nothing.
         let held = self.shared.held_jwt().is_ok();
         self.shared.mark_let_go("dropped".into());
         if !held {

@@ -79,6 +79,13 @@ impl Shared {
         self.lost.send_replace(true);
     }
 
+    /// Its safe deadline passed and nothing marked it lost yet (the
+    /// renewer has not noticed): a handle dropped now gives the grant back.
+    pub(super) fn lapsed_unmarked(&self) -> bool {
+        let state = self.state();
+        state.lost.is_none() && Instant::now() >= state.deadline
+    }
+
     /// The JWT if the lease is held now; the reason otherwise.
     pub(super) fn held_jwt(&self) -> Result<String, Error> {
         let state = self.state();

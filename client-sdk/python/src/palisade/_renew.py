@@ -34,6 +34,15 @@ def _lapse(shared: _Shared) -> None:
         pause = min(pause * 2, 1.0)
 
 
+def _lapse_if_deadline(shared: _Shared) -> None:
+    """Stopped because the holder saw the deadline pass first (``held_jwt``
+    marked it): give the grant back all the same."""
+    with shared.lock:
+        lapsed = shared.lost_reason == _DEADLINE_PASSED
+    if lapsed:
+        _lapse(shared)
+
+
 def _renew_loop(shared: _Shared) -> None:
     """Renews every ``ttl * renew_ratio`` (the ttl the leader answered);
     retries failures every 50 ms until the deadline; marks the lease lost on
@@ -47,6 +56,7 @@ def _renew_loop(shared: _Shared) -> None:
             deadline = shared.deadline
         now = time.monotonic()
         if shared.stop.wait(max(0.0, min(next_at, deadline) - now)):
+            _lapse_if_deadline(shared)
             return
         now = time.monotonic()
         if now >= deadline:
@@ -94,14 +104,16 @@ def _renew_loop(shared: _Shared) -> None:
         ttl = grant.ttl_ms / 1000.0
         margin = margin_for(config.drift_margin_ratio, ttl)
         with shared.lock:
-            if shared.lost_reason is not None:
-                return
-            passed = time.monotonic() >= shared.deadline
-            if not passed:
+            stopped = shared.lost_reason is not None
+            passed = not stopped and time.monotonic() >= shared.deadline
+            if not stopped and not passed:
                 # The leader extended the grant by the ttl it answered: that,
                 # from the send time, bounds the deadline; never move it back.
                 shared.deadline = max(shared.deadline, sent + ttl - margin)
                 shared.jwt = grant.jwt
+        if stopped:
+            _lapse_if_deadline(shared)
+            return
         if passed:
             # Once the deadline has passed the lease stays lost, even if the
             # renewal made it in time at the leader.
