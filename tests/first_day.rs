@@ -344,6 +344,18 @@ fn a_release_with_the_token_as_grant_index_says_what_differs() {
         "--to",
         "B",
     ]);
+    // Before B takes it: `lease get --json` is the server's document, which
+    // says the lease is reserved for B; the text says so too (it showed
+    // "held by B" and nothing else).
+    let got: serde_json::Value =
+        serde_json::from_str(&dev.ok(&["lease", "get", "orders", "--json"])).expect("json");
+    assert_eq!(
+        (&got["holder"], &got["reserved"]),
+        (&"B".into(), &true.into()),
+        "{got}"
+    );
+    let text = dev.ok(&["lease", "get", "orders"]);
+    assert!(text.contains("reserved for B"), "{text}");
     let b = dev.acquire("orders", "B");
     let (token, index) = (field(&b, "token"), field(&b, "grant_index"));
     assert_ne!(token, index, "a handover's grant: {b}");

@@ -40,6 +40,12 @@ pub struct LeaseInfo {
     /// served).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renew_time: Option<String>,
+    /// Every other field the server answered, kept whole (`reserved`,
+    /// `priority`, `preemptible`, `preempted_by`, `lock_delay_ms`,
+    /// `max_hold_ms`, `lock_delayed`, `partition`, and later ones), so what
+    /// is printed as the server's document is that document.
+    #[serde(flatten)]
+    pub more: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A grant as the cluster answers it.

@@ -80,30 +80,75 @@ pub(crate) fn describe_history(lease: &str, history: &[palisade_client::Transiti
 
 pub(crate) fn describe(info: &palisade_client::LeaseInfo) -> String {
     match &info.holder {
-        Some(holder) => format!(
-            "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {}){}",
-            info.lease,
-            info.token,
-            info.ttl_ms,
-            info.expires_in_ms
-                .map_or(String::new(), |ms| format!("expires in {ms} ms, ")),
-            if info.revoked {
-                "revoked: ends at its deadline, "
-            } else {
-                ""
-            },
-            info.transitions,
-            info.modify_index,
-            grant_times(info)
-        ),
-        None => format!(
-            "{} free (last token {}, {} transitions, index {})",
-            info.lease, info.token, info.transitions, info.modify_index
-        ),
+        Some(holder) => {
+            format!(
+                "{} held by {holder} (token {}, ttl {} ms, {}{}{} transitions, index {}){}",
+                info.lease,
+                info.token,
+                info.ttl_ms,
+                info.expires_in_ms
+                    .map_or(String::new(), |ms| format!("expires in {ms} ms, ")),
+                if info.revoked {
+                    "revoked: ends at its deadline, "
+                } else {
+                    ""
+                },
+                info.transitions,
+                info.modify_index,
+                grant_times(info)
+            ) + &terms(info)
+        }
+        None => {
+            format!(
+                "{} free (last token {}, {} transitions, index {})",
+                info.lease, info.token, info.transitions, info.modify_index
+            ) + &terms(info)
+        }
     }
 }
 
-/// `; acquired <when>; renewed <when>`, for the times the answer carries.
+/// What else the server said of the lease, as sentences: a reservation
+/// (a handover's successor that has not taken it yet), priority and
+/// preemption, lock-delay, max-hold, the partition.
+fn terms(info: &palisade_client::LeaseInfo) -> String {
+    let more = &info.more;
+    let number = |name: &str| more.get(name).and_then(serde_json::Value::as_u64);
+    let flag = |name: &str| more.get(name).and_then(serde_json::Value::as_bool) == Some(true);
+    let mut said = Vec::new();
+    if flag("reserved") {
+        let holder = info.holder.as_deref().unwrap_or("?");
+        said.push(format!(
+            "reserved for {holder}: a handover's successor that has not taken it yet"
+        ));
+    }
+    if let Some(by) = more.get("preempted_by").and_then(serde_json::Value::as_str) {
+        said.push(format!("preempted by {by}"));
+    }
+    match (number("priority"), flag("preemptible")) {
+        (Some(p), true) => said.push(format!("priority {p}, preemptible")),
+        (Some(p), false) => said.push(format!("priority {p}")),
+        (None, true) => said.push("preemptible".to_owned()),
+        (None, false) => {}
+    }
+    if let Some(ms) = number("lock_delay_ms") {
+        said.push(format!("lock-delay {ms} ms"));
+    }
+    if flag("lock_delayed") {
+        said.push("held back by a lock-delay".to_owned());
+    }
+    if let Some(ms) = number("max_hold_ms") {
+        said.push(format!("max-hold {ms} ms"));
+    }
+    if let Some(k) = number("partition") {
+        said.push(format!("partition {k}"));
+    }
+    said.iter().map(|s| format!("\n  {s}")).collect()
+}
+
+/// `; acquired <when>; renewed <when> ...`, for the times the answer
+/// carries. The renewal time is the leader's record (its last renewal, or
+/// when that leader took the grant over), on the leader's clock: said so,
+/// as it is not the holder's own renew time.
 fn grant_times(info: &palisade_client::LeaseInfo) -> String {
     let at = |label: &str, time: &Option<String>| {
         time.as_deref().map_or(
@@ -114,11 +159,13 @@ fn grant_times(info: &palisade_client::LeaseInfo) -> String {
             },
         )
     };
-    format!(
-        "{}{}",
-        at("acquired", &info.acquire_time),
-        at("renewed", &info.renew_time)
-    )
+    let renewed = at("renewed", &info.renew_time);
+    let whose = if renewed.is_empty() {
+        ""
+    } else {
+        " as the leader records it (its last renewal, or its takeover)"
+    };
+    format!("{}{renewed}{whose}", at("acquired", &info.acquire_time))
 }
 
 pub(crate) fn info_json(info: &palisade_client::LeaseInfo) -> serde_json::Value {
