@@ -21,15 +21,25 @@ async fn who(certificate: Option<Extension<PeerCertificate>>) -> &'static str {
 }
 
 fn app() -> Router {
-    Router::new().route("/", get(who)).route(
-        "/slow",
-        get(|query: axum::extract::RawQuery| async move {
-            // `?wait=long` waits past the idle tests' timeout.
-            let long = query.0.as_deref() == Some("wait=long");
-            tokio::time::sleep(Duration::from_millis(if long { 900 } else { 300 })).await;
-            "done"
-        }),
-    )
+    Router::new()
+        .route("/", get(who))
+        .route(
+            "/slow",
+            get(|query: axum::extract::RawQuery| async move {
+                // `?wait=long` waits past the idle tests' timeout.
+                let long = query.0.as_deref() == Some("wait=long");
+                tokio::time::sleep(Duration::from_millis(if long { 900 } else { 300 })).await;
+                "done"
+            }),
+        )
+        // A request in flight for as long as a test needs (it drops it).
+        .route(
+            "/hang",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "done"
+            }),
+        )
 }
 
 /// Starts the server; returns its address and a sender that stops it.
@@ -447,4 +457,52 @@ async fn a_few_addresses_cannot_lock_a_new_one_out() {
     }
     let _ = stop.send(());
     task.await.expect("stopped");
+}
+
+/// A connection with a request in flight (a renewal, a peer's append, a
+/// watch) never gives way to a newcomer: at the cap with only busy
+/// connections, the newcomer is the one closed; once they are gone, it is
+/// served.
+#[tokio::test]
+async fn busy_connections_never_give_way() {
+    let mut config = ServeConfig::new("test");
+    config.max_connections = 4;
+    config.max_connections_per_address = 4;
+    let (addr, stop, task) = start(config).await;
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 2], 0)))
+            .expect("bind");
+        let mut stream = socket.connect(addr).await.expect("connect");
+        stream
+            .write_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("send");
+        busy.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ask = |source: u8| async move {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, source], 0)))
+            .expect("bind");
+        let mut stream = socket.connect(addr).await.expect("connect");
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut buf = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await;
+        matches!(read, Ok(Ok(n)) if n > 0)
+    };
+    assert!(!ask(3).await, "a busy connection gave way");
+    for stream in &mut busy {
+        let mut buf = [0u8; 16];
+        let still = tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await;
+        assert!(still.is_err(), "a busy connection was closed: {still:?}");
+    }
+    drop(busy);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(ask(3).await, "not served once the busy ones left");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
 }
