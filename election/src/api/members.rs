@@ -99,6 +99,15 @@ where
 }
 
 /// `group`'s membership as this node has it.
+/// The ids of the cluster's members (voters and learners, group 0's view).
+fn member_ids(state: &ApiState) -> Vec<NodeId> {
+    membership_of(state.group_zero())
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 fn membership_of(group: &Group) -> Arc<StoredMembershipOf<TypeConfig>> {
     group
         .raft
@@ -253,11 +262,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: AddMember) -> Result<Ad
             Ok(standing) => {
                 // Asking taught this node its incarnation; a node refused
                 // is no member, and may come back with a fresh data dir.
-                let members: Vec<NodeId> = membership_of(state.group_zero())
-                    .membership()
-                    .nodes()
-                    .map(|(id, _)| *id)
-                    .collect();
+                let members = member_ids(state);
                 state.incarnations.forget_all_but(&members);
                 // Nor do its settings bound or trouble this node.
                 state.settings.forget_all_but(&members);
@@ -272,12 +277,7 @@ async fn runs_as_many_partitions(state: &ApiState, body: AddMember) -> Result<Ad
                 )));
             }
             Err(why) if left.is_zero() => {
-                let members: Vec<NodeId> = membership_of(state.group_zero())
-                    .membership()
-                    .nodes()
-                    .map(|(id, _)| *id)
-                    .collect();
-                state.settings.forget_all_but(&members);
+                state.settings.forget_all_but(&member_ids(state));
                 return Err(ApiError::NotCaughtUp(format!(
                     "node {} at {} never answered within the change's wait ({why}): is it \
                      started, and is the address right? Nothing changed: the voters are \
